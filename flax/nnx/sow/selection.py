@@ -1,0 +1,66 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Which sows a ``capture`` consumes: by tag and by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as tp
+
+from flax.nnx.sow import primitive
+
+NameFilter = tp.Union[
+    None, str, tp.Collection[primitive.Name], tp.Callable[[tp.Any], bool]
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+  """A hashable predicate on sow sites; part of every interpreter cache key.
+
+  Attributes:
+    tag: only sows with this tag are selected; ``None`` selects every tag.
+    names: ``None`` (every name), a frozenset of names, or a predicate.
+  """
+
+  tag: tp.Hashable = None
+  names: tp.Union[None, frozenset, tp.Callable[[tp.Any], bool]] = None
+
+  @classmethod
+  def make(cls, *, tag: tp.Hashable, names: NameFilter, where: str):
+    tag = primitive.check_static(tag, what='tag', where=where)
+    return cls(tag=tag, names=_name_filter(names, where=where))
+
+  def matches(self, params: dict[str, tp.Any]) -> bool:
+    """Whether the sow equation with these ``params`` is selected."""
+    if self.tag is not None and params['tag'] != self.tag:
+      return False
+    if self.names is None:
+      return True
+    if isinstance(self.names, frozenset):
+      return params['name'] in self.names
+    return bool(self.names(params['name']))
+
+
+def _name_filter(names: NameFilter, *, where: str):
+  if names is None or callable(names):
+    return names
+  if isinstance(names, str):
+    return frozenset([names])
+  if isinstance(names, (list, tuple, set, frozenset)):
+    return frozenset(primitive.check_name(n, where=where) for n in names)
+  raise TypeError(
+      f'{where}: names must be None, a name, a collection of names or a'
+      f' predicate, got {names!r} of type {type(names).__name__}.'
+  )
