@@ -26,7 +26,26 @@ from flax.nnx.sow import primitive
 from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
 from flax.nnx.sow.selection import NameFilter, Selection
 
-Collected = dict[primitive.Name, tuple[tp.Any, ...]]
+
+
+class Collected(dict):
+  """What ``capture`` returns: ``{name: (value, ...)}`` in first-sow order.
+
+  A plain ``dict`` subclass, registered as a pytree that keeps insertion
+  order: JAX sorts the keys of a plain ``dict``, which fails for a mix of
+  ``str`` and tuple names and would reorder them.
+  """
+
+
+jax.tree_util.register_pytree_with_keys(
+    Collected,
+    lambda c: (
+        [(jax.tree_util.DictKey(k), v) for k, v in c.items()],
+        tuple(c),
+    ),
+    lambda names, values: Collected(zip(names, values)),
+    flatten_func=lambda c: (list(c.values()), tuple(c)),
+)
 
 
 def capture(
@@ -122,4 +141,4 @@ def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
   for site, leaves in records:
     value = jax.tree_util.tree_unflatten(site.tree, leaves)
     collected.setdefault(site.name, []).append(value)
-  return {name: tuple(values) for name, values in collected.items()}
+  return Collected((name, tuple(values)) for name, values in collected.items())

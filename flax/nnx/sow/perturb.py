@@ -59,6 +59,11 @@ def perturb(value: tp.Any, *, name: primitive.Name, tag: tp.Hashable = None):
     >>> collected['grad_x'][0]
     Array([0., 2., 4.], dtype=float32)
 
+  When JAX can prove that the gradient with respect to ``value`` is zero
+  (the result is discarded, or only reaches the loss through
+  ``lax.stop_gradient``), it never runs the backward pass, so nothing is sown
+  for that call.
+
   Args:
     value: a pytree of floating-point arrays.
     name: the name the gradient is sown under (a ``str`` or a tuple of

@@ -59,6 +59,9 @@ for _allow_list in (
     effects.control_flow_allowed_effects,
     effects.custom_derivatives_allowed_effects,
     effects.remat_allowed_effects,
+    # Without this, partial evaluation that re-traces a jaxpr from its outputs
+    # (e.g. the known half of a linearized scan) drops unused markers.
+    effects.partial_eval_kept_effects,
 ):
   _allow_list.add_type(SowEffect)
 
@@ -111,7 +114,7 @@ def _sow_batch(axis_data, leaves, dims, **params):
   # would make everything downstream batched too, at a real cost.
   del axis_data
   moved = [
-      leaf if dim is None else batching.moveaxis(leaf, dim, 0)
+      leaf if dim is None else jax.numpy.moveaxis(leaf, dim, 0)
       for leaf, dim in zip(leaves, dims)
   ]
   out_dims = [None if dim is None else 0 for dim in dims]
