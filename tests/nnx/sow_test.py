@@ -45,7 +45,7 @@ def count_sows(jaxpr) -> int:
   for eqn in jaxpr.eqns:
     if eqn.primitive is sow_p:
       n += 1
-    for sub in jax.core.jaxprs_in_params(eqn.params):
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
       n += count_sows(sub)
   return n
 
