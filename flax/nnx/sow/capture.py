@@ -19,13 +19,12 @@ import functools
 import typing as tp
 
 import jax
-import numpy as np
 
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
+from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import NameFilter, Selection
-
 
 
 class Collected(dict):
@@ -109,30 +108,12 @@ def capture(
 sown = capture
 
 
-def _is_traced(leaf: tp.Any) -> bool:
-  return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
-
-
 def _call(f, selection, args, kwargs):
-  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-  traced = [_is_traced(leaf) for leaf in leaves]
-  arrays = [leaf for leaf, t in zip(leaves, traced) if t]
-
-  def flat_f(*array_values):
-    values = iter(array_values)
-    full = [next(values) if t else leaf for leaf, t in zip(leaves, traced)]
-    call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
-    return f(*call_args, **call_kwargs)
-
-  with primitive.harvesting(True):
-    closed, out_shape = jax.make_jaxpr(flat_f, return_shape=True)(*arrays)
+  staged = tracing.stage(f, args, kwargs)
   out_flat, records = interpreter.evaluate(
-      closed.jaxpr, closed.consts, arrays, selection
+      staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, selection
   )
-  out = jax.tree_util.tree_unflatten(
-      jax.tree_util.tree_structure(out_shape), out_flat
-  )
-  return out, collect(records)
+  return staged.unflatten_out(out_flat), collect(records)
 
 
 def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
