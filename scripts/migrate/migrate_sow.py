@@ -345,7 +345,7 @@ def mentions_api(text: str) -> bool:
 
 NNX_TRANSFORMS = frozenset({
     'scan', 'vmap', 'pmap', 'remat', 'checkpoint', 'RNN', 'fori_loop',
-    'while_loop', 'cond', 'switch', 'shard_map', 'split_rngs',
+    'while_loop', 'cond', 'switch', 'shard_map',
 })
 TREE_FUNCTIONS = frozenset({
     'jax.tree.leaves', 'jax.tree.map', 'jax.tree.flatten',
@@ -1054,10 +1054,11 @@ class _SiteFinder:
   # -- sow and perturb ---------------------------------------------------------
 
   def _bind(self, call: cst.Call, params: tuple[str, ...]):
+    """Binds the arguments to ``params``; ``*args``/``**kwargs`` skipped."""
     bound: dict[str, cst.BaseExpression] = {}
     for index, arg in enumerate(call.args):
       if arg.star:
-        return None
+        continue
       if arg.keyword is not None:
         bound[arg.keyword.value] = arg.value
       elif index < len(params):
@@ -1068,11 +1069,9 @@ class _SiteFinder:
 
   def _sow(self, call: cst.Call) -> None:
     bound = self._bind(call, _SOW_PARAMS)
+    starred = any(arg.star for arg in call.args)
     if bound is None or not {'variable_type', 'name', 'value'} <= set(bound):
-      if any(arg.star for arg in call.args):
-        self._flag_sow_only(call, 'kwargs')
-      else:
-        self._flag_sow_only(call, 'sow-args')
+      self._flag_sow_only(call, 'kwargs' if starred else 'sow-args')
       return
     type_node = bound['variable_type']
     if string_value(type_node) is not None:
@@ -1083,7 +1082,7 @@ class _SiteFinder:
       self._flag_sow_only(call, 'unknown-type', self._code(type_node))
       return
     self.handled.add(type_node)
-    reasons: list[Reason] = []
+    reasons: list[Reason] = [('kwargs', '')] if starred else []
     mode = _reducer_mode(bound)
     if mode is None:
       mode = 'append'
@@ -1094,8 +1093,9 @@ class _SiteFinder:
 
   def _perturb(self, call: cst.Call) -> None:
     bound = self._bind(call, _PERTURB_PARAMS)
+    starred = any(arg.star for arg in call.args)
     if bound is None or not {'name', 'value'} <= set(bound):
-      if any(arg.star for arg in call.args):
+      if starred:
         self._flag_sow_only(call, 'kwargs')
       return
     tag = 'Perturbation'
@@ -1103,7 +1103,8 @@ class _SiteFinder:
       type_node = bound['variable_type']
       tag = self.resolver.family_tag(type_node) or self._code(type_node)
       self.handled.add(type_node)
-    self._add_sow(call, 'perturb', bound['name'], tag, 'append', [])
+    reasons: list[Reason] = [('kwargs', '')] if starred else []
+    self._add_sow(call, 'perturb', bound['name'], tag, 'append', reasons)
 
   def _flag_sow_only(self, call: cst.Call, code: str, detail: str = ''):
     for arg in call.args:
@@ -1151,8 +1152,11 @@ class _SiteFinder:
   # -- nnx.capture -------------------------------------------------------------
 
   def _capture(self, call: cst.Call) -> None:
-    positional = [arg for arg in call.args if arg.keyword is None]
+    positional = [arg for arg in call.args
+                  if arg.keyword is None and not arg.star]
     keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword}
+    for arg in keywords.values():
+      self.handled.add(arg.value)
     if not positional:
       return
     first_tag = self._tag_of(positional[0].value)
@@ -1538,6 +1542,8 @@ class _SiteFinder:
   def _family_references(self):
     for local in ('Intermediate', 'Perturbation'):
       for name in self.collector.names.get(local, ()):
+        if isinstance(self.parent.get(name), cst.ImportAlias):
+          continue
         if self.resolver.family_tag(name) in FAMILY:
           yield name
     for attribute in self.collector.attributes:
@@ -1922,19 +1928,13 @@ class _Functional:
 
   def _capture_reasons(self) -> None:
     for cap in self.caps:
+      key = cap.id + cap.where.path
       for reason in cap.reasons:
         self._block_cap(cap, reason)
-      reads: set[str] | None = set()
-      for consumer in cap.consumers:
-        reason, names = self._consumer_reason(consumer)
-        if reason is not None:
-          self._block_cap(cap, (reason[0], f'line {consumer.where.line}'))
-          self._flag_consumer(cap, consumer, reason)
-        if names is None or reads is None:
-          reads = None
-        else:
-          reads |= names
-      self.reads[cap.id + cap.where.path] = reads
+      if cap.reasons:  # blocked anyway: its consumers do not matter
+        self.reads[key] = None
+      else:
+        self.reads[key] = self._consumer_reasons(cap)
       visible = [s for s in self.project.sows if self.project.visible(cap, s)]
       if not visible:
         self._block_cap(cap, ('no-sow-found', ''))
@@ -1944,8 +1944,24 @@ class _Functional:
         elif sow.tag not in cap.tags:
           self._block_cap(cap, ('subclass', sow.tag))
 
-  def _flag_consumer(self, cap, consumer: ConsumerFact, reason) -> None:
-    _flag(self.decisions, consumer.id, consumer.where, reason)
+  def _consumer_reasons(self, cap: CaptureFact) -> set[str] | None:
+    """Blocks ``cap`` for each consumer it cannot rewrite; returns reads."""
+    reads: set[str] | None = set()
+    for consumer in cap.consumers:
+      reason, names = self._consumer_reason(consumer)
+      if reason is not None:
+        if reason[0] == 'no-sow-found':
+          self._block_cap(cap, reason)
+        else:
+          self._block_cap(cap, (reason[0], f'line {consumer.where.line}'))
+          if (consumer.where.line, consumer.where.unit) != (
+              cap.where.line, cap.where.unit):
+            _flag(self.decisions, consumer.id, consumer.where, reason)
+      if names is None or reads is None:
+        reads = None
+      else:
+        reads |= names
+    return reads
 
   def _consumer_reason(self, consumer: ConsumerFact):
     """Returns ``(reason or None, names read or None for all)``."""
@@ -1956,6 +1972,8 @@ class _Functional:
       if consumer.form == 'bare':
         return ('variable-use', consumer.key), {consumer.key}
       return None, {consumer.key}
+    if not consumer.later_keys and consumer.form != 'bare':
+      return ('no-sow-found', repr(consumer.key)), {consumer.key}
     path = '/'.join((consumer.key or '?',) + consumer.later_keys)
     known = set(consumer.later_keys) & names
     return ('nested-consumer', path), (known or None)
@@ -2050,32 +2068,62 @@ def _keyword_arg(keyword: str, value: cst.BaseExpression) -> cst.Arg:
 
 
 def _reshape_args(old: tp.Sequence[cst.Arg],
-                  new: list[cst.Arg]) -> list[cst.Arg]:
-  """Lays ``new`` out like ``old``: same commas and line breaks."""
+                  new: list[tuple[cst.Arg, int]]) -> list[cst.Arg]:
+  """Lays ``new`` out like ``old``: commas and line breaks by position.
+
+  Args:
+    old: the arguments of the original call.
+    new: the new arguments, each with the index of the old argument it comes
+      from; a comment after that argument moves along with it.
+
+  Returns:
+    The new arguments.
+  """
   result = []
-  for index, arg in enumerate(new):
-    template = old[min(index, len(old) - 1)]
-    comma = template.comma
-    if index == len(new) - 1:
-      comma = old[-1].comma
-    elif comma is cst.MaybeSentinel.DEFAULT:
+  last = len(new) - 1
+  for position, (arg, source) in enumerate(new):
+    template = old[min(position, len(old) - 1)]
+    comma = old[-1].comma if position == last else template.comma
+    if position != last and comma is cst.MaybeSentinel.DEFAULT:
       comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
+    comma = _with_comment(comma, _comment_of(old[source].comma))
     result.append(arg.with_changes(
         comma=comma, whitespace_after_arg=template.whitespace_after_arg))
   return result
 
 
+def _comment_of(comma) -> cst.Comment | None:
+  if isinstance(comma, cst.Comma) and isinstance(
+      comma.whitespace_after, cst.ParenthesizedWhitespace):
+    return comma.whitespace_after.first_line.comment
+  return None
+
+
+def _with_comment(comma, comment: cst.Comment | None):
+  if not isinstance(comma, cst.Comma) or not isinstance(
+      comma.whitespace_after, cst.ParenthesizedWhitespace):
+    return comma
+  first = comma.whitespace_after.first_line
+  spacing = first.whitespace if first.comment else cst.SimpleWhitespace('  ')
+  if comment is None:
+    spacing = cst.SimpleWhitespace('')
+  first = first.with_changes(comment=comment, whitespace=spacing)
+  return comma.with_changes(
+      whitespace_after=comma.whitespace_after.with_changes(first_line=first))
+
+
 def _call_with(call: cst.Call, func: str,
-               args: list[cst.Arg]) -> cst.Call:
+               args: list[tuple[cst.Arg, int]]) -> cst.Call:
   return call.with_changes(
       func=cst.Name(func), args=_reshape_args(call.args, args))
 
 
 def _bound_values(call: cst.Call, params: tuple[str, ...]):
+  """Maps parameter names to ``(value, index of the argument)``."""
   bound = {}
   for index, arg in enumerate(call.args):
     key = arg.keyword.value if arg.keyword else params[index]
-    bound[key] = arg.value
+    bound[key] = (arg.value, index)
   return bound
 
 
@@ -2083,9 +2131,13 @@ def sow_edit(names: dict[str, str], mode: str) -> Edit:
   """``recv.sow(T, name, value)`` -> ``sow(value, name=name)``."""
   def edit(call: cst.Call) -> cst.Call:
     bound = _bound_values(call, _SOW_PARAMS)
-    args = [cst.Arg(bound['value']), _keyword_arg('name', bound['name'])]
+    value, value_at = bound['value']
+    name, name_at = bound['name']
+    args = [(cst.Arg(value), value_at),
+            (_keyword_arg('name', name), name_at)]
     if mode == 'clobber':
-      args.append(_keyword_arg('mode', cst.SimpleString("'clobber'")))
+      args.append((_keyword_arg('mode', cst.SimpleString("'clobber'")),
+                   bound['reduce_fn'][1]))
     return _call_with(call, names['sow'], args)
   return edit
 
@@ -2094,7 +2146,9 @@ def perturb_edit(names: dict[str, str]) -> Edit:
   """``recv.perturb(name, value)`` -> ``perturb(value, name=name)``."""
   def edit(call: cst.Call) -> cst.Call:
     bound = _bound_values(call, _PERTURB_PARAMS)
-    args = [cst.Arg(bound['value']), _keyword_arg('name', bound['name'])]
+    value, value_at = bound['value']
+    name, name_at = bound['name']
+    args = [(cst.Arg(value), value_at), (_keyword_arg('name', name), name_at)]
     return _call_with(call, names['perturb'], args)
   return edit
 
@@ -2214,17 +2268,24 @@ def _annotation_anchor(node: cst.CSTNode, parent) -> cst.CSTNode:
   return node
 
 
-def api_names(analysis: Analysis, replaced: set[cst.CSTNode]) -> dict[str, str]:
-  """Local names for ``sow``/``capture``/``perturb``, avoiding clashes."""
+def api_names(analysis: Analysis,
+              unused: set[str]) -> dict[str, str]:
+  """Local names for ``sow``/``capture``/``perturb``, avoiding clashes.
+
+  Args:
+    analysis: the analysed file.
+    unused: local names whose every use the rewrite removes.
+
+  Returns:
+    A mapping from each API name to the local name to use.
+  """
   result = {}
   for api in _API_NAMES:
     clash = False
     for name in analysis.collector.names.get(api, ()):
-      resolved = analysis.resolver.name_of(name)
-      if resolved == f'sow.{api}' or name in replaced:
+      if analysis.resolver.name_of(name) == f'sow.{api}':
         continue
-      parent = analysis.collector.parent.get(name)
-      if isinstance(parent, cst.ImportAlias) and resolved == f'nnx.{api}':
+      if api in unused:
         continue
       clash = True
     result[api] = f'functional_{api}' if clash else api
@@ -2247,8 +2308,8 @@ class FileRewrite:
     self.needs_nnx = False
 
   def run(self) -> list[str]:
-    replaced = self._replaced_capture_names()
-    self.names = api_names(self.analysis, replaced)
+    self.unused = self._unused_imports()
+    self.names = api_names(self.analysis, self.unused)
     for site_id in sorted(self.decision.rewrite):
       self._rewrite_site(site_id)
     if self.annotate:
@@ -2260,13 +2321,45 @@ class FileRewrite:
     modules = self._fix_imports(modules)
     return [module.code for module in modules]
 
-  def _replaced_capture_names(self) -> set[cst.CSTNode]:
-    replaced = set()
+  def _removed_nodes(self) -> set[cst.CSTNode]:
+    """Original nodes that the functional rewrite drops entirely."""
+    removed: set[cst.CSTNode] = set()
     for site_id in self.decision.rewrite:
-      site = self.analysis.captures.get(site_id)
-      if site is not None and site.call is not None:
-        replaced.add(site.call.func)
-    return replaced
+      if site_id in self.analysis.sow_calls:
+        call = self.analysis.sow_calls[site_id]
+        removed.add(call.func)
+        params = _SOW_PARAMS if site_id.startswith('sow') else _PERTURB_PARAMS
+        for key, (value, _) in _bound_values(call, params).items():
+          if key not in ('name', 'value'):
+            removed.add(value)
+        continue
+      site = self.analysis.captures[site_id]
+      if site.pop_statement is not None:
+        removed.add(site.pop_statement)
+      elif site.partial:
+        removed.add(site.call)
+      else:
+        removed.add(site.call.func)
+        removed.update(arg.value for arg in site.call.args[1:])
+    return removed
+
+  def _unused_imports(self) -> set[str]:
+    """Imported legacy names (and modules) that the rewrite leaves unused."""
+    if self.target != 'functional':
+      return set()
+    removed = self._removed_nodes()
+    parent = self.analysis.collector.parent
+    unused = set()
+    for local, full in self.analysis.resolver.aliases.items():
+      short = canonical(full)
+      if not (short in ('nnx', 'flax') or (
+          short.startswith('nnx.') and short[4:] in _LEGACY_IMPORTS)):
+        continue
+      uses = [name for name in self.analysis.collector.names.get(local, ())
+              if not _in_import(name, parent)]
+      if uses and all(_inside(name, removed, parent) for name in uses):
+        unused.add(local)
+    return unused
 
   def _rewrite_site(self, site_id: str) -> None:
     if site_id in self.analysis.sow_calls:
@@ -2288,7 +2381,8 @@ class FileRewrite:
     self.counts[site.fact.kind] += 1
 
   def _bound(self, call: cst.Call):
-    return _bound_values(call, _SOW_PARAMS)
+    return {key: value for key, (value, _) in
+            _bound_values(call, _SOW_PARAMS).items()}
 
   def _rewrite_capture(self, site: CaptureSite) -> None:
     self.edits[site.call].append(capture_edit(self.names, site.partial))
@@ -2353,7 +2447,8 @@ class FileRewrite:
   # -- imports -----------------------------------------------------------------
 
   def _fix_imports(self, modules: list[cst.Module]) -> list[cst.Module]:
-    modules = _remove_unused_imports(modules, self.analysis)
+    if self.unused:
+      modules = [_drop_aliases(module, self.unused) for module in modules]
     wanted = [api for api in _API_NAMES if api in self.used]
     if not wanted and not self.needs_nnx:
       return modules
@@ -2371,34 +2466,31 @@ class FileRewrite:
 _LEGACY_IMPORTS = frozenset({'Intermediate', 'Perturbation', 'capture', 'pop'})
 
 
-def _remove_unused_imports(modules, analysis: Analysis) -> list[cst.Module]:
-  """Drops legacy names (and ``nnx``) that the rewrite left unused."""
-  code = ''.join(module.code for module in modules)
-  before = ''.join(module.code for module in analysis.modules)
-  candidates = {}
-  for local, full in analysis.resolver.aliases.items():
-    short = canonical(full)
-    if short == 'nnx' or (short.startswith('nnx.')
-                          and short[4:] in _LEGACY_IMPORTS):
-      pattern = re.compile(r'(?<![\w.])' + re.escape(local) + r'\b')
-      if len(pattern.findall(code)) < len(pattern.findall(before)):
-        candidates[local] = pattern
-  if not candidates:
-    return modules
-  return [_drop_aliases(module, candidates) for module in modules]
+def _in_import(node: cst.CSTNode, parent) -> bool:
+  while isinstance(node, (cst.Name, cst.Attribute)):
+    node = parent.get(node)
+  return isinstance(node, (cst.ImportAlias, cst.ImportFrom))
 
 
-def _drop_aliases(module: cst.Module, candidates) -> cst.Module:
-  code = module.code
+def _inside(node: cst.CSTNode, removed: set[cst.CSTNode], parent) -> bool:
+  while node is not None:
+    if node in removed:
+      return True
+    node = parent.get(node)
+  return False
+
+
+def _drop_aliases(module: cst.Module, unused: set[str]) -> cst.Module:
+  """Removes the top-level imports of the local names in ``unused``."""
   body = []
   for statement in module.body:
-    statement = _without_unused(statement, candidates, code, module)
+    statement = _without_aliases(statement, unused)
     if statement is not None:
       body.append(statement)
   return module.with_changes(body=body)
 
 
-def _without_unused(statement, candidates, code, module):
+def _without_aliases(statement, unused: set[str]):
   if not (isinstance(statement, cst.SimpleStatementLine)
           and len(statement.body) == 1
           and isinstance(statement.body[0], (cst.Import, cst.ImportFrom))):
@@ -2406,16 +2498,15 @@ def _without_unused(statement, candidates, code, module):
   node = statement.body[0]
   if isinstance(node.names, cst.ImportStar):
     return statement
-  own = module.code_for_node(statement)
+  if isinstance(node, cst.ImportFrom) and _module_name(
+      node.module) == 'flax.nnx.sow':
+    return statement
   keep = []
   for alias in node.names:
     local = (alias.asname.name.value if alias.asname
              else _module_name(alias.name).split('.')[0])
-    pattern = candidates.get(local)
-    if pattern is not None and len(pattern.findall(code)) == len(
-        pattern.findall(own)):
-      continue
-    keep.append(alias)
+    if local not in unused:
+      keep.append(alias)
   if len(keep) == len(node.names):
     return statement
   if not keep:
