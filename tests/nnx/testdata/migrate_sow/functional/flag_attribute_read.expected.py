@@ -1,0 +1,19 @@
+from flax import nnx
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.linear(x)
+    # TODO(migrate_sow): attribute-read: attribute read of a sown value (features)
+    self.sow(nnx.Intermediate, 'features', x)
+    return x
+
+
+def run(model, x):
+  y = model(x)
+  # TODO(migrate_sow): attribute-read: attribute read of a sown value (features)
+  return y, model.features.value[0]

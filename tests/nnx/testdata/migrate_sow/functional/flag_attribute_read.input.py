@@ -1,0 +1,17 @@
+from flax import nnx
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.linear(x)
+    self.sow(nnx.Intermediate, 'features', x)
+    return x
+
+
+def run(model, x):
+  y = model(x)
+  return y, model.features.value[0]

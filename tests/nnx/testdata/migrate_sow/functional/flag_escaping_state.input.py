@@ -1,0 +1,13 @@
+from flax import nnx
+
+
+class Model(nnx.Module):
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 'x', x)
+    return x
+
+
+def run(model, x):
+  y, state = nnx.capture(model, nnx.Intermediate)(x)
+  return y, state

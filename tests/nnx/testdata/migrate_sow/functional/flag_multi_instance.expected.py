@@ -1,0 +1,24 @@
+from flax import nnx
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.linear(x)
+    # TODO(migrate_sow): multi-instance: one name sown by several module instances; flat names would merge (Block is instantiated several times)
+    self.sow(nnx.Intermediate, 'block_out', x)
+    return x
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.blocks = nnx.List([Block(rngs) for _ in range(3)])
+
+  def __call__(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return x

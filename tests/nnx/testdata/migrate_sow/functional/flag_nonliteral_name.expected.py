@@ -1,0 +1,14 @@
+from flax import nnx
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.layers = nnx.List([nnx.Linear(2, 2, rngs=rngs) for _ in range(2)])
+
+  def __call__(self, x):
+    for i, layer in enumerate(self.layers):
+      x = layer(x)
+      # TODO(migrate_sow): nonliteral-name: sow name is neither a literal nor a string constant (f'layer_{i}')
+      self.sow(nnx.Intermediate, f'layer_{i}', x)
+    return x

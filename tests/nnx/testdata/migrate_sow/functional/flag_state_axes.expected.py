@@ -1,0 +1,23 @@
+from flax import nnx
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 15)
+    self.sow(nnx.Intermediate, 'inputs', x)
+    return self.linear(x)
+
+
+def run(model, x):
+  # TODO(migrate_sow): filter-use: Intermediate used as a filter (StateAxes, nnx.split, nnx.Not, ...) (nnx.StateAxes)
+  state_axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
+
+  @nnx.vmap(in_axes=(state_axes, 0))
+  def forward(model, x):
+    return model(x)
+
+  return forward(model, x)

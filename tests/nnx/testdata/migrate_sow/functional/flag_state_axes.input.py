@@ -1,0 +1,21 @@
+from flax import nnx
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 'inputs', x)
+    return self.linear(x)
+
+
+def run(model, x):
+  state_axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
+
+  @nnx.vmap(in_axes=(state_axes, 0))
+  def forward(model, x):
+    return model(x)
+
+  return forward(model, x)

@@ -1,0 +1,21 @@
+from flax import nnx
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.linear(x)
+    self.sow(nnx.Intermediate, 'activations', x)
+    return x
+
+
+def all_activations(model, x):
+  _, state = nnx.capture(model, nnx.Intermediate)(x)
+  found = []
+  for path, value in state.flat_state():
+    if path[-1] == 'activations':
+      found.append(value)
+  return found

@@ -1,0 +1,13 @@
+from flax import nnx
+from flax.nnx.sow import sow
+
+
+class Model(nnx.Module):
+
+  def __call__(self, x):
+    sow(x, name='inputs')
+    sow(
+        2 * x,  # twice
+        name='doubled',
+    )
+    return x

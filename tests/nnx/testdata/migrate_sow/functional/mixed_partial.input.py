@@ -1,0 +1,41 @@
+from flax import nnx
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.linear(x)
+    self.sow(nnx.Intermediate, 'block_out', x)
+    return x
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.block = Block(rngs)
+
+  def __call__(self, x):
+    x = self.block(x)
+    self.sow(nnx.Intermediate, 'model_out', x)
+    return x
+
+
+class Other(nnx.Module):
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 'other_out', x)
+    return x
+
+
+def block_features(model, x):
+  _, st = nnx.capture(model, nnx.Intermediate)(x)
+  return st['block']['block_out'][0]
+
+
+def other_features(x):
+  other = Other()
+  _, st = nnx.capture(other, nnx.Intermediate)(x)
+  return st['other_out'][0]

@@ -1,0 +1,17 @@
+from flax import nnx
+
+
+def record(module: nnx.Module, name_of_value, value):
+  del name_of_value
+  module.sow(nnx.Intermediate, 'recorded', value)
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+  def __call__(self, x):
+    y = self.linear(x)
+    record(self, 'y', y)
+    return y
