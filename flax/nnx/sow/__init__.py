@@ -15,11 +15,12 @@
 
 ``sow(value, name=...)`` tags any value anywhere; ``capture(f)`` traces ``f``
 to a jaxpr, interprets it and returns ``(out, collected)``; ``perturb`` sows
-gradients of intermediates.
+gradients of intermediates; ``plant`` injects values at sow sites.
 """
 
 from flax.nnx.sow.capture import capture as capture
 from flax.nnx.sow.capture import sown as sown
 from flax.nnx.sow.perturb import perturb as perturb
+from flax.nnx.sow.plant import plant as plant
 from flax.nnx.sow.primitive import sow as sow
 from flax.nnx.sow.primitive import sow_p as sow_p

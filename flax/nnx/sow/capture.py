@@ -110,16 +110,24 @@ sown = capture
 
 def _call(f, selection, args, kwargs):
   staged = tracing.stage(f, args, kwargs)
-  out_flat, records = interpreter.evaluate(
-      staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, selection
+  scope = interpreter.Scope(interpreter.Request(selection))
+  out_flat = interpreter.evaluate(
+      staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
   )
-  return staged.unflatten_out(out_flat), collect(records)
+  return staged.unflatten_out(out_flat), collect(scope.records)
 
 
 def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
-  """Groups records by name into tuples of pytrees, in call order."""
+  """Groups records by name into tuples of pytrees, in call order.
+
+  An ``'append'`` record adds an entry; a ``'clobber'`` record replaces every
+  entry collected so far under its name.
+  """
   collected: dict[tp.Any, list[tp.Any]] = {}
   for site, leaves in records:
     value = jax.tree_util.tree_unflatten(site.tree, leaves)
-    collected.setdefault(site.name, []).append(value)
+    if site.mode == 'clobber':
+      collected[site.name] = [value]
+    else:
+      collected.setdefault(site.name, []).append(value)
   return Collected((name, tuple(values)) for name, values in collected.items())

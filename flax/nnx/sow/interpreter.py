@@ -11,27 +11,28 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The jaxpr interpreter that harvests sows.
+"""The jaxpr interpreter behind ``capture`` and ``plant``.
 
 ``evaluate`` replays a jaxpr under whatever JAX trace is current (eager
 evaluation, ``jit`` staging, ``grad``, ``vmap``...). Each equation is bound as
 it is, except:
 
-* a selected ``sow`` equation, which records its values and passes them
-  through, and
-* a higher-order equation whose sub-jaxprs contain a selected sow, which is
-  handled by its rule in ``higher_order_rules`` (filled in by ``rules.py``),
-  or refused with an error naming the primitive.
+* a sow the ``Request`` handles: its values are recorded (``capture``) or
+  replaced by planted ones (``plant``);
+* a higher-order equation with such a sow inside: it is handled by its rule
+  in ``higher_order_rules`` (filled in by ``rules.py``), or refused with an
+  error naming the primitive.
 
-Which equations need attention is decided once per (jaxpr, selection) by the
-cached ``plan``; equations without selected sows inside are bound unchanged, so
-a ``jit`` or a ``custom_vjp`` without sows keeps its compilation cache and its
-custom rules.
+Which equations need attention is decided once per (jaxpr, request) by the
+cached ``plan``; an equation without a handled sow inside is bound unchanged,
+so a ``jit`` or a ``custom_vjp`` without sows keeps its compilation cache and
+its custom rules.
 
-Sub-jaxprs are transformed by tracing ``evaluate`` over them (``transform``),
-which yields a jaxpr returning the original outputs followed by the flat sown
-leaves. That result is cached by the identity of the sub-jaxpr, so a rebound
-``jit`` hits JAX's compilation cache on the next call.
+Sub-jaxprs are rewritten by tracing ``evaluate`` over them (``transform``). A
+transformed jaxpr takes the original inputs followed by the planted leaves of
+its planted sites, and returns the original outputs followed by the leaves of
+every recorded site. It is cached by the identity of the original, so a
+re-bound ``jit`` hits JAX's compilation cache on the next call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import typing as tp
 
+import numpy as np
 from jax._src import api_util
 from jax._src import core
 from jax._src import linear_util as lu
@@ -51,85 +53,192 @@ from flax.nnx.sow.selection import Selection
 
 
 @dataclasses.dataclass(frozen=True)
+class Request:
+  """What an interpretation does; hashable, so part of every cache key.
+
+  Attributes:
+    selection: the sows this interpretation may handle.
+    collect: record the values of the selected sows (``capture``).
+    planted: names whose selected sows take planted values (``plant``).
+    rebind_unhandled: re-bind the sows it does not handle, so that an
+      enclosing interpretation still sees them; ``False`` drops every sow.
+  """
+
+  selection: Selection
+  collect: bool = True
+  planted: frozenset = frozenset()
+  rebind_unhandled: bool = True
+
+  def handles(self, params: dict[str, tp.Any]) -> bool:
+    return self.selection.matches(params) and (
+        self.collect or params['name'] in self.planted
+    )
+
+  def touches(self, params: dict[str, tp.Any]) -> bool:
+    """Whether a sow with ``params`` is not simply re-bound."""
+    return not self.rebind_unhandled or self.handles(params)
+
+
+STRIP_ALL_SOWS = Request(
+    Selection(), collect=False, planted=frozenset(), rebind_unhandled=False
+)
+
+Aval = tuple[tuple[int, ...], np.dtype]
+
+
+@dataclasses.dataclass(frozen=True)
 class Site:
-  """The static description of one harvested sow site."""
+  """The static description of one sow site as seen from one scope."""
 
   name: primitive.Name
   tag: tp.Hashable
+  mode: str
   tree: tp.Any  # jax.tree_util.PyTreeDef
+  avals: tuple[Aval, ...]
 
   @property
   def num_leaves(self) -> int:
     return self.tree.num_leaves
 
+  def with_leading(self, *dims: int) -> Site:
+    """This site seen from outside a loop or map that adds leading axes."""
+    avals = tuple(((*dims, *shape), dtype) for shape, dtype in self.avals)
+    return dataclasses.replace(self, avals=avals)
 
-# One executed sow: its site and its flat leaf values.
-Record = tuple[Site, list[tp.Any]]
-# A rule for a higher-order primitive: (equation, input values, selection)
-# -> (output values, records in call order).
-Rule = tp.Callable[
-    [core.JaxprEqn, list[tp.Any], Selection], tuple[list[tp.Any], list[Record]]
-]
 
-higher_order_rules: dict[core.Primitive, Rule] = {}
+def aval_of(value: tp.Any) -> Aval:
+  aval = core.typeof(value)
+  return tuple(aval.shape), np.dtype(aval.dtype)
 
 
 def site_of(eqn: core.JaxprEqn) -> Site:
   params = eqn.params
-  return Site(name=params['name'], tag=params['tag'], tree=params['tree'])
+  return Site(
+      name=params['name'],
+      tag=params['tag'],
+      mode=params['mode'],
+      tree=params['tree'],
+      avals=tuple(
+          (tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars
+      ),
+  )
 
 
-def _harvest_sow(eqn, invals, selection):
-  del selection
-  return invals, [(site_of(eqn), invals)]
+# One executed sow site: its site and its flat leaf values.
+Record = tuple[Site, list[tp.Any]]
 
 
-def _refuse(eqn, invals, selection):
+class Planter(tp.Protocol):
+
+  def take(self, site: Site) -> list[tp.Any] | None:
+    """The planted leaves for the next execution of ``site``, or None."""
+
+
+class Scope:
+  """The mutable state of one ``evaluate`` call."""
+
+  def __init__(self, request: Request, planter: Planter | None = None):
+    self.request = request
+    self.planter = planter
+    self.records: list[Record] = []
+
+  def record(self, site: Site, leaves: tp.Sequence[tp.Any]):
+    if self.request.collect:
+      self.records.append((site, list(leaves)))
+
+  def plant(self, site: Site) -> list[tp.Any] | None:
+    if self.planter is None or site.name not in self.request.planted:
+      return None
+    if site.mode == 'clobber':
+      raise ValueError(
+          f'plant: {site.name!r} is sown with mode=\'clobber\', so capture'
+          ' keeps only its last value and there is no value per sow to plant;'
+          ' sow it with mode=\'append\' to plant it.'
+      )
+    return self.planter.take(site)
+
+  def last_record(self, name: primitive.Name) -> Record | None:
+    for record in reversed(self.records):
+      if record[0].name == name:
+        return record
+    return None
+
+
+# A rule for a higher-order primitive: (scope, equation, input values) ->
+# output values; it records into the scope.
+Rule = tp.Callable[[Scope, core.JaxprEqn, list[tp.Any]], list[tp.Any]]
+
+higher_order_rules: dict[core.Primitive, Rule] = {}
+
+
+def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
+  site = site_of(eqn)
+  planted = scope.plant(site)
+  scope.record(site, invals)
+  return invals if planted is None else planted
+
+
+def _drop_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
+  del scope, eqn
+  return invals
+
+
+def _refuse(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   del invals
-  names = sorted(map(repr, selected_names(eqn, selection)))
+  names = describe_names(handled_names(eqn, scope.request))
   raise NotImplementedError(
       f'capture: the higher-order primitive {eqn.primitive.name!r} (at'
-      f' {source_info_util.summarize(eqn.source_info)}) contains sows'
-      f' {", ".join(names)} and has no capture rule; move the sows out of it'
-      ' or exclude them with capture(..., tag=..., names=...).'
+      f' {where(eqn)}) contains sows {names} and has no capture rule; move'
+      ' the sows out of it or exclude them with capture(..., tag=...,'
+      ' names=...).'
   )
 
 
 @jax_util.weakref_lru_cache(trace_context_in_key=False)
-def plan(jaxpr: core.Jaxpr, selection: Selection) -> tuple[Rule | None, ...]:
+def plan(jaxpr: core.Jaxpr, request: Request) -> tuple[Rule | None, ...]:
   """For each equation: the rule to apply, or None to bind it unchanged."""
-  return tuple(_plan_eqn(eqn, selection) for eqn in jaxpr.eqns)
+  return tuple(_plan_eqn(eqn, request) for eqn in jaxpr.eqns)
 
 
-def _plan_eqn(eqn: core.JaxprEqn, selection: Selection) -> Rule | None:
+def _plan_eqn(eqn: core.JaxprEqn, request: Request) -> Rule | None:
   if eqn.primitive is primitive.sow_p:
-    return _harvest_sow if selection.matches(eqn.params) else None
-  if any(contains(sub, selection) for sub in core.jaxprs_in_params(eqn.params)):
+    if request.handles(eqn.params):
+      return _handle_sow
+    return None if request.rebind_unhandled else _drop_sow
+  if any(contains(sub, request) for sub in core.jaxprs_in_params(eqn.params)):
     return higher_order_rules.get(eqn.primitive, _refuse)
   return None
 
 
-def contains(jaxpr: core.Jaxpr, selection: Selection) -> bool:
-  """Whether ``jaxpr`` holds a selected sow, at any depth."""
-  return any(rule is not None for rule in plan(jaxpr, selection))
+def contains(jaxpr: core.Jaxpr, request: Request) -> bool:
+  """Whether ``jaxpr`` holds a sow ``request`` touches, at any depth."""
+  return any(rule is not None for rule in plan(jaxpr, request))
 
 
-def selected_names(eqn: core.JaxprEqn, selection: Selection) -> list[tp.Any]:
-  """The names of the selected sows inside ``eqn``, in program order."""
+def handled_names(eqn: core.JaxprEqn, request: Request) -> list[tp.Any]:
+  """The names of the sows ``request`` handles inside ``eqn``, in order."""
   names = []
   for sub in core.jaxprs_in_params(eqn.params):
     for inner in sub.eqns:
       if inner.primitive is primitive.sow_p:
-        if selection.matches(inner.params):
+        if request.handles(inner.params):
           names.append(inner.params['name'])
       else:
-        names.extend(selected_names(inner, selection))
+        names.extend(handled_names(inner, request))
   return list(dict.fromkeys(names))
 
 
-def bind(eqn: core.JaxprEqn, invals: list[tp.Any]) -> list[tp.Any]:
-  """Binds ``eqn``'s primitive as it is, returning a list of outputs."""
-  params = eqn.primitive.get_bind_params(eqn.params)
+def describe_names(names: tp.Iterable[tp.Any]) -> str:
+  return ', '.join(sorted(map(repr, names))) or '(none)'
+
+
+def where(eqn: core.JaxprEqn) -> str:
+  return source_info_util.summarize(eqn.source_info)
+
+
+def bind(eqn: core.JaxprEqn, invals: list[tp.Any], **new_params):
+  """Binds ``eqn``'s primitive, returning a list of outputs."""
+  params = eqn.primitive.get_bind_params(dict(eqn.params, **new_params))
   outs = eqn.primitive.bind(*invals, **params)
   return outs if eqn.primitive.multiple_results else [outs]
 
@@ -138,9 +247,9 @@ def evaluate(
     jaxpr: core.Jaxpr,
     consts: tp.Sequence[tp.Any],
     args: tp.Sequence[tp.Any],
-    selection: Selection,
-) -> tuple[list[tp.Any], list[Record]]:
-  """Evaluates ``jaxpr``, returning its outputs and the harvested records."""
+    scope: Scope,
+) -> list[tp.Any]:
+  """Evaluates ``jaxpr`` in ``scope``, which collects the records."""
   env: dict[core.Var, tp.Any] = {}
 
   def read(atom):
@@ -148,8 +257,7 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  records: list[Record] = []
-  for eqn, rule in zip(jaxpr.eqns, plan(jaxpr, selection)):
+  for eqn, rule in zip(jaxpr.eqns, plan(jaxpr, scope.request)):
     invals = [read(v) for v in eqn.invars]
     name_stack = (
         source_info_util.current_name_stack() + eqn.source_info.name_stack
@@ -160,48 +268,98 @@ def evaluate(
         ),
         eqn.ctx.manager,
     ):
-      if rule is None:
-        outs = bind(eqn, invals)
-      else:
-        outs, new_records = rule(eqn, invals, selection)
-        records.extend(new_records)
+      outs = bind(eqn, invals) if rule is None else rule(scope, eqn, invals)
     env.update(zip(eqn.outvars, outs))
-  return [read(v) for v in jaxpr.outvars], records
+  return [read(v) for v in jaxpr.outvars]
 
 
 @dataclasses.dataclass(frozen=True)
 class Transformed:
-  """A sub-jaxpr rewritten to also return its sown leaves.
+  """A sub-jaxpr rewritten for a request.
 
   Attributes:
-    jaxpr: returns the original outputs followed by the flat leaves of every
-      site in ``sites``, in order.
-    sites: the harvested sites, in call order.
+    jaxpr: takes the original inputs followed by the planted leaves of
+      ``planted_sites``; returns the original outputs followed by the leaves
+      of ``sites``, in order.
+    sites: the recorded sites, in call order.
+    planted_sites: the sites that read planted leaves, in call order.
   """
 
   jaxpr: core.ClosedJaxpr
   sites: tuple[Site, ...]
+  planted_sites: tuple[Site, ...]
 
   @property
   def num_sown_leaves(self) -> int:
     return sum(site.num_leaves for site in self.sites)
 
+  @property
+  def num_planted_leaves(self) -> int:
+    return sum(site.num_leaves for site in self.planted_sites)
+
+
+class _InputPlanter:
+  """Hands out planted leaves that arrive as extra jaxpr inputs."""
+
+  def __init__(self, leaves: tp.Sequence[tp.Any]):
+    self.leaves = list(leaves)
+    self.sites: list[Site] = []
+
+  def take(self, site: Site) -> list[tp.Any]:
+    self.sites.append(site)
+    taken, self.leaves = (
+        self.leaves[: site.num_leaves],
+        self.leaves[site.num_leaves :],
+    )
+    return taken
+
 
 @jax_util.weakref_lru_cache
-def transform(closed: core.ClosedJaxpr, selection: Selection) -> Transformed:
+def transform(closed: core.ClosedJaxpr, request: Request) -> Transformed:
   """Traces ``evaluate`` over ``closed`` (cached; keyed by trace context)."""
+  to_plant = sites_to_plant(closed, request)
+  planted_avals = [
+      core.ShapedArray(shape, dtype)
+      for site in to_plant
+      for shape, dtype in site.avals
+  ]
   sites: list[Site] = []
+  planter_sites: list[Site] = []
 
   def body(*args):
-    outs, records = evaluate(closed.jaxpr, closed.consts, args, selection)
-    sites.extend(site for site, _ in records)
-    return [*outs, *(leaf for _, leaves in records for leaf in leaves)]
+    n = len(closed.in_avals)
+    planter = _InputPlanter(args[n:])
+    scope = Scope(request, planter)
+    outs = evaluate(closed.jaxpr, closed.consts, args[:n], scope)
+    sites.extend(site for site, _ in scope.records)
+    planter_sites.extend(planter.sites)
+    return [*outs, *(leaf for _, leaves in scope.records for leaf in leaves)]
 
-  debug = api_util.debug_info('capture', body, closed.in_avals, {})
+  in_avals = [*closed.in_avals, *planted_avals]
+  debug = api_util.debug_info('capture', body, in_avals, {})
   jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
-      lu.wrap_init(body, debug_info=debug), closed.in_avals
+      lu.wrap_init(body, debug_info=debug), in_avals
   )
-  return Transformed(core.ClosedJaxpr(jaxpr, consts), tuple(sites))
+  assert tuple(planter_sites) == to_plant, (planter_sites, to_plant)
+  return Transformed(
+      core.ClosedJaxpr(jaxpr, consts), tuple(sites), tuple(planter_sites)
+  )
+
+
+def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
+  """The sites of ``closed`` that read planted leaves, as seen from here.
+
+  They are the sites a collecting request records whose name is planted, so
+  this reuses (and caches) that transformation.
+  """
+  if not request.planted:
+    return ()
+  collecting = dataclasses.replace(request, collect=True, planted=frozenset())
+  return tuple(
+      site
+      for site in transform(closed, collecting).sites
+      if site.name in request.planted
+  )
 
 
 def split_records(

@@ -188,7 +188,24 @@ def flatten_value(value: tp.Any, *, where: str):
   return leaves, treedef
 
 
-def sow(value: tp.Any, *, name: Name, tag: tp.Hashable = None) -> tp.Any:
+MODES = ('append', 'clobber')
+
+
+def check_mode(mode: tp.Any, *, where: str) -> str:
+  if mode not in MODES:
+    raise ValueError(
+        f'{where}: mode must be one of {MODES}, got {mode!r}.'
+    )
+  return mode
+
+
+def sow(
+    value: tp.Any,
+    *,
+    name: Name,
+    tag: tp.Hashable = None,
+    mode: str = 'append',
+) -> tp.Any:
   """Tags ``value`` under ``name`` so that :func:`capture` can collect it.
 
   ``sow`` is the identity: it returns ``value`` (with Python numbers converted
@@ -212,6 +229,12 @@ def sow(value: tp.Any, *, name: Name, tag: tp.Hashable = None) -> tp.Any:
     name: a ``str`` or a tuple of ``str``/``int``, static.
     tag: any static hashable value, used by ``capture(f, tag=...)`` to select
       sows.
+    mode: ``'append'`` (default): ``capture`` returns one entry per executed
+      sow, stacked along the loop axis inside ``lax.scan``; refused inside a
+      ``while_loop``, whose trip count is dynamic. ``'clobber'``: each sow
+      replaces what was collected under ``name`` so far, so ``capture``
+      returns one entry, the last value; allowed in ``scan`` and
+      ``while_loop``.
 
   Returns:
     ``value``, unchanged.
@@ -219,6 +242,7 @@ def sow(value: tp.Any, *, name: Name, tag: tp.Hashable = None) -> tp.Any:
   where = f'sow(name={name!r})'
   name = check_name(name, where=where)
   tag = check_static(tag, what='tag', where=where)
+  mode = check_mode(mode, where=where)
   leaves, treedef = flatten_value(value, where=where)
-  out = sow_p.bind(*leaves, name=name, tag=tag, tree=treedef)
+  out = sow_p.bind(*leaves, name=name, tag=tag, mode=mode, tree=treedef)
   return jax.tree_util.tree_unflatten(treedef, out)

@@ -11,134 +11,308 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Capture rules for higher-order primitives whose sub-jaxprs sow.
+"""Rules for higher-order primitives whose sub-jaxprs hold handled sows.
 
-A rule is only consulted for an equation that holds a selected sow somewhere
+A rule is only consulted for an equation that holds a handled sow somewhere
 inside; every other equation is bound unchanged. A higher-order primitive
 missing from ``RULES`` is refused by the interpreter with an error naming it.
 The table at the bottom of this file is the complete list.
+
+Every rule works on a ``Transformed`` sub-jaxpr (see ``interpreter.py``):
+inputs ``[*original, *planted leaves]``, outputs ``[*original, *sown
+leaves]``, and re-binds its primitive with it, adapting the parameters.
 """
 
 from __future__ import annotations
 
 import typing as tp
 
+from jax._src import ad_util
 from jax._src import core
 from jax._src import sharding_impls
-from jax._src import source_info_util
+from jax._src.interpreters import partial_eval as pe
 from jax.extend.core import primitives as prims
+import jax.numpy as jnp
 
 from flax.nnx.sow import interpreter
-from flax.nnx.sow.interpreter import Record
-from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.interpreter import Scope, Site
+
+UNSPECIFIED = sharding_impls.UNSPECIFIED
 
 
-def _jit(eqn, invals, selection):
+def _take_planted(scope: Scope, sites: tp.Sequence[Site]) -> list[tp.Any]:
+  """The planted leaves for ``sites`` (as seen from ``scope``), in order."""
+  leaves = []
+  for site in sites:
+    planted = scope.plant(site)
+    assert planted is not None, site
+    leaves.extend(planted)
+  return leaves
+
+
+def _finish(scope: Scope, eqn, outs, sites) -> list[tp.Any]:
+  """Records the trailing sown outputs; returns the original outputs."""
+  n = len(eqn.outvars)
+  for site, leaves in interpreter.split_records(sites, outs[n:]):
+    scope.record(site, leaves)
+  return list(outs[:n])
+
+
+def _jit(scope: Scope, eqn, invals):
   """Re-binds ``jit`` with a body that also returns the sown leaves.
 
   The transformed body is cached by the identity of the original one, so an
   eager ``capture(jax.jit(f))`` runs compiled code and compiles only once.
   """
-  transformed = interpreter.transform(eqn.params['jaxpr'], selection)
-  n_extra = transformed.num_sown_leaves
-  params = dict(
-      eqn.params,
-      jaxpr=transformed.jaxpr,
-      out_shardings=(
-          *eqn.params['out_shardings'],
-          *[sharding_impls.UNSPECIFIED] * n_extra,
-      ),
-      out_layouts=(*eqn.params['out_layouts'], *[None] * n_extra),
+  t = interpreter.transform(eqn.params['jaxpr'], scope.request)
+  planted = _take_planted(scope, t.planted_sites)
+  n_in, n_out = len(planted), t.num_sown_leaves
+  p = eqn.params
+  outs = interpreter.bind(
+      eqn,
+      [*invals, *planted],
+      jaxpr=t.jaxpr,
+      in_shardings=(*p['in_shardings'], *[UNSPECIFIED] * n_in),
+      in_layouts=(*p['in_layouts'], *[None] * n_in),
+      donated_invars=(*p['donated_invars'], *[False] * n_in),
+      out_shardings=(*p['out_shardings'], *[UNSPECIFIED] * n_out),
+      out_layouts=(*p['out_layouts'], *[None] * n_out),
   )
-  outs = prims.jit_p.bind(*invals, **params)
-  return _split(eqn, outs, transformed.sites)
+  return _finish(scope, eqn, outs, t.sites)
 
 
-def _inline(eqn, invals, selection):
+def _inline(scope: Scope, eqn, invals):
   """Evaluates a call primitive's body in place (``call_jaxpr``)."""
   body = eqn.params['call_jaxpr']
   if isinstance(body, core.ClosedJaxpr):
-    return interpreter.evaluate(body.jaxpr, body.consts, invals, selection)
-  return interpreter.evaluate(body, (), invals, selection)
+    return interpreter.evaluate(body.jaxpr, body.consts, invals, scope)
+  return interpreter.evaluate(body, (), invals, scope)
 
 
-def _scan(eqn, invals, selection):
-  """Sown values become extra ``ys``: stacked along the scan axis."""
-  transformed = interpreter.transform(eqn.params['jaxpr'], selection)
-  outs = prims.scan_p.bind(
-      *invals, **dict(eqn.params, jaxpr=transformed.jaxpr)
+def _custom_derivative(scope: Scope, eqn, invals):
+  """Keeps the custom rule for the outputs; records from a copy of the body.
+
+  The outputs come from re-binding the primitive with its body stripped of
+  every sow, so gradients still use the user's rule. The sown values come
+  from evaluating the body once more (XLA merges the duplicate under
+  ``jit``). Planting changes the function itself, so its custom rule no
+  longer applies: then the body is evaluated in place.
+  """
+  body = eqn.params['call_jaxpr']
+  if interpreter.sites_to_plant(body, scope.request):
+    return _inline(scope, eqn, invals)
+  stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
+  outs = interpreter.bind(eqn, invals, call_jaxpr=stripped)
+  _inline(scope, eqn, invals)
+  return outs
+
+
+def _scan(scope: Scope, eqn, invals):
+  """Appended values become extra ``ys``; clobbered values extra carries.
+
+  A clobber carry starts from zeros that are never observed: a scan of
+  static length 0 records nothing for its clobber sites.
+  """
+  p = eqn.params
+  length, n_consts, n_carry = p['length'], p['num_consts'], p['num_carry']
+  t = interpreter.transform(p['jaxpr'], scope.request)
+  planted = _take_planted(
+      scope, [site.with_leading(length) for site in t.planted_sites]
   )
-  return _split(eqn, outs, transformed.sites)
+  body = t.jaxpr.jaxpr
+  n_xs = len(body.invars) - n_consts - n_carry - len(planted)
+  consts_in, carry_in, xs_in, planted_in = _split(
+      body.invars, n_consts, n_carry, n_xs
+  )
+  carry_out, ys_out, sown_out = _split(
+      body.outvars, n_carry, len(eqn.outvars) - n_carry
+  )
+  per_site = interpreter.split_records(t.sites, sown_out)
+  clobber_out = [v for s, vs in per_site if s.mode == 'clobber' for v in vs]
+  append_out = [v for s, vs in per_site if s.mode == 'append' for v in vs]
+  clobber_in = [core.Var(v.aval) for v in clobber_out]  # never read
+  new_body = body.replace(
+      invars=[*consts_in, *carry_in, *clobber_in, *xs_in, *planted_in],
+      outvars=[*carry_out, *clobber_out, *ys_out, *append_out],
+  )
+  consts, carry, xs = _split(invals, n_consts, n_carry)
+  outs = interpreter.bind(
+      eqn,
+      [*consts, *carry, *map(_zeros, clobber_out), *xs, *planted],
+      jaxpr=core.ClosedJaxpr(new_body, t.jaxpr.consts),
+      num_carry=n_carry + len(clobber_out),
+  )
+  carry, clobbered, ys, appended = _split(
+      outs, n_carry, len(clobber_out), len(ys_out)
+  )
+  clobbered, appended = iter(clobbered), iter(appended)
+  for site in t.sites:
+    if site.mode == 'append':
+      leaves = [next(appended) for _ in range(site.num_leaves)]
+      scope.record(site.with_leading(length), leaves)
+    else:
+      leaves = [next(clobbered) for _ in range(site.num_leaves)]
+      if length > 0:
+        scope.record(site, leaves)
+  return [*carry, *ys]
 
 
-def _cond(eqn, invals, selection):
+def _zeros(atom) -> tp.Any:
+  return ad_util.zeros_like_aval(atom.aval)
+
+
+def _split(values: tp.Sequence[tp.Any], *sizes: int) -> list[list[tp.Any]]:
+  """Splits ``values`` into consecutive chunks of ``sizes`` and the rest."""
+  chunks, start = [], 0
+  for size in sizes:
+    chunks.append(list(values[start : start + size]))
+    start += size
+  chunks.append(list(values[start:]))
+  return chunks
+
+
+def _cond(scope: Scope, eqn, invals):
   """Sown values become extra branch outputs; every branch must agree."""
   branches = [
-      interpreter.transform(branch, selection)
+      interpreter.transform(branch, scope.request)
       for branch in eqn.params['branches']
   ]
   _check_branches_agree(eqn, branches)
-  outs = prims.cond_p.bind(
-      *invals,
-      **dict(eqn.params, branches=tuple(b.jaxpr for b in branches)),
+  planted = _take_planted(scope, branches[0].planted_sites)
+  outs = interpreter.bind(
+      eqn,
+      [*invals, *planted],
+      branches=tuple(branch.jaxpr for branch in branches),
   )
-  return _split(eqn, outs, branches[0].sites)
-
-
-def _while(eqn, invals, selection):
-  del invals
-  names = sorted(map(repr, interpreter.selected_names(eqn, selection)))
-  raise NotImplementedError(
-      'capture: a while_loop (at'
-      f' {source_info_util.summarize(eqn.source_info)}) sows'
-      f' {", ".join(names)}; its trip count is only known at run time, so'
-      ' appended values cannot have a static shape. Use lax.scan or a'
-      ' fori_loop with static bounds, or move the sows out of the loop.'
-  )
-
-
-def _split(eqn, outs, sites) -> tuple[list[tp.Any], list[Record]]:
-  n = len(eqn.outvars)
-  return list(outs[:n]), interpreter.split_records(sites, outs[n:])
-
-
-def _sown_avals(transformed: interpreter.Transformed):
-  n = transformed.num_sown_leaves
-  avals = transformed.jaxpr.out_avals[len(transformed.jaxpr.out_avals) - n :]
-  return [(a.shape, a.dtype) for a in avals]
+  return _finish(scope, eqn, outs, branches[0].sites)
 
 
 def _check_branches_agree(eqn, branches: list[interpreter.Transformed]):
   first = branches[0]
   if all(
-      b.sites == first.sites and _sown_avals(b) == _sown_avals(first)
+      b.sites == first.sites and b.planted_sites == first.planted_sites
       for b in branches
   ):
     return
-  lines = []
-  for i, b in enumerate(branches):
-    sown = ', '.join(
-        f'{site.name!r}: {site.tree}' for site in b.sites
-    ) or 'nothing'
-    shapes = ', '.join(f'{dtype}{list(shape)}' for shape, dtype in
-                       _sown_avals(b)) or '-'
-    lines.append(f'  branch {i} sows {sown} with leaves {shapes}')
+  lines = [
+      f'  branch {i} sows {_describe_sites(b.sites)}'
+      for i, b in enumerate(branches)
+  ]
   raise ValueError(
-      'capture: the branches of a cond/switch (at'
-      f' {source_info_util.summarize(eqn.source_info)}) must sow the same'
-      ' names, structures, shapes and dtypes in the same order:\n'
-      + '\n'.join(lines)
+      f'capture: the branches of a cond/switch (at {interpreter.where(eqn)})'
+      ' must sow the same names, modes, structures, shapes and dtypes in the'
+      ' same order:\n' + '\n'.join(lines)
   )
+
+
+def _describe_sites(sites: tp.Sequence[Site]) -> str:
+  if not sites:
+    return 'nothing'
+  return ', '.join(
+      f'{s.name!r} ({s.mode}, {s.tree}, '
+      + ', '.join(f'{jnp.dtype(d).name}{list(shape)}' for shape, d in s.avals)
+      + ')'
+      for s in sites
+  )
+
+
+def _while(scope: Scope, eqn, invals):
+  """Clobbered values become extra carries; appended values are refused.
+
+  The trip count is only known at run time, so an appended value has no
+  static shape. A clobber carry starts from the last value collected under
+  the same name before the loop, so a loop that runs zero times leaves it
+  unchanged; without such a value there is nothing true to return for zero
+  trips, so the loop is refused.
+  """
+  p = eqn.params
+  if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):
+    raise NotImplementedError(
+        f'capture: the condition of a while_loop (at {interpreter.where(eqn)})'
+        ' sows; move the sows into the body or out of the loop.'
+    )
+  t = interpreter.transform(p['body_jaxpr'], scope.request)
+  appended = [s.name for s in t.sites if s.mode == 'append']
+  if appended:
+    raise NotImplementedError(
+        f'capture: a while_loop (at {interpreter.where(eqn)}) sows'
+        f' {interpreter.describe_names(appended)} with mode=\'append\'; its'
+        ' trip count is only known at run time, so appended values cannot'
+        ' have a static shape. Use mode=\'clobber\' (keeps the last value),'
+        ' lax.scan or a fori_loop with static bounds, or move the sows out.'
+    )
+  if t.planted_sites:
+    raise NotImplementedError(
+        f'plant: cannot plant into a while_loop (at {interpreter.where(eqn)}):'
+        f' {interpreter.describe_names(s.name for s in t.planted_sites)}.'
+    )
+  init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
+  n_cond, n_body = p['cond_nconsts'], p['body_nconsts']
+  body, cond = t.jaxpr.jaxpr, p['cond_jaxpr']
+  n_carry = len(eqn.outvars)
+  carry_out, clobber_out = _split(body.outvars, n_carry)
+  clobber_body_in = [core.Var(v.aval) for v in clobber_out]  # never read
+  clobber_cond_in = [core.Var(v.aval) for v in clobber_out]  # never read
+  new_body = body.replace(invars=[*body.invars, *clobber_body_in])
+  new_cond = cond.jaxpr.replace(invars=[*cond.jaxpr.invars, *clobber_cond_in])
+  outs = interpreter.bind(
+      eqn,
+      [*invals, *init],
+      body_jaxpr=core.ClosedJaxpr(new_body, t.jaxpr.consts),
+      cond_jaxpr=core.ClosedJaxpr(new_cond, cond.consts),
+  )
+  del n_cond, n_body  # the constants keep their positions
+  return _finish(scope, eqn, outs, t.sites)
+
+
+def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
+  prior = scope.last_record(site.name)
+  if prior is None or (prior[0].tree, prior[0].avals) != (site.tree,
+                                                         site.avals):
+    found = 'nothing' if prior is None else _describe_sites([prior[0]])
+    raise NotImplementedError(
+        f'capture: a while_loop (at {interpreter.where(eqn)}) clobbers'
+        f' {site.name!r} but may run zero times, and before the loop (in the'
+        f' same function body) {found} was sown under that name with the'
+        f' same structure, shapes and dtypes ({_describe_sites([site])}).'
+        ' A zero-trip loop has no true value to return, so sow the initial'
+        ' value first, e.g. sow(init, name=..., mode=\'clobber\').'
+    )
+  return list(prior[1])
+
+
+def _remat(scope: Scope, eqn, invals):
+  """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
+  p = eqn.params
+  t = interpreter.transform(pe.close_jaxpr(p['jaxpr']), scope.request)
+  planted = _take_planted(scope, t.planted_sites)
+  consts = t.jaxpr.consts
+  prevent_cse = p['prevent_cse']
+  if isinstance(prevent_cse, tuple):
+    prevent_cse = (
+        *([False] * len(consts)), *prevent_cse, *([False] * len(planted))
+    )
+  outs = prims.remat_p.bind(
+      *consts,
+      *invals,
+      *planted,
+      jaxpr=pe.convert_constvars_jaxpr(t.jaxpr.jaxpr),
+      prevent_cse=prevent_cse,
+      differentiated=p['differentiated'],
+      policy=p['policy'],
+  )
+  return _finish(scope, eqn, outs, t.sites)
 
 
 RULES: dict[core.Primitive, interpreter.Rule] = {
     prims.jit_p: _jit,
     prims.closed_call_p: _inline,
-    prims.custom_jvp_call_p: _inline,
-    prims.custom_vjp_call_p: _inline,
+    prims.custom_jvp_call_p: _custom_derivative,
+    prims.custom_vjp_call_p: _custom_derivative,
     prims.scan_p: _scan,
     prims.cond_p: _cond,
     prims.while_p: _while,
+    prims.remat_p: _remat,
 }
 
 interpreter.higher_order_rules.update(RULES)
