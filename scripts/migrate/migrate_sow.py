@@ -1225,13 +1225,20 @@ class _SiteFinder:
       fn_node = fn_node.value
     if not isinstance(fn_node, cst.Name):
       return
-    assigned = self._single_assignment(fn_node)
-    if assigned is not None and isinstance(assigned.value, cst.Call):
-      func = assigned.value.func
+    binding = self._single_binding(fn_node)
+    if isinstance(binding, cst.Param) and binding.annotation is not None:
+      annotation = binding.annotation.annotation
+      if isinstance(annotation, cst.Name):
+        site.fact.root = annotation.value
+      return
+    assign = self.parent.get(self.parent.get(binding)) if binding else None
+    if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call):
+      func = assign.value.func
       if isinstance(func, cst.Name):
         site.fact.root = func.value
 
-  def _single_assignment(self, name: cst.Name) -> cst.Assign | None:
+  def _single_binding(self, name: cst.Name) -> cst.CSTNode | None:
+    """The one binding of ``name`` in its scope: a Param or an assigned Name."""
     ctx = self._ctx(name)
     scope = ctx.scopes[-1] if ctx.scopes else None
     found = []
@@ -1240,8 +1247,8 @@ class _SiteFinder:
         found.append(other)
     if len(found) != 1:
       return None
-    assign = self.parent.get(self.parent.get(found[0]))
-    return assign if isinstance(assign, cst.Assign) else None
+    parent = self.parent.get(found[0])
+    return parent if isinstance(parent, cst.Param) else found[0]
 
   def _wrapped_uses(self, site: CaptureSite, wrapped: cst.Call) -> None:
     """``wrapped`` evaluates to the capturing function."""
@@ -2248,18 +2255,36 @@ def _needs_edit(consumer: Consumer, mode: str) -> bool:
 
 
 def annotate_edit(messages: list[str]) -> Edit:
-  """Adds ``# TODO(migrate_sow): ...`` lines above a statement, once."""
+  """Adds ``# TODO(migrate_sow): ...`` lines above a statement, once.
+
+  A reason already noted above the statement (same code, whatever its
+  details, which may hold line numbers that the notes themselves shift) is
+  not noted again, so a second run changes nothing.
+
+  Args:
+    messages: ``'code: reason (details)'`` texts.
+
+  Returns:
+    An edit for a statement or decorator.
+  """
   def edit(node):
-    existing = {line.comment.value for line in node.leading_lines
-                if line.comment}
     lines = list(node.leading_lines)
+    present = _noted_codes(lines)
     for message in messages:
-      comment = TODO_PREFIX + message
-      if comment not in existing:
-        lines.append(cst.EmptyLine(comment=cst.Comment(comment)))
-        existing.add(comment)
+      code = message.split(':', 1)[0]
+      if code not in present:
+        lines.append(cst.EmptyLine(comment=cst.Comment(TODO_PREFIX + message)))
+        present.add(code)
     return node.with_changes(leading_lines=lines)
   return edit
+
+
+def _noted_codes(lines) -> set[str]:
+  codes = set()
+  for line in lines:
+    if line.comment and line.comment.value.startswith(TODO_PREFIX):
+      codes.add(line.comment.value[len(TODO_PREFIX):].split(':', 1)[0])
+  return codes
 
 
 def _annotation_anchor(node: cst.CSTNode, parent) -> cst.CSTNode:
@@ -2440,9 +2465,8 @@ class FileRewrite:
 
   @staticmethod
   def _already_annotated(anchor, texts) -> bool:
-    existing = {line.comment.value for line in anchor.leading_lines
-                if line.comment}
-    return all(TODO_PREFIX + text in existing for text in texts)
+    present = _noted_codes(anchor.leading_lines)
+    return all(text.split(':', 1)[0] in present for text in texts)
 
   # -- imports -----------------------------------------------------------------
 

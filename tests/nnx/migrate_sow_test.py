@@ -1,0 +1,573 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests for scripts/migrate/migrate_sow.py, the sow/capture codemod."""
+
+import glob
+import importlib.util
+import io
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import warnings
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax.numpy as jnp
+import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+_SCRIPT = os.path.join(_ROOT, 'scripts', 'migrate', 'migrate_sow.py')
+_DATA = os.path.join(_ROOT, 'tests', 'nnx', 'testdata', 'migrate_sow')
+
+
+def _load_codemod():
+  spec = importlib.util.spec_from_file_location('migrate_sow', _SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules['migrate_sow'] = module  # dataclasses and pickling need it
+  spec.loader.exec_module(module)
+  return module
+
+
+ms = _load_codemod()
+
+
+def _fixtures():
+  cases = []
+  for target in ('functional', 'capture'):
+    for path in sorted(glob.glob(os.path.join(_DATA, target, '*.input.*'))):
+      name = os.path.basename(path).replace('.input', '')
+      cases.append((f'{target}_{name}', target, path))
+  return cases
+
+
+# The reasons each flagged fixture must report (it may report more).
+EXPECTED_FLAGS = {
+    'flag_attribute_read.py': {'attribute-read'},
+    'flag_custom_reducer.py': {'custom-reducer'},
+    'flag_direct_intermediate.py': {'direct-intermediate', 'legacy-consumer'},
+    'flag_escaping_state.py': {'escaping-state', 'legacy-consumer'},
+    'flag_kwargs.py': {'kwargs'},
+    'flag_linen.py': {'linen-sow', 'capture-intermediates'},
+    'flag_method_outputs.py': {'method-outputs', 'legacy-consumer'},
+    'flag_multi_instance.py': {'multi-instance'},
+    'flag_multi_instance_two_classes.py': {'multi-instance'},
+    'flag_nested_consumer.py': {'nested-consumer', 'legacy-consumer'},
+    'flag_no_sow_found.py': {'no-sow-found'},
+    'flag_nonliteral_name.py': {'nonliteral-name'},
+    'flag_perturbation_workflow.py': {'perturbation', 'legacy-consumer'},
+    'flag_pop_not_adjacent.py': {'pop-not-adjacent', 'legacy-consumer'},
+    'flag_sow_result_used.py': {'sow-result-used'},
+    'flag_split_not.py': {'filter-use', 'legacy-consumer'},
+    'flag_state_axes.py': {'filter-use', 'legacy-consumer'},
+    'flag_subclass.py': {'subclass'},
+    'flag_suffix_consumer.py': {'to-flat-state'},
+    'flag_to_flat_state.py': {'to-flat-state'},
+    'flag_to_pure_dict.py': {'to-pure-dict'},
+    'flag_transform.py': {'transform'},
+    'flag_tree_leaves.py': {'tree-leaves'},
+    'flag_variable_use.py': {'variable-use'},
+    'mixed_partial.py': {'nested-consumer', 'legacy-consumer'},
+    'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass'},
+}
+
+
+def _write(directory, relative, text):
+  path = os.path.join(directory, relative)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(textwrap.dedent(text))
+  return path
+
+
+def _read(path):
+  with open(path, encoding='utf-8') as f:
+    return f.read()
+
+
+def _run(paths, **kwargs):
+  out, err = io.StringIO(), io.StringIO()
+  kwargs.setdefault('progress', False)
+  code, summary = ms.run(paths, out=out, err=err, **kwargs)
+  return code, summary, out.getvalue(), err.getvalue()
+
+
+class FixtureTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*_fixtures())
+  def test_fixture(self, target, path):
+    name = os.path.basename(path).replace('.input', '')
+    expected_path = path.replace('.input.', '.expected.')
+    source = _read(path)
+    new, flags = ms.migrate_source(
+        source, target=target, annotate=True, path=name)
+    self.assertEqual(new, _read(expected_path))
+    codes = {flag.code for flag in flags}
+    if name in EXPECTED_FLAGS:
+      self.assertContainsSubset(EXPECTED_FLAGS[name], codes)
+    else:
+      self.assertEmpty(flags, msg=f'{name} should rewrite without flags')
+      self.assertNotEqual(new, source)
+
+  @parameterized.named_parameters(*_fixtures())
+  def test_idempotent(self, target, path):
+    name = os.path.basename(path).replace('.input', '')
+    expected = _read(path.replace('.input.', '.expected.'))
+    again, _ = ms.migrate_source(
+        expected, target=target, annotate=True, path=name)
+    self.assertEqual(again, expected)
+
+  def test_every_reason_has_a_fixture(self):
+    required = {
+        'nested-consumer', 'to-pure-dict', 'to-flat-state', 'tree-leaves',
+        'multi-instance', 'transform', 'filter-use', 'subclass',
+        'custom-reducer', 'kwargs', 'method-outputs', 'perturbation',
+        'direct-intermediate', 'attribute-read', 'linen-sow',
+        'capture-intermediates', 'pop-not-adjacent', 'earlier-call',
+        'escaping-state', 'variable-use', 'nonliteral-name',
+        'sow-result-used', 'no-sow-found', 'legacy-consumer',
+    }
+    covered = set().union(*EXPECTED_FLAGS.values())
+    self.assertContainsSubset(required, covered)
+    self.assertContainsSubset(covered, set(ms.REASONS))
+
+  def test_fixture_flags_are_annotated_in_expected_output(self):
+    for name, codes in EXPECTED_FLAGS.items():
+      matches = glob.glob(os.path.join(
+          _DATA, '*', name.replace('.', '.expected.')))
+      self.assertLen(matches, 1, msg=name)
+      text = _read(matches[0])
+      for code in codes:
+        self.assertIn(f'# TODO(migrate_sow): {code}:', text, msg=name)
+
+
+class RewriteDetailsTest(absltest.TestCase):
+
+  def test_flags_are_path_line_col_reason(self):
+    source = textwrap.dedent('''\
+        from flax import nnx
+
+        class M(nnx.Module):
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'x', x, reduce_fn=max)
+            return x
+        ''')
+    new, flags = ms.migrate_source(source, path='model.py')
+    self.assertEqual(new, source)
+    self.assertEqual(
+        [str(flag) for flag in flags],
+        ['model.py:5:5: custom-reducer: custom reduce_fn/init_fn'])
+
+  def test_without_annotate_flagged_code_is_untouched(self):
+    path = os.path.join(_DATA, 'functional', 'flag_nested_consumer.input.py')
+    source = _read(path)
+    new, flags = ms.migrate_source(source, path='nested.py')
+    self.assertEqual(new, source)
+    self.assertNotEmpty(flags)
+
+  def test_capture_target_leaves_sows_alone(self):
+    path = os.path.join(_DATA, 'functional', 'sow_basic.input.py')
+    source = _read(path)
+    new, flags = ms.migrate_source(source, target='capture', path='m.py')
+    self.assertEqual(new, source)
+    self.assertEmpty(flags)
+
+  def test_files_that_mention_no_api_are_not_parsed(self):
+    self.assertFalse(ms.mentions_api('def f(:\n  broken syntax'))
+    self.assertTrue(ms.mentions_api('self.sow(nnx.Intermediate, "a", 1)'))
+    self.assertTrue(ms.mentions_api('from flax import nnx\nnnx.capture(m)'))
+    self.assertFalse(ms.mentions_api('subprocess.run(cmd, capture_output=1)'))
+
+  def test_positions_match_libcst(self):
+    source = _read(os.path.join(_DATA, 'functional', 'aliases.input.py'))
+    module = ms.cst.parse_module(source)
+    wrapper = ms.cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+    reference = wrapper.resolve(ms.cst.metadata.PositionProvider)
+    calls = []
+
+    class Calls(ms.cst.CSTVisitor):
+
+      def visit_Call(self, node):
+        calls.append(node)
+
+    module.visit(Calls())
+    found = ms.positions(module, calls)
+    for call in calls:
+      start = reference[call].start
+      self.assertEqual(found[call], (start.line, start.column + 1))
+
+  def test_progress_bar(self):
+    stream = io.StringIO()
+    bar = ms.Progress(40, enabled=True, stream=stream)
+    for _ in range(40):
+      bar.advance('analysing')
+    self.assertIn('[' + '#' * 30 + '] 40/40 analysing', stream.getvalue())
+    self.assertFalse(ms.Progress(5, enabled=True).enabled)
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.dir = self.enter_context(tempfile.TemporaryDirectory())
+    self.model = _write(self.dir, 'pkg/model.py', '''\
+        from flax import nnx
+
+
+        class Model(nnx.Module):
+
+          def __init__(self, rngs):
+            self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+          def __call__(self, x):
+            y = self.linear(x)
+            self.sow(nnx.Intermediate, 'y', y)
+            return y
+        ''')
+    self.train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          y, state = nnx.capture(model, nnx.Intermediate)(x)
+          return y, state['y'].value[0]
+        ''')
+    self.unrelated = _write(self.dir, 'pkg/util.py', 'def f(:\n')
+
+  def test_diff_is_the_default_and_writes_nothing(self):
+    before = _read(self.model)
+    code, summary, out, _ = _run([self.dir])
+    self.assertEqual(code, 0)
+    self.assertEqual(_read(self.model), before)
+    self.assertIn("+    sow(y, name='y')", out)
+    self.assertIn("+  return y, state['y'][0]", out)
+    self.assertEqual((summary.scanned, summary.parsed, summary.changed),
+                     (3, 2, 2))
+
+  def test_write_then_check_is_clean(self):
+    code, _, _, _ = _run([self.dir], mode='write')
+    self.assertEqual(code, 0)
+    self.assertIn("sow(y, name='y')", _read(self.model))
+    self.assertIn('capture(model)(x)', _read(self.train))
+    code, summary, out, _ = _run([self.dir], mode='check')
+    self.assertEqual((code, summary.changed, out), (0, 0, ''))
+
+  def test_check_exits_one_when_something_would_change(self):
+    before = _read(self.train)
+    code, _, out, _ = _run([self.dir], mode='check')
+    self.assertEqual(code, ms.EXIT_CHANGES)
+    self.assertEqual(out, '')
+    self.assertEqual(_read(self.train), before)
+
+  def test_consumer_in_another_file_blocks_the_sow(self):
+    _write(self.dir, 'pkg/report.py', '''\
+        from flax import nnx
+
+
+        def report(model, x):
+          _, state = nnx.capture(model, nnx.Intermediate)(x)
+          return state.to_pure_dict()
+        ''')
+    code, summary, out, err = _run([self.dir], mode='check')
+    self.assertEqual((code, out, summary.changed), (0, '', 0))
+    self.assertIn('model.py:11:5: legacy-consumer', err)
+    self.assertIn('report.py:5:14: to-pure-dict', err)
+    self.assertIn('train.py:5:14: legacy-sow-reached', err)
+
+  def test_attribute_read_in_a_file_without_the_api(self):
+    _write(self.dir, 'pkg/eval.py', '''\
+        def evaluate(model, x):
+          model(x)
+          return model.y.value
+        ''')
+    code, summary, _, err = _run([self.dir], mode='check')
+    self.assertEqual(code, 0)
+    self.assertIn('eval.py:3:10: attribute-read', err)
+    self.assertEqual(summary.changed, 0)
+
+  def test_unparsable_files_are_reported_and_untouched(self):
+    broken = _write(self.dir, 'pkg/broken.py', '''\
+        from flax import nnx
+        def f(x:
+          self.sow(nnx.Intermediate, 'x', x)
+        ''')
+    before = _read(broken)
+    code, summary, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, ms.EXIT_UNPARSABLE)
+    self.assertEqual(_read(broken), before)
+    self.assertIn('broken.py: does not parse', err)
+    self.assertEqual(summary.changed, 2)
+
+  def test_summary_counts_rewrites_and_flags(self):
+    _, summary, _, _ = _run([self.dir])
+    self.assertEqual(summary.rewritten, {'sow': 1, 'capture': 1,
+                                         'consumer': 1})
+    lines = summary.lines()
+    self.assertIn('3 files scanned, 2 parsed, 2 changed', lines[0])
+    self.assertIn('sites rewritten: 3', lines[1])
+
+  def test_annotate_writes_todo_comments_once(self):
+    path = _write(self.dir, 'flagged/m.py', '''\
+        from flax import nnx
+
+
+        class M(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, f'x{1}', x)
+            return x
+        ''')
+    _run([path], mode='write', annotate=True)
+    text = _read(path)
+    self.assertEqual(text.count('# TODO(migrate_sow): nonliteral-name'), 1)
+    code, _, _, _ = _run([path], mode='check', annotate=True)
+    self.assertEqual(code, 0)
+
+  def test_markdown_and_notebook_through_the_cli(self):
+    for name in ('guide.input.md', 'notebook.input.ipynb'):
+      source = os.path.join(_DATA, 'functional', name)
+      target = _write(self.dir, 'docs/' + name.replace('.input', ''),
+                      _read(source))
+      _run([target], mode='write')
+      self.assertEqual(_read(target),
+                       _read(source.replace('.input.', '.expected.')))
+
+  def test_notebook_keeps_outputs_metadata_and_magics(self):
+    path = os.path.join(_DATA, 'functional', 'notebook.expected.ipynb')
+    before = json.loads(_read(path.replace('.expected.', '.input.')))
+    after = json.loads(_read(path))
+    for old, new in zip(before['cells'], after['cells']):
+      self.assertEqual(old['cell_type'], new['cell_type'])
+      self.assertEqual(old.get('outputs'), new.get('outputs'))
+      self.assertEqual(old['metadata'], new['metadata'])
+    self.assertEqual(before['cells'][0], after['cells'][0])
+    self.assertEqual(before['cells'][4], after['cells'][4])
+    self.assertEqual(after['cells'][1]['source'][0], '%matplotlib inline\n')
+    self.assertEqual(before['metadata'], after['metadata'])
+
+  def test_markdown_with_an_unparsable_block_is_untouched(self):
+    path = _write(self.dir, 'docs/bad.md', '''\
+        ```python
+        self.sow(nnx.Intermediate, 'x', x)
+        ```
+
+        ```python
+        >>> doctest style
+        ```
+        ''')
+    before = _read(path)
+    code, _, _, err = _run([path], mode='write')
+    self.assertEqual(code, ms.EXIT_UNPARSABLE)
+    self.assertEqual(_read(path), before)
+    self.assertIn('bad.md: does not parse', err)
+
+  def test_jobs_give_the_same_result(self):
+    _, summary1, out1, err1 = _run([self.dir], jobs=1)
+    _, summary2, out2, err2 = _run([self.dir], jobs=2)
+    self.assertEqual((out1, err1), (out2, err2))
+    self.assertEqual(summary1.rewritten, summary2.rewritten)
+
+  def test_main_usage_errors_exit_two(self):
+    with self.assertRaises(SystemExit) as raised:
+      with open(os.devnull, 'w') as devnull:
+        with absltest.mock.patch('sys.stderr', devnull):
+          ms.main(['--jobs', '0', self.dir])
+    self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
+    with self.assertRaises(SystemExit) as raised:
+      with open(os.devnull, 'w') as devnull:
+        with absltest.mock.patch('sys.stderr', devnull):
+          ms.main([os.path.join(self.dir, 'missing.py')])
+    self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
+
+  def test_main_check(self):
+    with absltest.mock.patch('sys.stderr', io.StringIO()) as err:
+      code = ms.main(['--check', '--no-progress', self.dir])
+    self.assertEqual(code, ms.EXIT_CHANGES)
+    self.assertIn('migrate_sow: 3 files scanned', err.getvalue())
+
+
+def _generated_tree(directory, count):
+  """Writes ``count`` files: models, consumers, flagged code and others."""
+  expected = {'sow': 0, 'capture': 0, 'flagged_files': 0}
+  for i in range(count):
+    kind = i % 4
+    if kind == 0:
+      _write(directory, f'pkg{i % 7}/model_{i}.py', f'''\
+          from flax import nnx
+
+
+          class Model{i}(nnx.Module):
+
+            def __init__(self, rngs):
+              self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+            def __call__(self, x, *, debug=False):
+              y = self.linear(x)
+              if debug:
+                self.sow(nnx.Intermediate, 'features_{i}', y)
+              return nnx.relu(y)
+
+
+          def features_{i}(model: Model{i}, x):
+            y, state = nnx.capture(model, nnx.Intermediate)(x, debug=True)
+            return y, state['features_{i}'].value[0]
+          ''')
+      expected['sow'] += 1
+      expected['capture'] += 1
+    elif kind == 1:
+      _write(directory, f'pkg{i % 7}/flagged_{i}.py', f'''\
+          from flax import nnx
+
+
+          class Summed{i}(nnx.Module):
+
+            def __call__(self, x):
+              self.sow(nnx.Intermediate, 'sum_{i}', x,
+                       reduce_fn=lambda a, b: a + b, init_fn=lambda: 0)
+              return x
+          ''')
+      expected['flagged_files'] += 1
+    else:
+      _write(directory, f'pkg{i % 7}/util_{i}.py', f'''\
+          """Helpers {i} that use none of the APIs."""
+
+          import subprocess
+
+
+          def run_{i}(cmd):
+            return subprocess.run(cmd, capture_output=True, check=False)
+          ''')
+  return expected
+
+
+class GeneratedTreeTest(absltest.TestCase):
+
+  def test_large_generated_tree(self):
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    expected = _generated_tree(directory, 160)
+    code, summary, _, _ = _run([directory], mode='write', jobs=2)
+    self.assertEqual(code, 0)
+    self.assertEqual(summary.scanned, 160)
+    self.assertEqual(summary.parsed, 80)
+    self.assertEqual(summary.changed, expected['sow'])
+    self.assertEqual(summary.rewritten['sow'], expected['sow'])
+    self.assertEqual(summary.rewritten['capture'], expected['capture'])
+    self.assertEqual(summary.flagged['custom-reducer'],
+                     expected['flagged_files'])
+    code, summary, out, _ = _run([directory], mode='check', jobs=2)
+    self.assertEqual((code, summary.changed, out), (0, 0, ''))
+
+
+MODEL_SOURCE = '''\
+from flax import nnx
+import jax.numpy as jnp
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+  def __call__(self, x):
+    h = self.linear(x)
+    self.sow(nnx.Intermediate, 'block_pre', h)
+    return nnx.relu(h)
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs: nnx.Rngs, *, record: bool = True):
+    self.block = Block(rngs)
+    self.head = nnx.Linear(3, 2, rngs=rngs)
+    self.record = record
+
+  def __call__(self, x):
+    h = self.block(x)
+    if self.record:
+      self.sow(nnx.Intermediate, 'hidden', h)
+    self.sow(nnx.Intermediate, 'last', 2 * h, reduce_fn=lambda a, b: b)
+    out = self.head(h)
+    self.sow(nnx.Intermediate, 'logits', out)
+    return out
+
+
+def run_capture(model, x):
+  y, state = nnx.capture(model, nnx.Intermediate)(x)
+  return y, state['hidden'][0], state['logits'].value[0], state['last'].value
+
+
+@nnx.capture(nnx.Intermediate)
+def forward(model, x):
+  return model(x)
+
+
+def run_decorated(model, x):
+  y, state = forward(model, x)
+  return y, state.hidden.value[0], state['last'][1]
+
+
+def run_pop(model, x):
+  y = model(x)
+  state = nnx.pop(model, nnx.Intermediate)
+  return y, state['logits'][0], state['hidden'].value[-1]
+'''
+
+
+class ExecutionTest(absltest.TestCase):
+  """Rewritten code captures the same values as the original."""
+
+  def _execute(self, source):
+    namespace = {}
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      exec(compile(source, '<migrated>', 'exec'), namespace)  # pylint: disable=exec-used
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    model = namespace['Model'](nnx.Rngs(0))
+    x = jnp.arange(6.0).reshape(2, 3) / 6
+    results = {}
+    for name in ('run_capture', 'run_decorated', 'run_pop'):
+      results[name] = [np.asarray(v) for v in namespace[name](model, x)]
+    return results
+
+  def test_migrated_model_captures_the_same_values(self):
+    migrated, flags = ms.migrate_source(MODEL_SOURCE, path='model.py')
+    self.assertEmpty(flags)
+    self.assertNotIn('.sow(', migrated)
+    self.assertNotIn('nnx.capture', migrated)
+    self.assertNotIn('nnx.pop', migrated)
+    self.assertIn("mode='clobber'", migrated)
+    legacy = self._execute(MODEL_SOURCE)
+    functional = self._execute(migrated)
+    self.assertEqual(legacy.keys(), functional.keys())
+    for name, values in legacy.items():
+      self.assertLen(functional[name], len(values), msg=name)
+      for old, new in zip(values, functional[name]):
+        np.testing.assert_allclose(new, old, rtol=1e-6, err_msg=name)
+
+  def test_capture_target_is_executable_and_equivalent(self):
+    source = MODEL_SOURCE
+    migrated, _ = ms.migrate_source(source, target='capture', path='m.py')
+    self.assertIn('y, state = nnx.capture(model, nnx.Intermediate)(x)',
+                  migrated)
+    legacy = self._execute(source)
+    captured = self._execute(migrated)
+    for name, values in legacy.items():
+      for old, new in zip(values, captured[name]):
+        np.testing.assert_allclose(new, old, rtol=1e-6, err_msg=name)
+
+
+if __name__ == '__main__':
+  absltest.main()
