@@ -1,0 +1,443 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Beyond the proposal: remat, modes and loops, plant, custom rules, speed."""
+
+import functools
+import logging
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import capture
+from flax.nnx.sow import perturb
+from flax.nnx.sow import plant
+from flax.nnx.sow import sow
+
+X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
+W = jnp.array([0.5, -1.5, 2.0], jnp.float32)
+
+
+class RematTest(parameterized.TestCase):
+
+  @parameterized.product(
+      policy=[None, jax.checkpoint_policies.nothing_saveable,
+              jax.checkpoint_policies.everything_saveable],
+      prevent_cse=[True, False],
+  )
+  def test_sows_inside_checkpoint(self, policy, prevent_cse):
+    def block(x):
+      h = sow(jnp.sin(x * W), name='h')
+      return jnp.tanh(h)
+
+    f = jax.checkpoint(block, policy=policy, prevent_cse=prevent_cse)
+    out, collected = capture(f)(X)
+    np.testing.assert_allclose(collected['h'][0], np.sin(X * W), rtol=1e-6)
+    np.testing.assert_array_equal(out, f(X))
+    loss = lambda x: jnp.sum(f(x) ** 2)
+    grad, collected = capture(jax.grad(loss))(X)
+    np.testing.assert_allclose(collected['h'][0], np.sin(X * W), rtol=1e-6)
+    np.testing.assert_allclose(grad, jax.grad(loss)(X), rtol=1e-6)
+    grad_through = jax.grad(lambda x: capture(loss)(x)[0])(X)
+    np.testing.assert_allclose(grad_through, jax.grad(loss)(X), rtol=1e-6)
+
+  def test_static_argnums(self):
+    @functools.partial(jax.checkpoint, static_argnums=(1,))
+    def f(x, power):
+      return sow(x**power, name='pow')
+
+    _, collected = capture(lambda x: f(x, 3))(X)
+    np.testing.assert_allclose(collected['pow'][0], X**3, rtol=1e-6)
+
+  def test_perturb_inside_remat_matches_no_remat(self):
+    def block(x):
+      return jnp.sum(perturb(jnp.sin(x * W), name='g') ** 2)
+
+    _, with_remat = capture(jax.grad(jax.checkpoint(block)))(X)
+    _, without = capture(jax.grad(block))(X)
+    np.testing.assert_allclose(with_remat['g'][0], without['g'][0], rtol=1e-6)
+    np.testing.assert_allclose(
+        with_remat['g'][0], 2 * np.sin(np.asarray(X * W)), rtol=1e-6
+    )
+
+  def test_remat_in_scan(self):
+    @jax.checkpoint
+    def step(c, w):
+      return sow(jnp.sin(c * w), name='c'), None
+
+    ws = jnp.array([0.5, 1.0, 2.0])
+    _, collected = capture(lambda x: lax.scan(step, x, ws)[0])(X)
+    expected, c = [], np.asarray(X)
+    for w in np.asarray(ws):
+      c = np.sin(c * w)
+      expected.append(c)
+    np.testing.assert_allclose(collected['c'][0], np.stack(expected),
+                               rtol=1e-6)
+
+
+class ModesTest(parameterized.TestCase):
+
+  def test_bad_mode(self):
+    with self.assertRaisesRegex(ValueError, r"sow\(name='m'\): mode must be"):
+      sow(X, name='m', mode='stack')
+
+  def test_clobber_keeps_the_last_value(self):
+    def f(x):
+      sow(x, name='c', mode='clobber')
+      sow(x * 2, name='c', mode='clobber')
+      sow(x, name='a')
+      sow(x + 1, name='a')
+      return x
+
+    _, collected = capture(f)(X)
+    self.assertLen(collected['c'], 1)
+    np.testing.assert_array_equal(collected['c'][0], X * 2)
+    self.assertLen(collected['a'], 2)
+
+  def test_clobber_replaces_appended_entries(self):
+    def f(x):
+      sow(x, name='n')
+      sow(x + 1, name='n')
+      sow(x + 2, name='n', mode='clobber')
+      sow(x + 3, name='n')
+      return x
+
+    _, collected = capture(f)(X)
+    self.assertLen(collected['n'], 2)
+    np.testing.assert_array_equal(collected['n'][0], X + 2)
+    np.testing.assert_array_equal(collected['n'][1], X + 3)
+
+  @parameterized.named_parameters(('forward', False), ('reverse', True))
+  def test_clobber_in_scan_is_the_last_iteration(self, reverse):
+    xs = jnp.arange(1.0, 5.0)
+
+    def f(xs):
+      def body(c, x):
+        sow(c * x, name='last', mode='clobber')
+        sow(c, name='all')
+        return c + x, None
+      return lax.scan(body, 1.0, xs, reverse=reverse)[0]
+
+    _, collected = capture(f)(xs)
+    carries = []
+    c = 1.0
+    order = list(np.asarray(xs))[::-1] if reverse else list(np.asarray(xs))
+    for x in order:
+      carries.append((c, c * x))
+      c = c + x
+    self.assertEqual(collected['last'][0].shape, ())
+    self.assertEqual(float(collected['last'][0]), carries[-1][1])
+    self.assertEqual(collected['all'][0].shape, (4,))
+
+  def test_clobber_in_scan_of_length_zero_records_nothing(self):
+    def f(x):
+      sow(x, name='c', mode='clobber')
+      return lax.scan(
+          lambda c, _: (sow(c + 1, name='c', mode='clobber'), None), x, None,
+          length=0,
+      )[0]
+
+    _, collected = capture(f)(X)
+    np.testing.assert_array_equal(collected['c'][0], X)  # the value before
+
+  @parameterized.named_parameters(('runs', 0.0, 5.0), ('zero_trips', 9.0, 9.0))
+  def test_clobber_in_while_loop(self, start, expected_last):
+    def f(x):
+      sow(x, name='c', mode='clobber')  # the value for a zero-trip loop
+      return lax.while_loop(
+          lambda c: c < 5.0, lambda c: sow(c + 1, name='c', mode='clobber'), x
+      )
+
+    out, collected = capture(f)(jnp.float32(start))
+    self.assertLen(collected['c'], 1)
+    self.assertEqual(float(collected['c'][0]), expected_last)
+    self.assertEqual(float(out), expected_last)
+    _, collected = jax.jit(capture(f))(jnp.float32(start))
+    self.assertEqual(float(collected['c'][0]), expected_last)
+
+  def test_clobber_in_while_loop_without_prior_value_is_refused(self):
+    def f(x):
+      return lax.while_loop(
+          lambda c: c < 5.0, lambda c: sow(c + 1, name='c', mode='clobber'), x
+      )
+
+    with self.assertRaisesRegex(
+        NotImplementedError, r"(?s)clobbers 'c' but may run zero times.*"
+        r'nothing was sown'
+    ):
+      capture(f)(jnp.float32(0))
+
+  def test_clobber_prior_value_must_match(self):
+    def f(x):
+      sow(jnp.stack([x, x]), name='c', mode='clobber')
+      return lax.while_loop(
+          lambda c: c < 5.0, lambda c: sow(c + 1, name='c', mode='clobber'), x
+      )
+
+    with self.assertRaisesRegex(NotImplementedError, r"float32\[2\]"):
+      capture(f)(jnp.float32(0))
+
+  def test_fori_loop_with_traced_bounds_behaves_as_while_loop(self):
+    def f(x, n):
+      sow(x, name='c', mode='clobber')
+      return lax.fori_loop(
+          0, n, lambda i, c: sow(c + i, name='c', mode='clobber'), x
+      )
+
+    for n, expected in ((4, 6.0), (0, 0.0)):
+      _, collected = jax.jit(capture(f))(jnp.float32(0), jnp.int32(n))
+      self.assertEqual(float(collected['c'][0]), expected)
+
+  def test_append_in_while_loop_is_refused(self):
+    def f(x):
+      return lax.while_loop(lambda c: c < 5.0,
+                            lambda c: sow(c + 1, name='step'), x)
+
+    with self.assertRaisesRegex(NotImplementedError,
+                                r"while_loop .* sows 'step' with mode='append'"):
+      capture(f)(jnp.float32(0))
+
+  def test_sow_in_while_condition_is_refused(self):
+    def f(x):
+      return lax.while_loop(lambda c: sow(c, name='cond') < 5.0,
+                            lambda c: c + 1, x)
+
+    with self.assertRaisesRegex(NotImplementedError, 'condition of a while'):
+      capture(f)(jnp.float32(0))
+
+  def test_cond_branches_must_agree_on_mode(self):
+    def f(x):
+      return lax.cond(x[0] > 0, lambda y: sow(y, name='m'),
+                      lambda y: sow(y, name='m', mode='clobber'), x)
+
+    with self.assertRaisesRegex(
+        ValueError, r"(?s)branch 0 sows 'm' \(clobber.*branch 1 sows 'm' "
+        r'\(append'
+    ):
+      capture(f)(X)
+
+
+def _program(x):
+  """A program with a sow at every kind of site, for plant round trips."""
+  h = sow(jnp.sin(x), name='top')
+
+  @jax.jit
+  def jitted(v):
+    return sow(v * 2, name='jit') + 1
+
+  h = jitted(h)
+  h = lax.scan(lambda c, _: (sow(c * 0.5, name='scan') + c, None), h, None,
+               length=3)[0]
+  h = lax.cond(h[0] > 0, lambda v: sow(v + 1, name='cond'),
+               lambda v: sow(v - 1, name='cond'), h)
+  h = jax.checkpoint(lambda v: sow(jnp.tanh(v), name='remat'))(h)
+  h = jax.vmap(lambda v: sow(v * v, name='vmap'))(h)
+  return jnp.sum(sow(h, name='top') ** 2)
+
+
+class PlantTest(parameterized.TestCase):
+
+  def test_round_trip_is_bitwise(self):
+    out, collected = capture(_program)(X)
+    np.testing.assert_array_equal(plant(_program, collected)(X), out)
+    np.testing.assert_array_equal(
+        jax.jit(plant(_program, collected))(X), jax.jit(_program)(X)
+    )
+
+  @parameterized.parameters('top', 'jit', 'scan', 'cond', 'remat', 'vmap')
+  def test_planting_changes_downstream_values(self, name):
+    _, collected = capture(_program)(X)
+    changed = {name: tuple(jax.tree.map(lambda v: v + 0.25, e)
+                           for e in collected[name])}
+    got = plant(_program, changed)(X)
+    # Oracle: the program written out by hand, with the planted values put in
+    # place of the sown ones (one per sow call; scan iterations unrolled).
+    replacements = list(changed[name])
+    if name == 'scan':
+      replacements = list(replacements[0])
+
+    def replace(v, *, name, target=name):
+      return replacements.pop(0) if name == target else v
+
+    np.testing.assert_allclose(got, _program_with(replace, X), rtol=1e-6)
+    self.assertEqual(replacements, [])
+    self.assertNotAlmostEqual(float(got), float(_program(X)), places=3)
+
+  def test_planted_values_per_scan_iteration(self):
+    def f(x):
+      return lax.scan(lambda c, _: (sow(c + 1, name='s'), None), x, None,
+                      length=3)[0]
+
+    planted = (jnp.array([[10.0], [20.0], [30.0]]),)
+    out = plant(f, {'s': planted})(jnp.zeros(1))
+    np.testing.assert_array_equal(out, [30.0])  # the last iteration's value
+
+  def test_grad_with_respect_to_planted_values(self):
+    def f(x):
+      h = sow(jnp.sin(x), name='h')
+      return jnp.sum(h**3)
+
+    _, collected = capture(f)(X)
+    grads = jax.grad(lambda v: plant(f, v)(X))(collected)
+    np.testing.assert_allclose(grads['h'][0], 3 * np.sin(X) ** 2, rtol=1e-6)
+
+  def test_plant_under_vmap_and_tag(self):
+    def f(x):
+      sow(x, name='a', tag='t')
+      return sow(x * 2, name='a') + 1
+
+    # Only the tagged sow is planted; the other one keeps its value.
+    out = plant(f, {'a': (jnp.zeros(3),)}, tag='t')(X)
+    np.testing.assert_array_equal(out, X * 2 + 1)
+    xs = jnp.stack([X, X + 1])
+    out = jax.vmap(plant(f, {'a': (jnp.zeros(3), jnp.ones(3))}))(xs)
+    np.testing.assert_array_equal(out, jnp.full((2, 3), 2.0))
+
+  def test_unplanted_sows_stay_for_capture(self):
+    def f(x):
+      sow(x, name='a')
+      return sow(x * 2, name='b') + 1
+
+    out, collected = capture(plant(f, {'a': (jnp.zeros(3),)}))(X)
+    self.assertEqual(list(collected), ['b'])
+    np.testing.assert_array_equal(out, X * 2 + 1)
+
+  @parameterized.named_parameters(
+      ('structure', {'h': ((jnp.zeros(3),),)}, r"values\['h'\]\[0\] has "
+       r'structure'),
+      ('shape', {'h': (jnp.zeros(4),)}, r'float32\[4\], but the sow has '
+       r'float32\[3\]'),
+      ('dtype', {'h': (jnp.zeros(3, jnp.int32),)}, r'int32\[3\]'),
+      ('too_many', {'h': (jnp.zeros(3), jnp.zeros(3))}, r'2 entries but the '
+       r'function sows .h. 1 times'),
+      ('never_sown', {'nope': (jnp.zeros(3),)}, "never sows 'nope'"),
+  )
+  def test_mismatches(self, values, message):
+    f = lambda x: sow(jnp.sin(x), name='h') + 1
+    with self.assertRaisesRegex(ValueError, message):
+      plant(f, values)(X)
+
+  def test_too_few_entries(self):
+    def f(x):
+      return sow(sow(x, name='h') + 1, name='h')
+
+    with self.assertRaisesRegex(ValueError, r'has 1 entries but the function '
+                                r'sows .h. more often'):
+      plant(f, {'h': (X,)})(X)
+
+  def test_clobber_sites_cannot_be_planted(self):
+    f = lambda x: sow(x, name='c', mode='clobber')
+    with self.assertRaisesRegex(ValueError, r"'c' is sown with "
+                                r"mode='clobber'"):
+      plant(f, {'c': (X,)})(X)
+
+  def test_bad_values(self):
+    with self.assertRaisesRegex(TypeError, 'plant: values must map'):
+      plant(lambda x: x, [X])
+    with self.assertRaisesRegex(TypeError, r"values\['h'\] must be a tuple"):
+      plant(lambda x: x, {'h': X})
+    with self.assertRaisesRegex(TypeError, 'plant: expected a callable'):
+      plant(3, {})
+
+
+def _program_with(sow_fn, x):
+  """`_program` with its sows replaced by `sow_fn` (a hand-written oracle)."""
+  h = sow_fn(jnp.sin(x), name='top')
+  h = sow_fn(h * 2, name='jit') + 1
+  for _ in range(3):
+    h = sow_fn(h * 0.5, name='scan') + h
+  h = sow_fn(h + 1, name='cond') if h[0] > 0 else sow_fn(h - 1, name='cond')
+  h = sow_fn(jnp.tanh(h), name='remat')
+  h = sow_fn(h * h, name='vmap')
+  return jnp.sum(sow_fn(h, name='top') ** 2)
+
+
+class CustomRulesWithSowsTest(parameterized.TestCase):
+
+  def test_custom_vjp_rule_is_kept(self):
+    @jax.custom_vjp
+    def f(x):
+      return sow(jnp.sin(x), name='body') * 2
+
+    f.defvjp(lambda x: (f(x), None),
+             lambda _, g: (jnp.full_like(g, 7.0),))  # recognisable
+
+    loss = lambda x: jnp.sum(f(x))
+    (value, grad), collected = capture(jax.value_and_grad(loss))(X)
+    np.testing.assert_array_equal(grad, jnp.full(3, 7.0))
+    np.testing.assert_allclose(collected['body'][0], np.sin(X), rtol=1e-6)
+    np.testing.assert_allclose(value, 2 * np.sum(np.sin(X)), rtol=1e-6)
+    grad_through = jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
+    np.testing.assert_array_equal(grad_through, jnp.full(3, 7.0))
+    self.assertEqual(len(collected['body']), 1)
+
+  def test_custom_jvp_rule_is_kept(self):
+    @jax.custom_jvp
+    def f(x):
+      return sow(jnp.sin(x), name='body')
+
+    f.defjvp(lambda p, t: (f(p[0]), 5.0 * t[0]))
+    grad_through = jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
+    np.testing.assert_array_equal(grad_through, jnp.full(3, 5.0))
+    grad, collected = jax.jit(capture(jax.grad(lambda x: jnp.sum(f(x)))))(X)
+    np.testing.assert_array_equal(grad, jnp.full(3, 5.0))
+    np.testing.assert_allclose(collected['body'][0], np.sin(X), rtol=1e-6)
+
+  def test_unselected_sows_inside_are_seen_once_by_an_outer_capture(self):
+    @jax.custom_vjp
+    def f(x):
+      sow(x, name='inner', tag='a')
+      return sow(x * 2, name='outer', tag='b')
+
+    f.defvjp(lambda x: (f(x), None), lambda _, g: (g,))
+    (_, inner), outer = capture(capture(f, tag='a'))(X)
+    self.assertEqual(list(inner), ['inner'])
+    self.assertEqual(list(outer), ['outer'])
+    self.assertLen(outer['outer'], 1)
+
+
+class CompiledSpeedTest(absltest.TestCase):
+
+  def test_eager_capture_of_jit_compiles_once(self):
+    @jax.jit
+    def f(x):
+      for i in range(4):
+        x = sow(jnp.tanh(x * (i + 1)), name='layer')
+      return x
+
+    capture(f)(X)  # warm up: one compilation
+    with self.assertLogs(level=logging.WARNING) as logs:
+      with jax.log_compiles(True):
+        for _ in range(3):
+          out, collected = capture(f)(X + 1.0)
+    # `capture` traces f on each eager call (logged as tracing) but the
+    # transformed body is cached, so nothing is compiled again.
+    compiles = [m for m in logs.output if 'compil' in m.lower()]
+    self.assertEqual(compiles, [])
+    self.assertTrue(any('tracing' in m for m in logs.output))
+    np.testing.assert_array_equal(out, f(X + 1.0))
+    self.assertLen(collected['layer'], 4)
+
+  def test_eager_capture_runs_the_compiled_body(self):
+    # The jit is re-bound, not unrolled: the eager jaxpr has a single jit.
+    f = jax.jit(lambda x: sow(jnp.sin(x), name='h') * 2)
+    jaxpr = jax.make_jaxpr(capture(f))(X)
+    self.assertEqual([e.primitive.name for e in jaxpr.eqns], ['jit'])
+
+
+if __name__ == '__main__':
+  absltest.main()
