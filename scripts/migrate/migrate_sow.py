@@ -129,7 +129,6 @@ REASONS = {
     'earlier-call': (
         'an earlier call on the same object may have left intermediates'
     ),
-    'name-conflict': 'a local name conflicts with the functional API',
 }
 
 
