@@ -30,6 +30,9 @@ import typing as tp
 from jax._src import ad_util
 from jax._src import core
 from jax._src import sharding_impls
+from jax._src import tree_util
+from jax._src.shard_map import shard_map_p
+from jax.sharding import PartitionSpec
 from jax._src.interpreters import partial_eval as pe
 from jax.extend.core import primitives as prims
 import jax.numpy as jnp
@@ -304,6 +307,89 @@ def _remat(scope: Scope, eqn, invals):
   return _finish(scope, eqn, outs, t.sites)
 
 
+def _shard_map(scope: Scope, eqn, invals):
+  """Sown per-shard values are assembled along the manual mesh axes.
+
+  Each sown leaf of per-shard shape ``s`` comes out with shape
+  ``(n_1, ..., n_k, *s)``, one leading axis per manual mesh axis in mesh
+  order, so ``value[i, j]`` is what shard ``(i, j)`` sowed. Planted values
+  take the same layout. The body is re-traced by ``shard_map`` itself, inside
+  its manual-axes context, running this interpreter.
+  """
+  p = eqn.params
+  mesh = p['mesh']
+  axes = tuple(a for a in mesh.axis_names if a in p['newly_manual_axes'])
+  leading = tuple(mesh.shape[a] for a in axes)
+  spec = PartitionSpec(*axes)
+  inner = Scope(scope.request, planter=_InputPlanterFor(scope, leading))
+  body = p['jaxpr']
+  n_out = len(eqn.outvars)
+  sites: list[Site] = []
+
+  def shard_body(*args):
+    planter = inner.planter
+    planter.begin(args[len(invals):])
+    outs = interpreter.evaluate(body, (), args[: len(invals)], inner)
+    sites.extend(site for site, _ in inner.records)
+    sown = [
+        _mark_varying(jnp.reshape(leaf, (1,) * len(axes) + jnp.shape(leaf)),
+                      axes, p['check_vma'])
+        for _, leaves in inner.records
+        for leaf in leaves
+    ]
+    out_specs = (*p['out_specs'], *[spec] * len(sown))
+    return tree_util.FlatTree.flatten([*outs, *sown]).with_aux(out_specs)
+
+  planted = inner.planter.outer_leaves()
+  outs = shard_map_p.bind(
+      *invals,
+      *planted,
+      subfuns=(shard_body,),
+      mesh=mesh,
+      in_specs=(*p['in_specs'], *[spec] * len(planted)),
+      check_vma=p['check_vma'],
+      newly_manual_axes=p['newly_manual_axes'],
+      debug_info=body.debug_info,
+  )
+  outs = list(outs)
+  recorded = [site.with_leading(*leading) for site in sites]
+  for site, leaves in interpreter.split_records(recorded, outs[n_out:]):
+    scope.record(site, leaves)
+  return outs[:n_out]
+
+
+def _mark_varying(leaf, axes, check_vma: bool):
+  """Marks ``leaf`` as varying over ``axes``, as its out spec declares."""
+  if not check_vma:
+    return leaf
+  varying = core.typeof(leaf).mat.varying
+  missing = tuple(a for a in axes if a not in varying)
+  return core.pvary(leaf, missing) if missing else leaf
+
+
+class _InputPlanterFor:
+  """Plants into a shard_map body: takes the outer entries, splits them."""
+
+  def __init__(self, outer: Scope, leading: tuple[int, ...]):
+    self.outer, self.leading = outer, leading
+    self.sites_to_take: list[Site] = []
+    self.leaves: list[tp.Any] = []
+
+  def outer_leaves(self) -> list[tp.Any]:
+    if self.outer.request.planted:
+      raise NotImplementedError(
+          'plant: planting into a shard_map is not supported yet; plant'
+          ' outside the shard_map or capture only.'
+      )
+    return []
+
+  def begin(self, leaves):
+    self.leaves = list(leaves)
+
+  def take(self, site: Site):
+    raise AssertionError('unreachable: planting into shard_map is refused')
+
+
 RULES: dict[core.Primitive, interpreter.Rule] = {
     prims.jit_p: _jit,
     prims.closed_call_p: _inline,
@@ -313,6 +399,7 @@ RULES: dict[core.Primitive, interpreter.Rule] = {
     prims.cond_p: _cond,
     prims.while_p: _while,
     prims.remat_p: _remat,
+    shard_map_p: _shard_map,
 }
 
 interpreter.higher_order_rules.update(RULES)
