@@ -29,6 +29,7 @@ import typing as tp
 
 from jax._src import ad_util
 from jax._src import core
+from jax._src.custom_batching import custom_vmap_p
 from jax._src import sharding_impls
 from jax._src import tree_util
 from jax._src.shard_map import shard_map_p
@@ -84,30 +85,34 @@ def _jit(scope: Scope, eqn, invals):
   return _finish(scope, eqn, outs, t.sites)
 
 
-def _inline(scope: Scope, eqn, invals):
-  """Evaluates a call primitive's body in place (``call_jaxpr``)."""
-  body = eqn.params['call_jaxpr']
+def _inline(scope: Scope, eqn, invals, body_param: str = 'call_jaxpr'):
+  """Evaluates a call primitive's body in place."""
+  body = eqn.params[body_param]
   if isinstance(body, core.ClosedJaxpr):
     return interpreter.evaluate(body.jaxpr, body.consts, invals, scope)
   return interpreter.evaluate(body, (), invals, scope)
 
 
-def _custom_derivative(scope: Scope, eqn, invals):
-  """Keeps the custom rule for the outputs; records from a copy of the body.
+def _custom_rule(body_param: str) -> interpreter.Rule:
+  """For primitives that carry a user rule (custom_jvp/vjp/vmap) and a body.
 
   The outputs come from re-binding the primitive with its body stripped of
-  every sow, so gradients still use the user's rule. The sown values come
-  from evaluating the body once more (XLA merges the duplicate under
-  ``jit``). Planting changes the function itself, so its custom rule no
-  longer applies: then the body is evaluated in place.
+  every sow, so the user's rule still applies. The sown values come from
+  evaluating the body once more (XLA merges the duplicate under ``jit``).
+  Planting changes the function itself, so its custom rule no longer
+  applies: then the body is evaluated in place.
   """
-  body = eqn.params['call_jaxpr']
-  if interpreter.sites_to_plant(body, scope.request):
-    return _inline(scope, eqn, invals)
-  stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
-  outs = interpreter.bind(eqn, invals, call_jaxpr=stripped)
-  _inline(scope, eqn, invals)
-  return outs
+
+  def rule(scope: Scope, eqn, invals):
+    body = eqn.params[body_param]
+    if interpreter.sites_to_plant(body, scope.request):
+      return _inline(scope, eqn, invals, body_param)
+    stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
+    outs = interpreter.bind(eqn, invals, **{body_param: stripped})
+    _inline(scope, eqn, invals, body_param)
+    return outs
+
+  return rule
 
 
 def _scan(scope: Scope, eqn, invals):
@@ -392,9 +397,11 @@ class _InputPlanterFor:
 
 RULES: dict[core.Primitive, interpreter.Rule] = {
     prims.jit_p: _jit,
+    prims.call_p: _inline,
     prims.closed_call_p: _inline,
-    prims.custom_jvp_call_p: _custom_derivative,
-    prims.custom_vjp_call_p: _custom_derivative,
+    prims.custom_jvp_call_p: _custom_rule('call_jaxpr'),
+    prims.custom_vjp_call_p: _custom_rule('call_jaxpr'),
+    custom_vmap_p: _custom_rule('call'),
     prims.scan_p: _scan,
     prims.cond_p: _cond,
     prims.while_p: _while,

@@ -1,0 +1,239 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One test per row of the coverage table in docs_nnx/guides/sow_transform.md.
+
+Every higher-order primitive of jax 0.10.2 that can hold a sow: whether
+capture supports it (and how values come out) or refuses it (and with which
+error). ``CoverageTableTest`` checks that the guide's table and this file
+list the same rows.
+"""
+
+import os
+import re
+
+from absl.testing import absltest
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import capture
+from flax.nnx.sow import sow
+
+X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
+GUIDE = os.path.join(os.path.dirname(__file__), '..', '..', 'docs_nnx',
+                     'guides', 'sow_transform.md')
+
+
+def primitive_names(f, *args):
+  return {e.primitive.name for e in jax.make_jaxpr(f)(*args).eqns}
+
+
+class CoverageTest(absltest.TestCase):
+  """Each test name appears in the guide's coverage table."""
+
+  def test_jit(self):
+    f = jax.jit(lambda x: sow(x * 2, name='v') + 1)
+    self.assertIn('jit', primitive_names(f, X))
+    _, collected = capture(f)(X)
+    np.testing.assert_array_equal(collected['v'][0], X * 2)
+
+  def test_closed_call_and_call(self):
+    from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
+    from flax.nnx.sow import primitive  # pylint: disable=g-import-not-at-top
+
+    with primitive.harvesting(True):
+      body = jax.make_jaxpr(lambda x: sow(x * 2, name='v') + 1)(X)
+    f = lambda x: eval_jaxpr_p.bind(x, jaxpr=body)[0]
+    self.assertIn('closed_call', primitive_names(f, X))
+    _, collected = capture(f)(X)
+    np.testing.assert_array_equal(collected['v'][0], X * 2)
+
+  def test_custom_jvp_call(self):
+    @jax.custom_jvp
+    def f(x):
+      return sow(jnp.sin(x), name='v')
+
+    f.defjvp(lambda p, t: (f(p[0]), 3.0 * t[0]))
+    self.assertIn('custom_jvp_call', primitive_names(f, X))
+    grad, collected = capture(jax.grad(lambda x: jnp.sum(f(x))))(X)
+    np.testing.assert_allclose(collected['v'][0], np.sin(X), rtol=1e-6)
+    np.testing.assert_array_equal(grad, jnp.full(3, 3.0))
+
+  def test_custom_vjp_call(self):
+    @jax.custom_vjp
+    def f(x):
+      return sow(jnp.sin(x), name='v')
+
+    f.defvjp(lambda x: (f(x), None), lambda _, g: (4.0 * g,))
+    self.assertIn('custom_vjp_call', primitive_names(f, X))
+    grad = jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
+    np.testing.assert_array_equal(grad, jnp.full(3, 4.0))
+
+  def test_custom_vmap_call(self):
+    from jax.custom_batching import custom_vmap  # pylint: disable=g-import-not-at-top
+
+    @custom_vmap
+    def f(x):
+      return sow(x * 2, name='v')
+
+    # A recognisable batching rule: it must still be used.
+    f.def_vmap(lambda axis_size, in_batched, x: (x * 5, in_batched[0]))
+    self.assertIn('custom_vmap_call', primitive_names(f, X))
+    xs = jnp.stack([X, X + 1])
+    out, collected = jax.vmap(capture(f))(xs)
+    np.testing.assert_array_equal(out, xs * 5)
+    np.testing.assert_array_equal(collected['v'][0], xs * 2)
+
+  def test_custom_root(self):
+    def f(x):
+      return lax.custom_root(
+          lambda y: sow(y, name='guess') ** 2 - x,
+          jnp.float32(1.0),
+          lambda g, y0: lax.fori_loop(0, 20, lambda _, y: y - g(y) / (2 * y),
+                                      y0),
+          lambda g, y: y / 2.0,
+      )
+
+    out, collected = capture(f)(jnp.float32(2.0))
+    np.testing.assert_allclose(out, np.sqrt(2.0), rtol=1e-6)
+    # The solver calls f once per Newton step, inside a static fori_loop
+    # (a scan): the guesses are stacked. Oracle: Newton's iteration by hand.
+    guesses, y = [], 1.0
+    for _ in range(20):
+      guesses.append(y)
+      y = y - (y * y - 2.0) / (2 * y)
+    np.testing.assert_allclose(collected['guess'][0], guesses, rtol=1e-6)
+
+  def test_scan(self):
+    f = lambda x: lax.scan(lambda c, _: (sow(c + 1, name='v'), None), x,
+                           None, length=4)[0]
+    self.assertIn('scan', primitive_names(f, X))
+    _, collected = capture(f)(X)
+    np.testing.assert_array_equal(collected['v'][0],
+                                  X + jnp.arange(1.0, 5.0)[:, None])
+
+  def test_cond(self):
+    f = lambda x: lax.switch(1, [lambda y: sow(y, name='v'),
+                                 lambda y: sow(-y, name='v')], x)
+    self.assertIn('cond', primitive_names(f, X))
+    _, collected = capture(f)(X)
+    np.testing.assert_array_equal(collected['v'][0], -X)
+    bad = lambda x: lax.cond(x[0] > 0, lambda y: sow(y, name='v'),
+                             lambda y: y, x)
+    with self.assertRaisesRegex(ValueError, 'branches of a cond/switch'):
+      capture(bad)(X)
+
+  def test_while(self):
+    def clobber(x):
+      sow(x, name='v', mode='clobber')
+      return lax.while_loop(lambda c: c[0] < 3,
+                            lambda c: sow(c + 1, name='v', mode='clobber'), x)
+
+    self.assertIn('while', primitive_names(clobber, X))
+    _, collected = capture(clobber)(X)
+    np.testing.assert_array_equal(collected['v'][0], X + 3)
+    append = lambda x: lax.while_loop(lambda c: c[0] < 3,
+                                      lambda c: sow(c + 1, name='v'), x)
+    with self.assertRaisesRegex(NotImplementedError,
+                                "while_loop .* sows 'v' with mode='append'"):
+      capture(append)(X)
+
+  def test_remat(self):
+    f = jax.checkpoint(lambda x: sow(jnp.sin(x), name='v') * 2)
+    self.assertIn('remat2', primitive_names(f, X))
+    _, collected = capture(f)(X)
+    np.testing.assert_allclose(collected['v'][0], np.sin(X), rtol=1e-6)
+
+  def test_shard_map_and_pmap(self):
+    # One CPU device here; the 8-device layout is in sow_sharding_test.
+    f = jax.pmap(lambda x: sow(x * 2, name='v'))
+    xs = X[:1]
+    _, collected = capture(f)(xs)
+    np.testing.assert_array_equal(collected['v'][0], xs * 2)
+    names = {e.primitive.name
+             for e in jax.make_jaxpr(f)(xs).eqns[0].params['jaxpr'].eqns}
+    self.assertIn('shard_map', names)
+
+  def test_custom_linear_solve(self):
+    f = lambda b: lax.custom_linear_solve(
+        lambda v: sow(v * 2, name='v'), b, lambda mv, r: r / 2,
+        symmetric=True)
+    self.assertIn('custom_linear_solve', primitive_names(f, X))
+    with self.assertRaisesRegex(
+        NotImplementedError, "primitive 'custom_linear_solve' .* 'v'"):
+      capture(f)(X)
+
+  def test_linear_call(self):
+    from jax.custom_derivatives import linear_call  # pylint: disable=g-import-not-at-top
+
+    f = lambda x: linear_call(lambda _, v: sow(v * 2, name='v'),
+                              lambda _, t: t * 2, None, x)
+    with self.assertRaisesRegex(NotImplementedError,
+                                "primitive 'linear_call' .* 'v'"):
+      capture(f)(X)
+
+  def test_run_state(self):
+    from jax._src.state.discharge import run_state  # pylint: disable=g-import-not-at-top
+
+    def f(x):
+      def body(ref):
+        ref[...] = sow(ref[...] * 2, name='v')
+      return run_state(body)(x)
+
+    with self.assertRaisesRegex(NotImplementedError,
+                                "primitive 'run_state' .* 'v'"):
+      capture(f)(X)
+
+  def test_reduction_computations(self):
+    f = lambda x: lax.reduce(x, 0.0, lambda a, b: sow(a + b, name='v'), (0,))
+    with self.assertRaisesRegex(NotImplementedError,
+                                "primitive 'reduce' .* 'v'"):
+      capture(f)(X)
+
+  def test_callbacks(self):
+    # The callback is opaque Python run by the runtime, outside tracing: a
+    # sow inside it is a plain identity there and cannot be collected.
+    def host(v):
+      return np.asarray(sow(v, name='v')) * 2
+
+    f = lambda x: jax.pure_callback(
+        host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    out, collected = capture(f)(X)
+    np.testing.assert_array_equal(out, X * 2)
+    self.assertEqual(dict(collected), {})
+
+  def test_no_sow_inside_is_bound_unchanged(self):
+    f = lambda b: lax.custom_linear_solve(lambda v: v * 2, b,
+                                          lambda mv, r: r / 2, symmetric=True)
+    out, collected = capture(lambda x: sow(f(x), name='v'))(X)
+    np.testing.assert_allclose(out, X / 2)
+    np.testing.assert_allclose(collected['v'][0], X / 2)
+
+
+class CoverageTableTest(absltest.TestCase):
+
+  def test_guide_table_matches_these_tests(self):
+    with open(GUIDE) as f:
+      guide = f.read()
+    table = guide.split('<!-- coverage-table -->')[1].split('\n\n')[0]
+    rows = [line for line in table.splitlines()[2:] if line.startswith('|')]
+    tested = re.findall(r'`CoverageTest\.(test_\w+)`', table)
+    self.assertLen(tested, len(rows))
+    defined = {n for n in dir(CoverageTest) if n.startswith('test_')}
+    self.assertEqual(set(tested), defined)
+
+
+if __name__ == '__main__':
+  absltest.main()
