@@ -227,7 +227,7 @@ class CoverageTableTest(absltest.TestCase):
   def test_guide_table_matches_these_tests(self):
     with open(GUIDE) as f:
       guide = f.read()
-    table = guide.split('<!-- coverage-table -->')[1].split('\n\n')[0]
+    table = guide.split('<!-- coverage-table -->')[1].strip().split('\n\n')[0]
     rows = [line for line in table.splitlines()[2:] if line.startswith('|')]
     tested = re.findall(r'`CoverageTest\.(test_\w+)`', table)
     self.assertLen(tested, len(rows))
