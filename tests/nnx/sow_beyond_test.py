@@ -419,18 +419,51 @@ class CompiledSpeedTest(absltest.TestCase):
         x = sow(jnp.tanh(x * (i + 1)), name='layer')
       return x
 
-    capture(f)(X)  # warm up: one compilation
+    capture(f)(X)  # warm up: one trace, one compilation
+    x1 = X + 1.0
+    # A jitted function is captured as a jitted runner per call structure:
+    # later calls neither trace nor compile.
+    with self.assertNoLogs(level=logging.WARNING):
+      with jax.log_compiles(True):
+        for _ in range(3):
+          out, collected = capture(f)(x1)
+    np.testing.assert_array_equal(out, f(x1))
+    self.assertLen(collected['layer'], 4)
+    np.testing.assert_array_equal(collected['layer'][3], out)
+
+  def test_eager_capture_of_inner_jit_compiles_once(self):
+    inner = jax.jit(lambda x: sow(jnp.tanh(x), name='h') * 2)
+    f = lambda x: inner(x) + 1  # not a jit function: the general path
+
+    capture(f)(X)  # warm up: one compilation of the transformed body
+    x1 = X + 1.0
     with self.assertLogs(level=logging.WARNING) as logs:
       with jax.log_compiles(True):
         for _ in range(3):
-          out, collected = capture(f)(X + 1.0)
+          out, collected = capture(f)(x1)
     # `capture` traces f on each eager call (logged as tracing) but the
     # transformed body is cached, so nothing is compiled again.
     compiles = [m for m in logs.output if 'compil' in m.lower()]
     self.assertEqual(compiles, [])
     self.assertTrue(any('tracing' in m for m in logs.output))
-    np.testing.assert_array_equal(out, f(X + 1.0))
-    self.assertLen(collected['layer'], 4)
+    np.testing.assert_array_equal(out, f(x1))
+    np.testing.assert_array_equal(collected['h'][0], jnp.tanh(x1))
+
+  def test_compiled_runners_cover_static_and_unhashable_arguments(self):
+    @functools.partial(jax.jit, static_argnums=(1,))
+    def f(x, power, scale=None):
+      del scale
+      return sow(x**power, name='p')
+
+    for power in (2, 3, 2):
+      out, collected = capture(f)(X, power)
+      np.testing.assert_allclose(collected['p'][0], X**power, rtol=1e-6)
+      np.testing.assert_array_equal(out, f(X, power))
+    # An unhashable static leaf cannot key a runner: the general path runs.
+    g = jax.jit(lambda x, opts: sow(x * opts['k'], name='g'),
+                static_argnums=())
+    out, collected = capture(g)(X, {'k': 2.0})
+    np.testing.assert_array_equal(collected['g'][0], X * 2)
 
   def test_eager_capture_runs_the_compiled_body(self):
     # The jit is re-bound, not unrolled: the eager jaxpr has a single jit.

@@ -703,10 +703,11 @@ class CompositionTest(parameterized.TestCase):
 
   def test_transformed_subjaxprs_are_cached(self):
     jitted = jax.jit(lambda x: sow(x * 2, name='h') + 1)
-    capture(jitted)(X)
+    f = lambda x: jitted(x) * 3  # not itself a jit function: general path
+    capture(f)(X)
     before = interpreter.transform.cache_info()
     for _ in range(3):
-      capture(jitted)(X)
+      capture(f)(X)
     after = interpreter.transform.cache_info()
     self.assertEqual(after.misses, before.misses)
     self.assertEqual(after.hits, before.hits + 3)

@@ -16,9 +16,12 @@
 from __future__ import annotations
 
 import functools
+import threading
 import typing as tp
+import weakref
 
 import jax
+import numpy as np
 
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
@@ -97,15 +100,92 @@ def capture(
         f'capture: expected a callable, got {f!r} of type {type(f).__name__}.'
     )
   selection = Selection.make(tag=tag, names=names, where='capture')
+  compiled = _compiled_runners(f, selection) if _is_jit(f) else None
 
   @functools.wraps(f)
   def captured(*args, **kwargs):
+    if compiled is not None:
+      result = compiled(args, kwargs)
+      if result is not None:
+        return result
     return _call(f, selection, args, kwargs)
 
   return captured
 
 
 sown = capture
+
+
+_JIT_FUNCTION = type(jax.jit(lambda: None))
+
+
+def _is_jit(f: tp.Any) -> bool:
+  return isinstance(f, _JIT_FUNCTION)
+
+
+class _CompiledRunners:
+  """``capture(jax.jit(g))`` runs as ``jax.jit(capture(jax.jit(g)))``.
+
+  A ``jax.jit`` function already caches its trace per argument structure, so
+  tracing it again on every eager call would only cost time: this keeps one
+  jitted runner per call structure (tree, static arguments), dispatched by
+  JAX's C++ fast path, so an eager capture costs about what ``jax.jit(g)``
+  costs. Calls whose static arguments are unhashable, or which pass NNX graph
+  nodes (whose updates must be written back), take the general path.
+  """
+
+  _MAX_RUNNERS = 64
+
+  def __init__(self, f, selection):
+    self.f, self.selection = f, selection
+    self.runners: dict[tp.Any, tp.Any] = {}
+
+  def __call__(self, args, kwargs):
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    traced = tuple(isinstance(leaf, _ARRAY_TYPES) for leaf in leaves)
+    static = tuple(leaf for leaf, t in zip(leaves, traced) if not t)
+    key = (treedef, traced, static)
+    try:
+      runner = self.runners.get(key)
+    except TypeError:  # an unhashable static argument
+      return None
+    if runner is None:
+      runner = self._make_runner(args, kwargs, treedef, traced, static)
+      if len(self.runners) >= self._MAX_RUNNERS:
+        self.runners.clear()
+      self.runners[key] = runner
+    if runner is False:
+      return None
+    return runner(*[leaf for leaf, t in zip(leaves, traced) if t])
+
+  def _make_runner(self, args, kwargs, treedef, traced, static):
+    if any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(
+        (args, kwargs), is_leaf=tracing.is_graph_node))):
+      return False
+
+    def run(*arrays):
+      values, statics = iter(arrays), iter(static)
+      full = [next(values) if t else next(statics) for t in traced]
+      call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
+      return _call(self.f, self.selection, call_args, call_kwargs)
+
+    return jax.jit(run)
+
+
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+
+# Per jitted function (weakly held) and selection, so that the common inline
+# use `capture(f)(x)` in a loop reuses the runners of earlier calls.
+_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RUNNERS_LOCK = threading.Lock()
+
+
+def _compiled_runners(f, selection) -> _CompiledRunners:
+  with _RUNNERS_LOCK:
+    per_selection = _RUNNERS.setdefault(f, {})
+    if selection not in per_selection:
+      per_selection[selection] = _CompiledRunners(f, selection)
+    return per_selection[selection]
 
 
 def _call(f, selection, args, kwargs):
