@@ -243,6 +243,48 @@ def bind(eqn: core.JaxprEqn, invals: list[tp.Any], **new_params):
   return outs if eqn.primitive.multiple_results else [outs]
 
 
+@jax_util.weakref_lru_cache(trace_context_in_key=False)
+def reemittable(jaxpr: core.Jaxpr) -> tuple[bool, ...]:
+  """Equations a staging trace may copy as they are, without re-binding.
+
+  A first-order, effect-free, low-level equation already in a valid jaxpr
+  stages to itself: re-binding it would only repeat its abstract evaluation
+  (most of the cost of staging ``capture(f)`` under ``jit``).
+  """
+  return tuple(_reemittable(eqn) for eqn in jaxpr.eqns)
+
+
+def _reemittable(eqn: core.JaxprEqn) -> bool:
+  if eqn.effects or eqn.primitive is primitive.sow_p:
+    return False
+  if any(True for _ in core.jaxprs_in_params(eqn.params)):
+    return False
+  return not eqn.primitive.is_high(
+      *[v.aval for v in eqn.invars], **eqn.params
+  )
+
+
+def _staging_trace() -> pe.DynamicJaxprTrace | None:
+  trace = core.trace_ctx.trace
+  if type(trace) is pe.DynamicJaxprTrace and not trace.requires_low:
+    return trace
+  return None
+
+
+def _reemit(trace: pe.DynamicJaxprTrace, eqn: core.JaxprEqn, invals):
+  source_info = source_info_util.current()
+  tracers = [trace.to_jaxpr_tracer(x, source_info) for x in invals]
+  return trace.emit_eqn(
+      tracers,
+      [v.aval for v in eqn.outvars],
+      eqn.primitive,
+      eqn.params,
+      eqn.effects,
+      source_info,
+      eqn.ctx,
+  )
+
+
 def evaluate(
     jaxpr: core.Jaxpr,
     consts: tp.Sequence[tp.Any],
@@ -257,7 +299,11 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  for eqn, rule in zip(jaxpr.eqns, plan(jaxpr, scope.request)):
+  staging = _staging_trace()
+  copyable = reemittable(jaxpr) if staging is not None else None
+  for i, (eqn, rule) in enumerate(
+      zip(jaxpr.eqns, plan(jaxpr, scope.request))
+  ):
     invals = [read(v) for v in eqn.invars]
     name_stack = (
         source_info_util.current_name_stack() + eqn.source_info.name_stack
@@ -268,7 +314,12 @@ def evaluate(
         ),
         eqn.ctx.manager,
     ):
-      outs = bind(eqn, invals) if rule is None else rule(scope, eqn, invals)
+      if rule is not None:
+        outs = rule(scope, eqn, invals)
+      elif copyable is not None and copyable[i]:
+        outs = _reemit(staging, eqn, invals)
+      else:
+        outs = bind(eqn, invals)
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 
