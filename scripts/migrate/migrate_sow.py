@@ -2273,7 +2273,8 @@ def perturb_edit(names: dict[str, str]) -> Edit:
 
 
 def capture_edit(names: dict[str, str], partial: bool) -> Edit:
-  """``nnx.capture(f, T)`` -> ``capture(f)``; ``nnx.capture(T)`` -> ``capture``."""
+  """``nnx.capture(f, T)`` -> ``capture(f)``, ``nnx.capture(T)`` -> ``capture``.
+  """
   def edit(call: cst.Call) -> cst.BaseExpression:
     if partial:
       return cst.Name(names['capture'])

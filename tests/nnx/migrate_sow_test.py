@@ -531,15 +531,16 @@ class ExecutionTest(absltest.TestCase):
 
   def _execute(self, source):
     namespace = {}
-    with warnings.catch_warnings():
-      warnings.simplefilter('ignore', DeprecationWarning)
-      exec(compile(source, '<migrated>', 'exec'), namespace)  # pylint: disable=exec-used
-    from flax import nnx  # pylint: disable=g-import-not-at-top
-    model = namespace['Model'](nnx.Rngs(0))
-    x = jnp.arange(6.0).reshape(2, 3) / 6
+    code = compile(source, '<migrated>', 'exec')
     results = {}
-    for name in ('run_capture', 'run_decorated', 'run_pop'):
-      results[name] = [np.asarray(v) for v in namespace[name](model, x)]
+    with warnings.catch_warnings():
+      # The legacy nnx.pop pattern sows outside nnx.capture, deprecated.
+      warnings.simplefilter('ignore', DeprecationWarning)
+      exec(code, namespace)  # pylint: disable=exec-used
+      model = namespace['Model'](namespace['nnx'].Rngs(0))
+      x = jnp.arange(6.0).reshape(2, 3) / 6
+      for name in ('run_capture', 'run_decorated', 'run_pop'):
+        results[name] = [np.asarray(v) for v in namespace[name](model, x)]
     return results
 
   def test_migrated_model_captures_the_same_values(self):
