@@ -142,8 +142,10 @@ class _CompiledRunners:
 
   def __call__(self, args, kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    traced = tuple(isinstance(leaf, _ARRAY_TYPES) for leaf in leaves)
-    static = tuple(leaf for leaf, t in zip(leaves, traced) if not t)
+    traced = tuple(map(_is_array, leaves))
+    static = () if all(traced) else tuple(
+        leaf for leaf, t in zip(leaves, traced) if not t
+    )
     key = (treedef, traced, static)
     try:
       runner = self.runners.get(key)
@@ -156,22 +158,44 @@ class _CompiledRunners:
       self.runners[key] = runner
     if runner is False:
       return None
-    return runner(*[leaf for leaf, t in zip(leaves, traced) if t])
+    return runner(leaves if not static else [
+        leaf for leaf, t in zip(leaves, traced) if t
+    ])
 
   def _make_runner(self, args, kwargs, treedef, traced, static):
     if any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(
         (args, kwargs), is_leaf=tracing.is_graph_node))):
       return False
+    out_tree = []
 
-    def run(*arrays):
+    @jax.jit
+    def run(arrays):
       values, statics = iter(arrays), iter(static)
       full = [next(values) if t else next(statics) for t in traced]
       call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
-      return _call(self.f, self.selection, call_args, call_kwargs)
+      result = _call(self.f, self.selection, call_args, call_kwargs)
+      # A flat list of arrays leaves jit's C++ dispatch nothing to rebuild;
+      # the (out, collected) structure is rebuilt once, below.
+      flat, tree = jax.tree_util.tree_flatten(result)
+      out_tree[:] = [tree]
+      return flat
 
-    return jax.jit(run)
+    def runner(arrays):
+      flat = run(arrays)
+      return jax.tree_util.tree_unflatten(out_tree[0], flat)
+
+    return runner
 
 
+def _is_array(leaf: tp.Any) -> bool:
+  kind = type(leaf)
+  known = _ARRAY_KINDS.get(kind)
+  if known is None:  # isinstance on the jax.Array ABC is slow: cache by type
+    known = _ARRAY_KINDS[kind] = isinstance(leaf, _ARRAY_TYPES)
+  return known
+
+
+_ARRAY_KINDS: dict[type, bool] = {}
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 
 # Per jitted function (weakly held) and selection, so that the common inline

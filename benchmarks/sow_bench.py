@@ -1,0 +1,418 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Benchmarks of flax.nnx.sow, written to benchmarks/RESULTS.md.
+
+Every figure is a ratio of two things measured side by side in one run:
+the two sides alternate repeat by repeat (so a change in machine load hits
+both), and each side's figure is the median of the repeats after a warm-up.
+
+Run from the repository root: python benchmarks/sow_bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import typing as tp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import conftest  # noqa: E402,F401  (import flax.nnx.sow from this tree)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from flax.nnx.sow import capture, sow  # noqa: E402
+
+
+@dataclasses.dataclass
+class Row:
+  """One line of the results table."""
+
+  item: str
+  what: str
+  ratio: float
+  target: str
+  ok: tp.Optional[bool]
+  detail: str = ''
+
+
+def paired(a: tp.Callable[[], tp.Any], b: tp.Callable[[], tp.Any], *,
+           repeats: int, number: int = 1, warmup: int = 1):
+  """Median seconds per call of a and b, alternating repeat by repeat."""
+  for _ in range(warmup):
+    jax.block_until_ready(a())
+    jax.block_until_ready(b())
+  times_a, times_b = [], []
+  for _ in range(repeats):
+    for fn, times in ((a, times_a), (b, times_b)):
+      start = time.perf_counter()
+      for _ in range(number):
+        out = fn()
+      jax.block_until_ready(out)
+      times.append((time.perf_counter() - start) / number)
+  return statistics.median(times_a), statistics.median(times_b)
+
+
+# 1. Eager capture of a jitted 24-layer MLP --------------------------------
+
+
+def mlp(params, x):
+  for i, w in enumerate(params):
+    x = sow(jnp.tanh(x @ w), name=('layer', i))
+  return x
+
+
+def mlp_by_hand(params, x):
+  """The same MLP returning its intermediates itself: the physical limit."""
+  hidden = []
+  for w in params:
+    x = jnp.tanh(x @ w)
+    hidden.append(x)
+  return x, hidden
+
+
+def bench_eager_jit(quick: bool) -> list[Row]:
+  rows = []
+  for batch, width in ((8, 64), (128, 512)):
+    keys = jax.random.split(jax.random.key(0), 24)
+    params = [jax.random.normal(k, (width, width)) / np.sqrt(width)
+              for k in keys]
+    x = jnp.ones((batch, width))
+    plain, by_hand = jax.jit(mlp), jax.jit(mlp_by_hand)
+    captured = capture(plain)
+    number = 20 if quick else 100
+    t_plain, t_capture = paired(lambda: plain(params, x),
+                                lambda: captured(params, x),
+                                repeats=7, number=number)
+    t_plain2, t_hand = paired(lambda: plain(params, x),
+                              lambda: by_hand(params, x),
+                              repeats=7, number=number)
+    ratio = t_capture / t_plain
+    limit = t_hand / t_plain2
+    rows.append(Row(
+        '1', f'eager capture(jax.jit(f)) / jax.jit(f), 24-layer MLP '
+        f'{batch}x{width}', ratio, '<= 1.15', ratio <= 1.15,
+        f'jit(f) {t_plain * 1e6:.0f} us; returning the 24 intermediates by '
+        f'hand costs {limit:.2f}x jit(f), capture {ratio / limit:.2f}x that',
+    ))
+  return rows
+
+
+# 2. Trace + lower of big programs ------------------------------------------
+
+
+def make_program(n_layers: int):
+  """A fresh function (no JAX cache can hit) of ~3 equations per layer."""
+  def f(x):
+    for i in range(n_layers):
+      x = jnp.sin(x) * 1.01 + 0.5
+      if i % 10 == 0:
+        x = sow(x, name=('layer', i))
+    return x
+  return f
+
+
+def bench_trace_lower(quick: bool) -> list[Row]:
+  rows, per_eqn = [], []
+  x = jnp.ones(16)
+  sizes = (330, 3300) if quick else (330, 3300, 33000)
+  for n_layers in sizes:
+    n_eqns = len(jax.make_jaxpr(make_program(n_layers))(x).eqns)
+    repeats = 5
+    t_plain, t_capture = paired(
+        lambda: jax.jit(make_program(n_layers)).lower(x),
+        lambda: jax.jit(capture(make_program(n_layers))).lower(x),
+        repeats=repeats, warmup=1 if n_layers < 30000 else 0,
+    )
+    ratio = t_capture / t_plain
+    per_eqn.append(t_capture / n_eqns)
+    rows.append(Row(
+        '2', f'jax.jit(capture(f)).lower / jax.jit(f).lower, {n_eqns} eqns',
+        ratio, '<= 1.1', ratio <= 1.1,
+        f'plain {t_plain:.3f} s, capture {t_capture:.3f} s; '
+        f'{t_capture / n_eqns * 1e6:.1f} us per equation',
+    ))
+  growth = per_eqn[-1] / per_eqn[0]
+  rows.append(Row(
+      '2', 'time per equation, largest / smallest program (linear = 1)',
+      growth, 'flat (<= 1.5)', growth <= 1.5,
+      ', '.join(f'{t * 1e6:.1f}' for t in per_eqn) + ' us per equation',
+  ))
+  return rows
+
+
+# 3. Compiled runtime against the hand-written limit ------------------------
+
+
+def count_hlo_ops(compiled) -> int:
+  text = compiled.as_text()
+  return len(re.findall(r'^\s+\S+ = ', text, re.MULTILINE))
+
+
+def bench_compiled(quick: bool) -> list[Row]:
+  keys = jax.random.split(jax.random.key(1), 24)
+  params = [jax.random.normal(k, (256, 256)) / 16 for k in keys]
+  x = jnp.ones((64, 256))
+  captured = jax.jit(capture(mlp))
+  by_hand = jax.jit(mlp_by_hand)
+  plain = jax.jit(mlp)
+  number = 20 if quick else 100
+  t_hand, t_capture = paired(lambda: by_hand(params, x),
+                             lambda: captured(params, x),
+                             repeats=9, number=number)
+  t_plain, t_hand2 = paired(lambda: plain(params, x),
+                            lambda: by_hand(params, x),
+                            repeats=9, number=number)
+  ops_capture = count_hlo_ops(captured.lower(params, x).compile())
+  ops_hand = count_hlo_ops(by_hand.lower(params, x).compile())
+  ratio = t_capture / t_hand
+  return [
+      Row('3', 'jax.jit(capture(f)) / hand-written f returning the same '
+          'intermediates, runtime', ratio, '1.00 +- 0.05',
+          abs(ratio - 1) <= 0.05,
+          f'hand {t_hand * 1e6:.0f} us, capture {t_capture * 1e6:.0f} us'),
+      Row('3', 'optimized HLO ops, capture / hand-written',
+          ops_capture / ops_hand, '1.00 (no extra computation)',
+          ops_capture == ops_hand, f'{ops_capture} vs {ops_hand} ops'),
+      Row('3', 'hand-written with intermediates / jax.jit(f) alone, runtime '
+          '(the cost of materializing the values)', t_hand2 / t_plain,
+          'reported', None,
+          f'jit(f) {t_plain * 1e6:.0f} us'),
+  ]
+
+
+# 4. nnx: transform-backed nnx.capture vs legacy vs plain -------------------
+
+
+def bench_nnx(quick: bool) -> list[Row]:
+  try:
+    from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return [Row('4', 'nnx.capture: new / legacy', float('nan'),
+                '<= 1.25 eager, equal under nnx.jit', None,
+                'flax.nnx.capture_compat is not available')]
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  class Block(nnx.Module):
+
+    def __init__(self, din, dout, rngs):
+      self.linear = nnx.Linear(din, dout, rngs=rngs)
+
+    def __call__(self, x):
+      y = nnx.relu(self.linear(x))
+      self.sow(nnx.Intermediate, 'act', y)
+      return y
+
+  class Model(nnx.Module):
+
+    def __init__(self, rngs):
+      self.blocks = nnx.List([Block(64, 64, rngs) for _ in range(8)])
+
+    def __call__(self, x):
+      for block in self.blocks:
+        x = block(x)
+      return x
+
+  model = Model(nnx.Rngs(0))
+  x = jnp.ones((16, 64))
+  new = capture_compat.capture(model, nnx.Intermediate)
+  old = capture_compat.legacy(model, nnx.Intermediate)
+  number = 5 if quick else 20
+  t_old, t_new = paired(lambda: old(x), lambda: new(x), repeats=7,
+                        number=number)
+  t_plain, _ = paired(lambda: model(x), lambda: model(x), repeats=3,
+                      number=number)
+  rows = [Row('4', 'eager: new nnx.capture / legacy, 8-block MLP',
+              t_new / t_old, '<= 1.25', t_new / t_old <= 1.25,
+              f'plain model(x) {t_plain * 1e6:.0f} us, legacy '
+              f'{t_old * 1e6:.0f} us, new {t_new * 1e6:.0f} us')]
+
+  @nnx.jit
+  def step_new(model, x):
+    return capture_compat.capture(model, nnx.Intermediate)(x)
+
+  @nnx.jit
+  def step_old(model, x):
+    return capture_compat.legacy(model, nnx.Intermediate)(x)
+
+  t_old, t_new = paired(lambda: step_old(model, x),
+                        lambda: step_new(model, x), repeats=7, number=number)
+  rows.append(Row('4', 'under nnx.jit: new nnx.capture / legacy',
+                  t_new / t_old, 'equal (<= 1.05)', t_new / t_old <= 1.05,
+                  f'legacy {t_old * 1e6:.0f} us, new {t_new * 1e6:.0f} us'))
+  return rows
+
+
+# 5. Memory of a sow in a long scan -----------------------------------------
+
+
+def bench_memory(quick: bool) -> list[Row]:
+  length, width = 10_000, 256
+
+  def body(c, _):
+    c = jnp.tanh(c * 1.01)
+    sow(c, name='c')
+    return c, None
+
+  def f(x):
+    return lax.scan(body, x, None, length=length)[0]
+
+  x = jnp.ones(width)
+  plain = jax.jit(f).lower(x).compile().memory_analysis()
+  captured = jax.jit(capture(f)).lower(x).compile().memory_analysis()
+  captured_bytes = length * width * 4
+
+  def total(m):
+    return (m.temp_size_in_bytes + m.output_size_in_bytes
+            + m.argument_size_in_bytes)
+
+  ratio = total(captured) / (total(plain) + captured_bytes)
+  return [Row(
+      '5', f'peak memory of capture / (plain + captured bytes), scan of '
+      f'length {length}', ratio, '~1.00 (nothing more)', ratio <= 1.05,
+      f'plain {total(plain)} B, captured values {captured_bytes} B, '
+      f'capture {total(captured)} B (temp {captured.temp_size_in_bytes} B)',
+  )]
+
+
+# 6. Codemod throughput -----------------------------------------------------
+
+_PLAIN_FILE = '''import numpy as np
+
+
+def helper_{i}(values):
+  """A file that uses none of the sow APIs."""
+  total = 0
+  for v in values:
+    total += np.sum(v) * {i}
+  return total
+''' + '\n'.join(f'\n\ndef extra_{{i}}_{k}(x):\n  return x * {k} + 1\n'
+                for k in range(20))
+
+_SOW_FILE = '''from flax import nnx
+
+
+class Block{i}(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    y = self.linear(x)
+    if True:
+      self.sow(nnx.Intermediate, 'act', y)
+    return y
+'''
+
+
+def bench_codemod(quick: bool) -> list[Row]:
+  script = os.path.join(ROOT, 'scripts', 'migrate', 'migrate_sow.py')
+  n_files = 1000
+  rows = []
+  with tempfile.TemporaryDirectory() as plain_dir, \
+      tempfile.TemporaryDirectory() as mixed_dir:
+    for i in range(n_files):
+      with open(os.path.join(plain_dir, f'f{i}.py'), 'w') as f:
+        f.write(_PLAIN_FILE.format(i=i))
+      with open(os.path.join(mixed_dir, f'f{i}.py'), 'w') as f:
+        f.write((_SOW_FILE if i % 3 == 0 else _PLAIN_FILE).format(i=i))
+
+    def run(path):
+      start = time.perf_counter()
+      subprocess.run([sys.executable, script, '--jobs', '2', path],
+                     check=False, capture_output=True)
+      return time.perf_counter() - start
+
+    t_plain = statistics.median(run(plain_dir) for _ in range(3))
+    t_mixed = statistics.median(run(mixed_dir) for _ in range(1 if quick
+                                                             else 3))
+  rate = n_files / t_plain
+  rows.append(Row('6', 'codemod, files using none of the APIs (files/s, '
+                  'whole CLI run)', rate, '>= 100 files/s', rate >= 100,
+                  f'{n_files} files in {t_plain:.2f} s'))
+  rows.append(Row('6', 'codemod, 1,000 files (1 in 3 uses the APIs), '
+                  '--jobs 2 (seconds)', t_mixed, '< 30 s', t_mixed < 30,
+                  f'{n_files} files in {t_mixed:.1f} s'))
+  return rows
+
+
+# ---------------------------------------------------------------------------
+
+
+def machine() -> str:
+  return (f'{platform.machine()}, {os.cpu_count()} cores, '
+          f'{platform.python_implementation()} {platform.python_version()}, '
+          f'jax {jax.__version__}, {jax.devices()[0].platform} backend')
+
+
+def render(rows: list[Row], quick: bool) -> str:
+  lines = [
+      '# flax.nnx.sow benchmarks',
+      '',
+      f'Machine: {machine()}. Produced by `python benchmarks/sow_bench.py'
+      f'{" --quick" if quick else ""}` on '
+      f'{time.strftime("%Y-%m-%d")}. Each ratio compares two things measured '
+      'side by side in one run, alternating repeat by repeat; each side is '
+      'the median of its repeats after a warm-up.',
+      '',
+      '| # | measurement | ratio | target | met | detail |',
+      '|---|---|---|---|---|---|',
+  ]
+  for r in rows:
+    met = {True: 'yes', False: '**no**', None: '-'}[r.ok]
+    lines.append(f'| {r.item} | {r.what} | {r.ratio:.2f} | {r.target} | '
+                 f'{met} | {r.detail} |')
+  return '\n'.join(lines) + '\n'
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument('--quick', action='store_true',
+                      help='smaller sizes and fewer repeats')
+  parser.add_argument('--only', default='123456',
+                      help='which items to run, e.g. 12')
+  parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks',
+                                                     'RESULTS.md'))
+  args = parser.parse_args()
+  benches = {'1': bench_eager_jit, '2': bench_trace_lower,
+             '3': bench_compiled, '4': bench_nnx, '5': bench_memory,
+             '6': bench_codemod}
+  rows = []
+  for item in args.only:
+    gc.collect()
+    new_rows = benches[item](args.quick)
+    for r in new_rows:
+      print(f'[{r.item}] {r.what}: {r.ratio:.2f} (target {r.target}) '
+            f'{r.detail}', flush=True)
+    rows.extend(new_rows)
+  text = render(rows, args.quick)
+  with open(args.out, 'w') as f:
+    f.write(text)
+  print(text)
+
+
+if __name__ == '__main__':
+  main()
