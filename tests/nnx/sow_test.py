@@ -392,6 +392,25 @@ class SelectionTest(parameterized.TestCase):
     self.assertEqual(jax.make_jaxpr(inner)(X).effects, set())
     self.assertEqual(count_sows(harvest_jaxpr(inner, X)), 2)
 
+  def test_unselected_sows_leave_no_effect_for_an_outer_jit(self):
+    # Sows left in place inside a jit must not keep the effect they carry
+    # while a capture traces: it would cost every call of the outer jit.
+    inner = jax.jit(lambda x: sow(x * 2, name='b', tag='b') + 1)
+
+    def f(x):
+      sow(x, name='a', tag='a')
+      return lax.scan(lambda c, _: (inner(c), None), x, None, length=2)[0]
+
+    jaxpr = jax.make_jaxpr(jax.jit(capture(f, tag='a')))(X)
+    self.assertEqual(jaxpr.effects, set())
+    self.assertEqual(jaxpr.eqns[0].params['jaxpr'].effects, set())
+    self.assertEqual(count_sows(jaxpr.jaxpr), 1)  # 'b' is still there
+    (_, inner_collected), outer_collected = capture(capture(f, tag='a'))(X)
+    self.assertEqual(list(inner_collected), ['a'])
+    np.testing.assert_array_equal(
+        outer_collected['b'][0], jnp.stack([X * 2, (X * 2 + 1) * 2])
+    )
+
   def test_nested_inside_jit_and_scan(self):
     def g(x):
       x = jax.jit(self.f)(x)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import typing as tp
 
+import jax
 import numpy as np
 from jax._src import api_util
 from jax._src import core
@@ -171,8 +172,21 @@ Rule = tp.Callable[[Scope, core.JaxprEqn, list[tp.Any]], list[tp.Any]]
 higher_order_rules: dict[core.Primitive, Rule] = {}
 
 
+def as_array(value: tp.Any) -> tp.Any:
+  """A value read from a jaxpr literal as the JAX array ``f`` would give.
+
+  Literals are read as JAX's typed Python/NumPy scalars (``TypedInt``,
+  ``TypedNdArray``, a plain ``bool``...), which must not reach the caller:
+  ``np.asarray(TypedInt(3))`` is an int64, for instance.
+  """
+  if isinstance(value, (jax.Array, core.Tracer)):
+    return value
+  return jax.numpy.asarray(value)
+
+
 def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   site = site_of(eqn)
+  invals = [as_array(v) for v in invals]
   planted = scope.plant(site)
   scope.record(site, invals)
   return invals if planted is None else planted
@@ -194,19 +208,34 @@ def _refuse(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   )
 
 
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
 def plan(jaxpr: core.Jaxpr, request: Request) -> tuple[Rule | None, ...]:
-  """For each equation: the rule to apply, or None to bind it unchanged."""
-  return tuple(_plan_eqn(eqn, request) for eqn in jaxpr.eqns)
+  """For each equation: the rule to apply, or None to bind it unchanged.
+
+  Outside of any capture (``harvesting`` off), an equation that still
+  carries the sow effect of a sub-jaxpr traced for capture (unselected sows
+  inside a ``jit``, say) is re-staged by its rule, so that its sows are
+  re-bound without the effect and a plain ``jax.jit`` around the result keeps
+  JAX's fast dispatch path.
+  """
+  return _plan(jaxpr, request, not primitive.harvesting.value)
 
 
-def _plan_eqn(eqn: core.JaxprEqn, request: Request) -> Rule | None:
+@jax_util.weakref_lru_cache(trace_context_in_key=False)
+def _plan(jaxpr: core.Jaxpr, request: Request, strip: bool):
+  return tuple(_plan_eqn(eqn, request, strip) for eqn in jaxpr.eqns)
+
+
+def _plan_eqn(
+    eqn: core.JaxprEqn, request: Request, strip: bool
+) -> Rule | None:
   if eqn.primitive is primitive.sow_p:
     if request.handles(eqn.params):
       return _handle_sow
     return None if request.rebind_unhandled else _drop_sow
   if any(contains(sub, request) for sub in core.jaxprs_in_params(eqn.params)):
     return higher_order_rules.get(eqn.primitive, _refuse)
+  if strip and primitive.sow_effect in eqn.effects:
+    return higher_order_rules.get(eqn.primitive)
   return None
 
 
@@ -321,7 +350,10 @@ def evaluate(
       else:
         outs = bind(eqn, invals)
     env.update(zip(eqn.outvars, outs))
-  return [read(v) for v in jaxpr.outvars]
+  return [
+      as_array(v.val) if isinstance(v, core.Literal) else env[v]
+      for v in jaxpr.outvars
+  ]
 
 
 @dataclasses.dataclass(frozen=True)
