@@ -186,7 +186,6 @@ def as_array(value: tp.Any) -> tp.Any:
 
 def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   site = site_of(eqn)
-  invals = [as_array(v) for v in invals]
   planted = scope.plant(site)
   scope.record(site, invals)
   return invals if planted is None else planted
@@ -334,6 +333,8 @@ def evaluate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
   ):
     invals = [read(v) for v in eqn.invars]
+    if eqn.primitive is primitive.sow_p:  # an identity: it returns literals
+      invals = [as_array(v) for v in invals]
     name_stack = (
         source_info_util.current_name_stack() + eqn.source_info.name_stack
     )
