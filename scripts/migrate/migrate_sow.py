@@ -67,6 +67,7 @@ import contextlib
 import dataclasses
 import difflib
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -2880,6 +2881,17 @@ class Progress:
       self.stream.flush()
 
 
+def _process_context():
+  """Fork is cheapest, but unsafe once a multithreaded library is loaded.
+
+  The command line never imports JAX; a caller that did (a test, a notebook)
+  gets fresh 'spawn' workers, which re-import this module by name.
+  """
+  if 'jax' in sys.modules:
+    return multiprocessing.get_context('spawn')
+  return multiprocessing.get_context('fork')
+
+
 class _Runner:
   """Runs work items in this process or a process pool, with progress."""
 
@@ -2888,7 +2900,9 @@ class _Runner:
     self.progress = progress
     self.pool = None
     if jobs > 1:
-      self.pool = concurrent.futures.ProcessPoolExecutor(jobs)
+      self.pool = concurrent.futures.ProcessPoolExecutor(
+          jobs, mp_context=_process_context()
+      )
 
   def map(self, function, items: list[tp.Any], label: str):
     bar = Progress(len(items), self.progress)

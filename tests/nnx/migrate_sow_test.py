@@ -35,6 +35,9 @@ _DATA = os.path.join(_ROOT, 'tests', 'nnx', 'testdata', 'migrate_sow')
 
 
 def _load_codemod():
+  # Worker processes (spawned, since JAX is loaded here) import it by name.
+  if os.path.dirname(_SCRIPT) not in sys.path:
+    sys.path.append(os.path.dirname(_SCRIPT))
   spec = importlib.util.spec_from_file_location('migrate_sow', _SCRIPT)
   module = importlib.util.module_from_spec(spec)
   sys.modules['migrate_sow'] = module  # dataclasses and pickling need it
