@@ -93,34 +93,69 @@ def _split_callable(f):
 
 def _raw_value(leaf: tp.Any) -> tp.Any:
   """The value a flat-state leaf contributes to the trace."""
-  if isinstance(leaf, variablelib.Variable) or type(leaf).__name__ == (
-      'HijaxVariable'
+  if isinstance(leaf, variablelib.Variable) or isinstance(
+      leaf, variablelib.HijaxVariable
   ):
     return leaf.get_raw_value()
   return leaf
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packed:
+  """A pytree split into jaxpr outputs and static leaves (no tracers)."""
+
+  treedef: tp.Any
+  static: tuple[tp.Any, ...]  # a leaf, or _OUT for a jaxpr output
+
+  def unpack(self, outputs: tp.Iterator[tp.Any]) -> tp.Any:
+    leaves = [next(outputs) if s is _OUT else s for s in self.static]
+    return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+_OUT = object()
+
+
+def _pack(tree: tp.Any, outputs: list[tp.Any], *, what: str) -> _Packed:
+  """Appends the array leaves of ``tree`` to ``outputs``; keeps the rest."""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  static = []
+  for leaf in leaves:
+    if variablelib.is_array_ref(leaf):
+      raise ValueError(
+          f'capture: {what} holds a mutable array reference that was created'
+          ' or replaced inside the captured function; references cannot'
+          ' leave a traced function.'
+      )
+    if _is_output(leaf):
+      outputs.append(leaf)
+      static.append(_OUT)
+    else:
+      static.append(leaf)
+  return _Packed(treedef, tuple(static))
 
 
 @dataclasses.dataclass
 class _Outcome:
   """What the traced function learned about the call; static, no tracers.
 
-  Filled while tracing, read by ``StagedCall.unflatten_out``.
+  Filled while tracing (step 3), used by ``StagedCall.unflatten_out``.
   """
 
+  # f's result: per leaf, ('out' | 'static', value) or ('original', index)
+  # (a copy of an input node) or ('new', position in the new nodes).
   out_treedef: tp.Any = None
   out_kinds: list[tuple[str, tp.Any]] = dataclasses.field(
       default_factory=list
   )
-  # Simple write-back: (flat-state position, 'out' | 'static', static value).
-  updates: list[tuple[int, str, tp.Any]] = dataclasses.field(
-      default_factory=list
-  )
-  # General write-back (structure changed or new graph nodes returned).
-  general_graphdef: tp.Any = None
-  general_kinds: list[tuple[str, tp.Any]] = dataclasses.field(
-      default_factory=list
-  )
   num_out_leaves: int = 0
+  # Value write-back: (flat-state position, packed new value).
+  updates: list[tuple[int, _Packed]] = dataclasses.field(default_factory=list)
+  # New graph nodes returned by f that do not reference the inputs.
+  new_graphdef: tp.Any = None
+  new_state: _Packed | None = None
+  # Graph write-back (structure changed, or new nodes referencing inputs).
+  graph_graphdef: tp.Any = None
+  graph_state: _Packed | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +165,8 @@ class StagedCall:
   Attributes:
     jaxpr: the closed jaxpr of the call, over ``inputs``.
     inputs: the traced (array) leaves of the arguments, in order.
-    out_tree: the pytree structure of the jaxpr's outputs: ``f``'s result
-      (graph nodes and non-array leaves excluded) followed by the updated
-      state of the graph nodes.
+    out_tree: the pytree structure of the jaxpr's outputs: the array leaves
+      of ``f``'s result, followed by the updated state of the graph nodes.
   """
 
   jaxpr: core.ClosedJaxpr
@@ -144,8 +178,8 @@ class StagedCall:
     """Returns ``f``'s result from the evaluated outputs.
 
     Also writes the final state of the call's graph nodes back into the
-    caller's objects, exactly once; so call it once, after evaluation
-    succeeded (nothing is written if evaluation fails).
+    caller's objects; so call it once, after evaluation succeeded (nothing is
+    written if evaluation fails).
     """
     return self._finish(out_flat)
 
@@ -153,9 +187,8 @@ class StagedCall:
 def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
   """Traces ``f(*args, **kwargs)`` to a jaxpr over its array leaves."""
   callable_node, call = _split_callable(f)
-  is_leaf = lambda x: is_graph_node(x)
   leaves, treedef = jax.tree_util.tree_flatten(
-      (callable_node, args, kwargs), is_leaf=is_leaf
+      (callable_node, args, kwargs), is_leaf=is_graph_node
   )
   node_pos = [i for i, leaf in enumerate(leaves) if is_graph_node(leaf)]
   nodes = [leaves[i] for i in node_pos]
@@ -166,13 +199,14 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
       nodes, ref_index=ref_index, with_paths=True, graph=True
   )
   state_values = [_raw_value(leaf) for leaf in flat_state.leaves]
+  state_leaves, state_treedef = jax.tree_util.tree_flatten(state_values)
 
   arg_traced = [
       not is_graph_node(leaf) and _is_traced(leaf) for leaf in leaves
   ]
-  state_traced = [_is_traced(value) for value in state_values]
+  state_traced = [_is_traced(leaf) for leaf in state_leaves]
   inputs = [leaf for leaf, t in zip(leaves, arg_traced) if t] + [
-      value for value, t in zip(state_values, state_traced) if t
+      leaf for leaf, t in zip(state_leaves, state_traced) if t
   ]
   outcome = _Outcome()
 
@@ -181,10 +215,11 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
     call_leaves = [
         next(values) if t else leaf for leaf, t in zip(leaves, arg_traced)
     ]
-    values_in = [
-        next(values) if t else value
-        for value, t in zip(state_values, state_traced)
-    ]
+    values_in = jax.tree_util.tree_unflatten(
+        state_treedef,
+        [next(values) if t else leaf
+         for leaf, t in zip(state_leaves, state_traced)],
+    )
     # (2) Inside: merge the traced leaves into copies.
     index_ref = graphlib.IndexMap()
     copies = graphlib.unflatten(graphdef, list(values_in), index_ref=index_ref)
@@ -200,36 +235,37 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
   with primitive.harvesting(True):
     closed, out_shape = jax.make_jaxpr(flat_f, return_shape=True)(*inputs)
 
-  originals = graphlib.IndexMap.from_refmap(ref_index)
-
   def finish(out_flat):
     # (4) Outside again: write back, then rebuild f's result.
     out_flat = list(out_flat)
-    result_flat = out_flat[: outcome.num_out_leaves]
-    state_flat = iter(out_flat[outcome.num_out_leaves :])
-    if outcome.general_graphdef is None:
-      _write_back(nodes, flat_state, outcome.updates, state_flat)
-      new_nodes = None
-    else:
-      general_leaves = [
-          next(state_flat) if kind == 'out' else value
-          for kind, value in outcome.general_kinds
-      ]
+    results = iter(out_flat[: outcome.num_out_leaves])
+    state_out = iter(out_flat[outcome.num_out_leaves :])
+    originals = graphlib.IndexMap.from_refmap(ref_index)
+    new_nodes = []
+    if outcome.graph_graphdef is not None:
       _, new_nodes = graphlib.unflatten(
-          outcome.general_graphdef,
-          general_leaves,
+          outcome.graph_graphdef,
+          outcome.graph_state.unpack(state_out),
           outer_index_outer_ref=originals,
       )
-    results = iter(result_flat)
-    new_node_iter = iter(new_nodes or ())
+    else:
+      _write_back(
+          nodes,
+          flat_state,
+          [(i, packed.unpack(state_out)) for i, packed in outcome.updates],
+      )
+      if outcome.new_graphdef is not None:
+        new_nodes = graphlib.unflatten(
+            outcome.new_graphdef, outcome.new_state.unpack(state_out)
+        )
     out_leaves = []
     for kind, value in outcome.out_kinds:
       if kind == 'out':
         out_leaves.append(next(results))
       elif kind == 'original':
         out_leaves.append(originals[value])
-      elif kind == 'new_node':
-        out_leaves.append(next(new_node_iter))
+      elif kind == 'new':
+        out_leaves.append(new_nodes[value])
       else:
         out_leaves.append(value)
     return jax.tree_util.tree_unflatten(outcome.out_treedef, out_leaves)
@@ -240,6 +276,14 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
       out_tree=jax.tree_util.tree_structure(out_shape),
       _finish=finish,
   )
+
+
+def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:
+  """Whether the graph of ``nodes`` reaches one of the input copies."""
+  for _, value in graphlib.iter_graph(nodes, graph=True):
+    if is_graph_node(value) and value in copy_index:
+      return True
+  return False
 
 
 def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
@@ -256,12 +300,12 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
       if leaf in copy_index:
         outcome.out_kinds.append(('original', copy_index[leaf]))
       else:
-        outcome.out_kinds.append(('new_node', None))
+        outcome.out_kinds.append(('new', len(new_nodes)))
         new_nodes.append(leaf)
     elif variablelib.is_array_ref(leaf):
       raise ValueError(
-          'capture: the function returned a mutable array reference'
-          f' {leaf!r}; references cannot leave a traced function.'
+          'capture: the function returned a mutable array reference;'
+          ' references cannot leave a traced function.'
       )
     elif _is_output(leaf):
       outcome.out_kinds.append(('out', None))
@@ -270,53 +314,43 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
       outcome.out_kinds.append(('static', leaf))
   outcome.num_out_leaves = len(result)
 
+  state_out: list[tp.Any] = []
   final_graphdef, final_values = graphlib.flatten(
       copies, with_paths=False, graph=True
   )
-  state_out = []
-  if final_graphdef == graphdef and not new_nodes:
-    outcome.general_graphdef = None
-    outcome.updates = []
+  if final_graphdef == graphdef and not _references(new_nodes, copy_index):
     for i, (before, after) in enumerate(zip(values_in, final_values)):
-      if after is before:
-        continue
-      if variablelib.is_array_ref(after):
-        raise ValueError(
-            'capture: a Variable of a graph node was given a new mutable'
-            ' array reference; references cannot leave a traced function.'
+      if after is not before:
+        outcome.updates.append(
+            (i, _pack(after, state_out, what='a Variable'))
         )
-      if _is_output(after):
-        outcome.updates.append((i, 'out', None))
-        state_out.append(after)
-      else:
-        outcome.updates.append((i, 'static', after))
+    if new_nodes:
+      outcome.new_graphdef, new_values = graphlib.flatten(
+          new_nodes, with_paths=False, graph=True
+      )
+      outcome.new_state = _pack(
+          new_values, state_out, what='a returned graph node'
+      )
   else:
-    # General case, as nnx.jit's graph updates: flatten the copies and the
-    # new nodes against the input indexes, to be merged into the originals.
-    general_graphdef, general_values = graphlib.flatten(
+    # As nnx.jit's graph updates: flatten the copies and the new nodes
+    # against the input indexes, to be merged into the originals.
+    outcome.graph_graphdef, graph_values = graphlib.flatten(
         [copies, new_nodes],
         ref_index=graphlib.RefMap(),
         ref_outer_index=copy_index,
         with_paths=False,
         graph=True,
     )
-    outcome.general_graphdef = general_graphdef
-    outcome.general_kinds = []
-    for value in general_values:
-      if _is_output(value):
-        outcome.general_kinds.append(('out', None))
-        state_out.append(value)
-      else:
-        outcome.general_kinds.append(('static', value))
+    outcome.graph_state = _pack(graph_values, state_out, what='a graph node')
   return result + state_out
 
 
-def _write_back(nodes, flat_state, updates, values) -> None:
+def _write_back(nodes, flat_state, changed) -> None:
   """Writes the changed leaves into the caller's objects (``nnx.update``)."""
-  if not updates:
+  if not changed:
     return
   paths = flat_state.paths
-  changed = []
-  for i, kind, static in updates:
-    changed.append((paths[i], next(values) if kind == 'out' else static))
-  graphlib.update(nodes, statelib.from_flat_state(changed))
+  graphlib.update(
+      nodes,
+      statelib.from_flat_state([(paths[i], value) for i, value in changed]),
+  )
