@@ -23,12 +23,13 @@ from absl.testing import parameterized
 import flax.nnx.sow
 
 PUBLIC_MODULES = sorted(
-    ['flax.nnx.sow']
+    ['flax.nnx.sow', 'flax.nnx.capture_compat']
     + [f'flax.nnx.sow.{m.name}' for m in pkgutil.iter_modules(
         flax.nnx.sow.__path__)]
 )
 
 MODULES_WITH_EXAMPLES = {
+    'flax.nnx.capture_compat',
     'flax.nnx.sow.capture',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.primitive',
