@@ -1,0 +1,267 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""flax.nnx.sow.capture with NNX graph nodes as the callable and arguments.
+
+The oracle is a direct call of the same function on a clone of the model:
+afterwards, outputs, Variables and graph structure must be exactly equal.
+"""
+
+import threading
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from flax.nnx.sow import capture
+from flax.nnx.sow import sow
+
+X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32)
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+    self.norm = nnx.BatchNorm(3, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.calls = nnx.Variable(jnp.zeros((), jnp.int32))
+    self.history = nnx.Variable({'last': jnp.zeros(3)})
+
+  def __call__(self, x):
+    self.calls.set_value(self.calls.get_value() + 1)
+    h = self.norm(self.linear(x))
+    sow(h, name='h', tag='features')
+    self.history.set_value({'last': h[0]})
+    return self.dropout(h)
+
+  def features(self, x):
+    return sow(self.linear(x), name='features')
+
+
+def leaves(node):
+  """Every Variable value of ``node`` as NumPy, keys as raw data."""
+  out = []
+  for path, var in nnx.to_flat_state(nnx.state(node)):
+    for value in jax.tree.leaves(var.get_value()):
+      if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+      out.append((path, np.asarray(value)))
+  return out
+
+
+class GraphNodesTest(parameterized.TestCase):
+
+  def assertSameState(self, actual, expected):
+    actual, expected = leaves(actual), leaves(expected)
+    self.assertEqual([p for p, _ in actual], [p for p, _ in expected])
+    for (path, a), (_, e) in zip(actual, expected):
+      np.testing.assert_array_equal(a, e, err_msg=str(path))
+
+  @parameterized.parameters(True, False)
+  def test_forms_and_updates_like_a_direct_call(self, graph):
+    with nnx.set_graph_mode(graph):
+      calls = {
+          'module': lambda m: (m, (X,), {}),
+          'bound method': lambda m: (m.__call__, (X,), {}),
+          'argument': lambda m: (lambda m, x: m(x), (m, X), {}),
+          'keyword': lambda m: (lambda x, *, m: m(x), (X,), {'m': m}),
+          'nested': lambda m: (lambda d, x: d['m'][0](x), ({'m': [m]}, X), {}),
+      }
+      for name, make in calls.items():
+        with self.subTest(name):
+          model = Model(nnx.Rngs(0))
+          twin = nnx.clone(model)
+          graphdef = nnx.graphdef(model)
+          f, args, kwargs = make(model)
+          with jax.checking_leaks():
+            out, collected = capture(f)(*args, **kwargs)
+          expected_out = twin(X)  # a direct call, sows ignored
+          np.testing.assert_array_equal(out, expected_out)
+          self.assertSameState(model, twin)
+          self.assertEqual(nnx.graphdef(model), graphdef)
+          self.assertEqual(list(collected), ['h'])
+          self.assertEqual(int(model.calls.get_value()), 1)
+
+  def test_unchanged_variables_are_not_written(self):
+    model = Model(nnx.Rngs(0))
+    model.eval()
+    kernel = model.linear.kernel.get_raw_value()
+    mean = model.norm.mean.get_raw_value()
+    out, collected = capture(model.features)(X)
+    self.assertIs(model.linear.kernel.get_raw_value(), kernel)
+    self.assertIs(model.norm.mean.get_raw_value(), mean)
+    expected = X @ kernel + model.linear.bias[...]
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(collected['features'][0], expected, rtol=1e-6)
+
+  def test_shared_references(self):
+    model = Model(nnx.Rngs(0))
+    model.tied = model.linear  # shared submodule
+
+    def f(a, b, x):
+      self.assertIs(a, b)
+      self.assertIs(a.tied, a.linear)
+      a.linear.kernel.set_value(a.linear.kernel.get_value() * 2)
+      return b.tied(x)
+
+    kernel = model.linear.kernel.get_value()
+    out, _ = capture(f)(model, model, X)
+    np.testing.assert_allclose(model.tied.kernel.get_value(), kernel * 2)
+    self.assertIs(model.tied, model.linear)
+    np.testing.assert_allclose(
+        out, X @ (kernel * 2) + model.linear.bias[...], rtol=1e-6
+    )
+
+  def test_returned_nodes(self):
+    model = Model(nnx.Rngs(0))
+    model.eval()
+
+    def f(m, x):
+      y = m(x)
+      return m, m.linear.kernel, nnx.State({'y': nnx.Intermediate(y)}), y
+
+    (m, kernel, state, y), _ = capture(f)(model, X)
+    self.assertIs(m, model)
+    self.assertIs(kernel, model.linear.kernel)
+    np.testing.assert_array_equal(state['y'].get_value(), y)
+    self.assertIsInstance(state['y'].get_value(), jax.Array)
+
+  def test_new_node_referencing_an_input(self):
+    model = Model(nnx.Rngs(0))
+
+    def f(m, x):
+      return nnx.Sequential(m.linear, jnp.tanh)
+
+    sequential, _ = capture(f)(model, X)
+    self.assertIs(sequential.layers[0], model.linear)
+
+  def test_structural_change_is_written_back(self):
+    model = Model(nnx.Rngs(0))
+
+    def f(m, x):
+      m.extra = nnx.Variable(x.sum())
+      return x
+
+    with jax.checking_leaks():
+      capture(f)(model, X)
+    np.testing.assert_allclose(model.extra.get_value(), X.sum())
+
+  def test_static_outputs_are_returned_as_is(self):
+    out, _ = capture(lambda m, x: ('label', 3, None, m.linear(x)))(
+        Model(nnx.Rngs(0)), X
+    )
+    self.assertEqual(out[:3], ('label', 3, None))
+
+  def test_a_variable_argument(self):
+    counter = nnx.Variable(jnp.zeros(()))
+
+    def f(counter, x):
+      counter.set_value(counter.get_value() + x.sum())
+      return counter.get_value()
+
+    out, _ = capture(f)(counter, X)
+    np.testing.assert_allclose(counter.get_value(), X.sum())
+    np.testing.assert_allclose(out, X.sum())
+
+  def test_inside_jit(self):
+    model = Model(nnx.Rngs(0))
+    twin = nnx.clone(model)
+
+    @nnx.jit
+    def step(m, x):
+      out, collected = capture(m)(x)
+      return out, collected['h'][0]
+
+    direct = nnx.jit(lambda m, x: m(x))  # same compiled arithmetic
+    for _ in range(2):
+      out, h = step(model, X)
+      np.testing.assert_array_equal(out, direct(twin, X))
+    self.assertSameState(model, twin)
+    self.assertEqual(h.shape, (2, 3))
+
+  @parameterized.parameters(dict(hijax=True), dict(ref=True))
+  def test_hijax_and_ref_variables(self, **defaults):
+
+    class Counter(nnx.Module):
+
+      def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+        self.count = nnx.Variable(jnp.zeros(()))
+
+      def __call__(self, x):
+        self.count[...] += 1
+        return sow(self.linear(x), name='y')
+
+    with nnx.var_defaults(**defaults):
+      model = Counter(nnx.Rngs(0))
+    plain = Counter(nnx.Rngs(0))
+    with jax.checking_leaks():
+      out, collected = capture(model)(X)
+    np.testing.assert_allclose(out, plain(X), rtol=1e-6)
+    np.testing.assert_allclose(collected['y'][0], plain(X), rtol=1e-6)
+    self.assertEqual(model.count[...], 1)
+    capture(model)(X)
+    self.assertEqual(model.count[...], 2)
+
+  def test_an_exception_writes_nothing(self):
+    model = Model(nnx.Rngs(0))
+    before = nnx.clone(model)
+
+    def f(m, x):
+      m(x)
+      raise RuntimeError('boom')
+
+    with self.assertRaisesRegex(RuntimeError, 'boom'):
+      capture(f)(model, X)
+    self.assertSameState(model, before)
+    self.assertEqual(nnx.graphdef(model), nnx.graphdef(before))
+
+  def test_threads_staging_the_same_model(self):
+    model = Model(nnx.Rngs(0))
+    model.eval()
+    kernel = model.linear.kernel.get_raw_value()
+    n = 4
+    barrier = threading.Barrier(n)
+    results, errors = {}, []
+
+    def f(m, x):
+      barrier.wait(60)
+      return m.features(x)
+
+    def worker(i):
+      try:
+        results[i] = capture(f)(model, X * i)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(120)
+    self.assertEmpty(errors)
+    self.assertIs(model.linear.kernel.get_raw_value(), kernel)
+    for i in range(n):
+      expected = (X * i) @ kernel + model.linear.bias[...]
+      np.testing.assert_allclose(results[i][0], expected, rtol=1e-6)
+      np.testing.assert_allclose(
+          results[i][1]['features'][0], expected, rtol=1e-6
+      )
+
+
+if __name__ == '__main__':
+  absltest.main()
