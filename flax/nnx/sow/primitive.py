@@ -33,6 +33,7 @@ import typing as tp
 
 import jax
 import numpy as np
+from jax import lax
 from jax._src import config as jax_config
 from jax._src import core
 from jax._src import effects
@@ -127,6 +128,46 @@ mlir.register_lowering(sow_p, _sow_lowering)
 ad.primitive_jvps[sow_p] = _sow_jvp
 ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch
+
+
+def _sows_inside(jaxpr: core.Jaxpr) -> list[Name]:
+  """The names of the sows in ``jaxpr``, at any depth."""
+  names = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is sow_p:
+      names.append(eqn.params['name'])
+    for sub in core.jaxprs_in_params(eqn.params):
+      names.extend(_sows_inside(sub))
+  return names
+
+
+_jax_cond_batcher = batching.fancy_primitive_batchers[lax.cond_p]
+
+
+def _cond_batch(axis_data, args, dims, **params):
+  # With a batched index, JAX's rule runs every branch on every example and
+  # selects the outputs: each branch's sows would record values for examples
+  # that did not take it, as if every branch had run. Refused while
+  # capturing; vmap of capture(f) is exact (capture turns the sows into
+  # branch outputs first, which the select then picks per example).
+  if (
+      harvesting.value
+      and dims[0] is not None
+      and 'branches_platforms' not in params
+  ):
+    names = [n for b in params['branches'] for n in _sows_inside(b.jaxpr)]
+    if names:
+      raise NotImplementedError(
+          'capture: jax.vmap of a cond/switch whose index depends on the'
+          ' mapped inputs runs every branch on every example, so its sows'
+          f' ({", ".join(sorted(set(map(repr, names))))}) cannot tell which'
+          ' branch an example took. Use jax.vmap(capture(f)) instead of'
+          ' capture(jax.vmap(f)), or sow outside the cond.'
+      )
+  return _jax_cond_batcher(axis_data, args, dims, **params)
+
+
+batching.fancy_primitive_batchers[lax.cond_p] = _cond_batch
 
 
 def describe(name: Name) -> str:
