@@ -145,7 +145,9 @@ class Scope:
 
   def record(self, site: Site, leaves: tp.Sequence[tp.Any]):
     if self.request.collect:
-      self.records.append((site, list(leaves)))
+      # A higher-order primitive bound eagerly may return a literal of its
+      # body as a raw literal value (checkpoint does): record arrays.
+      self.records.append((site, [as_array(leaf) for leaf in leaves]))
 
   def plant(self, site: Site) -> list[tp.Any] | None:
     if self.planter is None or site.name not in self.request.planted:
