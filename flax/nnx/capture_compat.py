@@ -61,6 +61,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import functools
@@ -77,6 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import config as jax_config
 
+import flax.errors
 import flax.nnx
 from flax.nnx import graphlib
 from flax.nnx import module as module_lib
@@ -394,8 +396,9 @@ def sow(
     return _LEGACY_SOW(self, variable_type, name, value, reduce_fn, init_fn)
   target = _resolve(self, variable_type)
   if target is None:
-    return _deprecated_sow(self, variable_type, name, value, reduce_fn,
-                           init_fn)
+    with _explain_unreachable(self, 'sow'):
+      return _deprecated_sow(self, variable_type, name, value, reduce_fn,
+                             init_fn)
   frame, path, accepted = target
   if not accepted:
     # Legacy drops it; the sow still reaches an enclosing transform capture.
@@ -411,6 +414,24 @@ def sow(
   primitive.sow(value, name=sow_name, tag=variable_type, mode=_mode(reduce_fn))
   _renew_scope()
   return True
+
+
+@contextlib.contextmanager
+def _explain_unreachable(module: Module, method: str):
+  """Explains a failed deprecated-path write inside a capture."""
+  try:
+    yield
+  except flax.errors.TraceContextError as e:
+    if _FRAMES.stack:
+      e.add_note(
+          f'nnx.capture: Module.{method} was called on a'
+          f' {type(module).__name__} that is not reachable from the captured'
+          ' module, so it took the deprecated path (a Variable attribute),'
+          ' which cannot be written from inside the traced function. Make'
+          ' the module a submodule of the captured one or pass it as an'
+          ' argument.'
+      )
+    raise
 
 
 def _keep_last(previous: tp.Any, value: tp.Any) -> tp.Any:
@@ -511,7 +532,8 @@ def perturb(
     return _LEGACY_PERTURB(self, name, value, variable_type)
   target = _resolve(self, variable_type)
   if target is None:
-    return _deprecated_perturb(self, name, value, variable_type)
+    with _explain_unreachable(self, 'perturb'):
+      return _deprecated_perturb(self, name, value, variable_type)
   frame, path, accepted = target
   if not accepted:
     return value
