@@ -225,7 +225,9 @@ _LOOP_BODY_CONTEXTS = {
 
 def _token_of(module: tp.Any) -> tp.Any:
   """A module's identity token: its ``_pytree__nodes`` mapping object."""
-  return vars(module).get('_pytree__nodes') if hasattr(module, '__dict__') else None
+  if not hasattr(module, '__dict__'):
+    return None
+  return vars(module).get('_pytree__nodes')
 
 
 def _mark(module: Module) -> tp.Any:
@@ -434,31 +436,54 @@ def _explain_unreachable(module: Module, method: str):
     raise
 
 
-def _keep_last(previous: tp.Any, value: tp.Any) -> tp.Any:
-  """A ``reduce_fn`` that keeps the last value sown."""
+def keep_last(previous: tp.Any, value: tp.Any) -> tp.Any:
+  """A ``reduce_fn`` for ``Module.sow`` that keeps the last value sown.
+
+  Sown with ``mode='clobber'``, so it can be used inside ``nnx.while_loop``.
+  """
   del previous
   return value
 
 
-keep_last = _keep_last
+# The bytecode of `lambda previous, value: value`.
+_KEEP_LAST_CODE = (lambda previous, value: value).__code__.co_code
 
 
 def _mode(reduce_fn) -> str:
   """``'clobber'`` for a reducer that keeps the last value, else append.
 
   Only a keep-last reducer has a meaning inside ``while_loop``, where the
-  number of sows is only known at run time.
+  number of sows is only known at run time. Besides :func:`keep_last`, any
+  plain function of two arguments that returns its second is recognized from
+  its bytecode (it is never called).
   """
-  if reduce_fn is _keep_last:
+  if reduce_fn is keep_last:
     return 'clobber'
-  if reduce_fn is tuple_reduce:
-    return 'append'
-  first, second = object(), object()
-  try:
-    keeps_last = reduce_fn(first, second) is second
-  except Exception:  # pylint: disable=broad-except
-    keeps_last = False
-  return 'clobber' if keeps_last else 'append'
+  code = getattr(reduce_fn, '__code__', None)
+  if (
+      isinstance(reduce_fn, types.FunctionType)
+      and code.co_argcount == 2
+      and not code.co_kwonlyargcount
+      and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+      and code.co_code == _KEEP_LAST_CODE
+  ):
+    return 'clobber'
+  return 'append'
+
+
+_EXTRACTING_INTERMEDIATES = (
+    'https://flax.readthedocs.io/en/latest/guides/extracting_intermediates.html'
+)
+# Flax 0.12.8's warning texts, whitespace included.
+_SOW_DEPRECATED = (
+    "Using 'Module.sow()' outside of 'nnx.capture()' is deprecated; see\n"
+    f'        {_EXTRACTING_INTERMEDIATES} for more information.\n        '
+)
+_PERTURB_DEPRECATED = (
+    "\n      Using 'Module.perturb()' outside of 'nnx.capture()' is"
+    ' deprecated; see\n'
+    f'      {_EXTRACTING_INTERMEDIATES} for more information.\n      '
+)
 
 
 def _deprecated_sow(self, variable_type, name, value, reduce_fn, init_fn):
@@ -478,9 +503,7 @@ def _deprecated_sow(self, variable_type, name, value, reduce_fn, init_fn):
   else:
     setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
   warnings.warn(
-      "Using 'Module.sow()' outside of 'nnx.capture()' is deprecated; see"
-      ' https://flax.readthedocs.io/en/latest/guides/extracting_intermediates.html'
-      ' for more information.',
+      _SOW_DEPRECATED,
       DeprecationWarning,
       stacklevel=3,
   )
@@ -566,9 +589,7 @@ def _deprecated_perturb(self, name, value, variable_type):
     perturbation = jax.tree.map(jnp.zeros_like, value)
     setattr(self, name, variable_type(perturbation))
   warnings.warn(
-      "Using 'Module.perturb()' outside of 'nnx.capture()' is deprecated; see"
-      ' https://flax.readthedocs.io/en/latest/guides/extracting_intermediates.html'
-      ' for more information.',
+      _PERTURB_DEPRECATED,
       DeprecationWarning,
       stacklevel=3,
   )

@@ -18,21 +18,21 @@ it works), values recomputed directly from the model's parameters, and
 ``jax.grad`` of explicit functions.
 """
 
+import inspect
 import threading
 import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
-from jax._src import config as jax_config
 import jax.numpy as jnp
 import numpy as np
 
 import flax
 from flax import nnx
 from flax.nnx import capture_compat
-from flax.nnx import graphlib
 from flax.nnx import module as module_lib
+from flax.nnx import sow
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
 
@@ -392,7 +392,6 @@ class FormsTest(CompatTestCase):
     )
 
   def test_signature_of_legacy(self):
-    import inspect  # pylint: disable=g-import-not-at-top
     self.assertEqual(
         inspect.signature(capture_compat.legacy).parameters.keys(),
         inspect.signature(capture_compat._LEGACY_CAPTURE).parameters.keys(),
@@ -620,9 +619,8 @@ class PerturbTest(CompatTestCase):
 
   def test_transform_capture_harvests_module_sows(self):
     # An enclosing flax.nnx.sow.capture sees what nnx.capture leaves.
-    from flax.nnx.sow import capture as sow_capture  # pylint: disable=g-import-not-at-top
     model = self.Model(nnx.Rngs(0))
-    (out, pert), collected = sow_capture(
+    (out, pert), collected = sow.capture(
         nnx.capture(model, nnx.Perturbation), tag=nnx.Intermediate
     )(X)
     h = X @ model.a.kernel[...] + model.a.bias[...]
@@ -642,17 +640,21 @@ class DeprecatedPathTest(CompatTestCase):
 
   def run_twice(self):
     model = self.Model()
-    with self.assertWarns(DeprecationWarning) as caught:
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always')
       out = model(X)
-    self.assertEqual(caught.filename, __file__)
-    with self.assertWarns(DeprecationWarning):
       model(X)
-    return model, out
+    self.assertLen(caught, 4)
+    for w in caught:
+      self.assertIs(w.category, DeprecationWarning)
+      self.assertEqual(w.filename, __file__)
+    return model, out, [(str(w.message), w.lineno) for w in caught]
 
   def test_like_legacy(self):
-    model, out = self.run_twice()
+    model, out, messages = self.run_twice()
     with capture_compat.uninstall():
-      model_legacy, out_legacy = self.run_twice()
+      model_legacy, out_legacy, messages_legacy = self.run_twice()
+    self.assertEqual(messages, messages_legacy)
     self.assertEqual(nnx.graphdef(model), nnx.graphdef(model_legacy))
     self.assertStatesEqual(nnx.state(model), nnx.state(model_legacy))
     self.assertTreeClose(out, out_legacy)
@@ -851,7 +853,8 @@ class TransformsTest(CompatTestCase):
     _, state = nnx.capture(stack, nnx.Intermediate)(X, axes)
     _, state_legacy = capture_compat.legacy(stack, nnx.Intermediate)(X, axes)
     self.assertStatesEqual(state, state_legacy)
-    kernels, biases = stack.blocks.linear.kernel[...], stack.blocks.linear.bias[...]
+    linear = stack.blocks.linear
+    kernels, biases = linear.kernel[...], linear.bias[...]
     x, hs = X, []
     for w, b in zip(kernels, biases):
       hs.append(x @ w + b)
@@ -918,7 +921,8 @@ class TransformsTest(CompatTestCase):
         ),
         nnx.Intermediate,
     )(stack, X)
-    kernels, biases = stack.blocks.linear.kernel[...], stack.blocks.linear.bias[...]
+    linear = stack.blocks.linear
+    kernels, biases = linear.kernel[...], linear.bias[...]
     self.assertCollected(
         state, {('blocks', 'h'): [jnp.einsum('i,lij->lj', X, kernels)
                                   + biases]}
