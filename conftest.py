@@ -1,20 +1,3 @@
-"""Makes the tests exercise this working tree, never an installed copy.
+"""Makes the tests exercise this working tree, never an installed copy."""
 
-``pip install .`` puts ``flax/nnx/sow`` inside the installed Flax package;
-putting this tree's ``flax/nnx`` first on ``flax.nnx.__path__`` makes
-``import flax.nnx.sow`` (and ``capture_compat``) resolve here, while every
-other ``flax.nnx`` module still comes from Flax itself.
-"""
-
-import os
-
-import flax.nnx
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_TREE_NNX = os.path.join(_HERE, 'flax', 'nnx')
-if _TREE_NNX not in flax.nnx.__path__:
-  flax.nnx.__path__.insert(0, _TREE_NNX)
-
-import flax.nnx.sow  # noqa: E402
-
-assert flax.nnx.sow.__file__.startswith(_TREE_NNX), flax.nnx.sow.__file__
+import _worktree  # noqa: F401

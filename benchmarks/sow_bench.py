@@ -37,7 +37,7 @@ import typing as tp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import conftest  # noqa: E402,F401  (import flax.nnx.sow from this tree)
+import _worktree  # noqa: E402,F401  (import flax.nnx.sow from this tree)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -73,7 +73,7 @@ class GuidesTest(parameterized.TestCase):
     self.assertLen(code_cells, len(python_blocks(
         os.path.join(ROOT, 'docs_nnx', 'guides', 'sow_transform.md'))))
     # The kernel is another process: make it import this working tree too.
-    notebook.cells.insert(0, nbformat.v4.new_code_cell('import conftest'))
+    notebook.cells.insert(0, nbformat.v4.new_code_cell('import _worktree'))
     client = nbclient.NotebookClient(
         notebook, timeout=600, kernel_name='python3',
         resources={'metadata': {'path': ROOT}})

@@ -29,6 +29,8 @@ Run: python tests/nnx/sow_parity_test.py [--report=PATH]
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import typing as tp
 
 from absl import flags
@@ -40,7 +42,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from flax.nnx import capture_compat
+if __name__ == '__main__':  # run directly: import this working tree
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
+  import _worktree  # pylint: disable=g-import-not-at-top,unused-import
+
+from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 
 _REPORT = flags.DEFINE_string(
     'report', None, 'Write a Markdown table of the comparisons to this path.'

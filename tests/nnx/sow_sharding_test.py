@@ -138,7 +138,7 @@ class SowShardingTest(absltest.TestCase):
         [root, *filter(None, [env.get('PYTHONPATH')])])
     result = subprocess.run(
         [sys.executable, '-c',
-         'import conftest, runpy, sys; sys.argv = [sys.argv[0]];'
+         'import _worktree, runpy, sys; sys.argv = [sys.argv[0]];'
          f' runpy.run_path({os.path.abspath(__file__)!r},'
          ' run_name="__main__")'],
         env=env, cwd=root, capture_output=True, text=True, timeout=600,
