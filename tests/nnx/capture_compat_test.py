@@ -1178,11 +1178,12 @@ class TransformsTest(CompatTestCase):
 
       def __init__(self, rngs):
         self.net = Net(rngs)
+        self.norm = nnx.LayerNorm(2, rngs=rngs)
         self.count = nnx.Variable(jnp.zeros(()))
 
       def __call__(self, x):
         self.count[...] += 1
-        return self.net(x)
+        return self.norm(self.net(x))
 
     with nnx.var_defaults(**defaults):
       model = Counter(nnx.Rngs(0))
@@ -1192,7 +1193,7 @@ class TransformsTest(CompatTestCase):
     for _ in range(2):
       out, state = nnx.capture(model, nnx.Intermediate)(X)
       self.assertCollected(state, expected)
-      self.assertTreeClose(out, by_hand(plain.net, X)[0])
+      self.assertTreeClose(out, plain.norm(by_hand(plain.net, X)[0]))
     self.assertEqual(model.count[...], 2)
     with nnx.var_defaults(**defaults):
       out, state = nnx.capture(model, nnx.Intermediate)(X)

@@ -43,8 +43,12 @@ graph node is written back through Flax's graph update, which, as in
 Variables whose value is a mutable array reference (``nnx.var_defaults(
 ref=True)``) are passed by reference: the jaxpr reads and writes the
 reference, so evaluating it updates the caller's Variable directly.
-Hijax Variables (``nnx.var_defaults(hijax=True)``) are passed by value like
-ordinary ones; their copies are hijax Variables created inside the trace.
+Hijax Variables (``nnx.var_defaults(hijax=True)``) are passed by value, and
+their copies are ordinary Variables (``hijax=False``) holding the same value:
+Flax 0.12.8's Hijax Variables do not yet support, under a trace, everything
+they support in a direct call (``LayerNorm`` reads ``.size``, ``BatchNorm``
+``._can_update``), and a copy behaves like the Variable of a direct call.
+Their final values are written back into the caller's Hijax Variables.
 """
 
 from __future__ import annotations
@@ -89,6 +93,30 @@ def _split_callable(f):
     func = f.__func__
     return f.__self__, lambda node, *args, **kwargs: func(node, *args, **kwargs)
   return None, lambda _, *args, **kwargs: f(*args, **kwargs)
+
+
+def _without_hijax(graphdef: graphlib.GraphDef) -> graphlib.GraphDef:
+  """``graphdef`` with its Hijax Variables made ordinary ones."""
+  nodes = []
+  changed = False
+  for node in graphdef.nodes:
+    if isinstance(node, graphlib.VariableDef) and node.metadata.get('hijax'):
+      metadata = dict(node.metadata, hijax=False)
+      node = graphlib.VariableDef(
+          type=node.type,
+          index=node.index,
+          outer_index=node.outer_index,
+          metadata=graphlib.HashableMapping(metadata, copy=False),
+          array_refdef=node.array_refdef,
+      )
+      changed = True
+    nodes.append(node)
+  if not changed:
+    return graphdef
+  return graphlib.GraphDef(
+      nodes=nodes, attributes=graphdef.attributes,
+      num_leaves=graphdef.num_leaves,
+  )
 
 
 def _raw_value(leaf: tp.Any) -> tp.Any:
@@ -198,6 +226,7 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
   graphdef, flat_state = graphlib.flatten(
       nodes, ref_index=ref_index, with_paths=True, graph=True
   )
+  graphdef = _without_hijax(graphdef)
   state_values = [_raw_value(leaf) for leaf in flat_state.leaves]
   state_leaves, state_treedef = jax.tree_util.tree_flatten(state_values)
 
