@@ -1194,6 +1194,15 @@ class TransformsTest(CompatTestCase):
       out, state = nnx.capture(model, nnx.Intermediate)(X)
       self.assertCollected(state, expected)
       self.assertTreeClose(out, plain.norm(by_hand(plain.net, X)[0]))
+    # Inside, Hijax Variables are ordinary ones holding the same values.
+    inside = []
+    nnx.capture(
+        lambda m, x: inside.append(m.count.hijax) or m(x), nnx.Intermediate
+    )(model, X)
+    self.assertEqual(inside, [False])
+    self.assertEqual(model.count.hijax, defaults.get('hijax', False))
+    self.assertEqual(model.count[...], 3)
+    model.count[...] = jnp.asarray(2.0)
     self.assertEqual(model.count[...], 2)
     with nnx.var_defaults(**defaults):
       out, state = nnx.capture(model, nnx.Intermediate)(X)
