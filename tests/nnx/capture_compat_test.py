@@ -606,6 +606,13 @@ class PerturbTest(CompatTestCase):
     )(X)
     self.assertStatesEqual(state, state_legacy)
     self.assertCollected(state, {('h',): [h]})
+    # Returned as a type of their own, init values come back unchanged.
+    _, returned = nnx.capture(model, nnx.Perturbation, init=shifted)(X)
+    _, returned_legacy = capture_compat.legacy(
+        model, nnx.Perturbation, init=shifted
+    )(X)
+    self.assertStatesEqual(returned, returned_legacy)
+    self.assertStatesEqual(returned, shifted)
 
   def test_perturb_without_capture_type_is_identity(self):
     model = self.Model(nnx.Rngs(0))
