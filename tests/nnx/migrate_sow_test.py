@@ -14,7 +14,7 @@
 """Tests for scripts/migrate/migrate_sow.py, the sow/capture codemod."""
 
 import glob
-import importlib.util
+import importlib
 import io
 import json
 import os
@@ -35,13 +35,13 @@ _DATA = os.path.join(_ROOT, 'tests', 'nnx', 'testdata', 'migrate_sow')
 
 
 def _load_codemod():
-  # Worker processes (spawned, since JAX is loaded here) import it by name.
+  # Imported by name, so that there is one module object however many
+  # places load it (pickling the --jobs workers' function needs that), and
+  # spawned worker processes can import it too.
   if os.path.dirname(_SCRIPT) not in sys.path:
     sys.path.append(os.path.dirname(_SCRIPT))
-  spec = importlib.util.spec_from_file_location('migrate_sow', _SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules['migrate_sow'] = module  # dataclasses and pickling need it
-  spec.loader.exec_module(module)
+  module = importlib.import_module('migrate_sow')
+  assert os.path.samefile(module.__file__, _SCRIPT), module.__file__
   return module
 
 
