@@ -32,6 +32,7 @@ from jax._src import core
 from jax._src.custom_batching import custom_vmap_p
 from jax._src import sharding_impls
 from jax._src import tree_util
+from jax._src import util as jax_util
 from jax._src.shard_map import shard_map_p
 from jax.sharding import PartitionSpec
 from jax._src.interpreters import partial_eval as pe
@@ -127,31 +128,20 @@ def _scan(scope: Scope, eqn, invals):
   planted = _take_planted(
       scope, [site.with_leading(length) for site in t.planted_sites]
   )
-  body = t.jaxpr.jaxpr
-  n_xs = len(body.invars) - n_consts - n_carry - len(planted)
-  consts_in, carry_in, xs_in, planted_in = _split(
-      body.invars, n_consts, n_carry, n_xs
-  )
-  carry_out, ys_out, sown_out = _split(
-      body.outvars, n_carry, len(eqn.outvars) - n_carry
-  )
-  per_site = interpreter.split_records(t.sites, sown_out)
-  clobber_out = [v for s, vs in per_site if s.mode == 'clobber' for v in vs]
-  append_out = [v for s, vs in per_site if s.mode == 'append' for v in vs]
-  clobber_in = [core.Var(v.aval) for v in clobber_out]  # never read
-  new_body = body.replace(
-      invars=[*consts_in, *carry_in, *clobber_in, *xs_in, *planted_in],
-      outvars=[*carry_out, *clobber_out, *ys_out, *append_out],
+  n_ys = len(eqn.outvars) - n_carry
+  new_jaxpr, clobber_avals = _scan_body(
+      t.jaxpr, t.sites, n_consts, n_carry, n_ys, len(planted)
   )
   consts, carry, xs = _split(invals, n_consts, n_carry)
   outs = interpreter.bind(
       eqn,
-      [*consts, *carry, *map(_zeros, clobber_out), *xs, *planted],
-      jaxpr=core.ClosedJaxpr(new_body, t.jaxpr.consts),
-      num_carry=n_carry + len(clobber_out),
+      [*consts, *carry, *map(ad_util.zeros_like_aval, clobber_avals), *xs,
+       *planted],
+      jaxpr=new_jaxpr,
+      num_carry=n_carry + len(clobber_avals),
   )
   carry, clobbered, ys, appended = _split(
-      outs, n_carry, len(clobber_out), len(ys_out)
+      outs, n_carry, len(clobber_avals), n_ys
   )
   clobbered, appended = iter(clobbered), iter(appended)
   for site in t.sites:
@@ -165,8 +155,29 @@ def _scan(scope: Scope, eqn, invals):
   return [*carry, *ys]
 
 
-def _zeros(atom) -> tp.Any:
-  return ad_util.zeros_like_aval(atom.aval)
+# The rewritten bodies are cached by the identity of the (cached) transformed
+# body: a new jaxpr object on every call would miss JAX's compilation cache,
+# so an eager capture would compile the loop again on each call.
+@jax_util.weakref_lru_cache(trace_context_in_key=False)
+def _scan_body(closed: core.ClosedJaxpr, sites, n_consts, n_carry, n_ys,
+               n_planted):
+  """The scan body with clobbered leaves as carries, appended ones as ys."""
+  body = closed.jaxpr
+  n_xs = len(body.invars) - n_consts - n_carry - n_planted
+  consts_in, carry_in, xs_in, planted_in = _split(
+      body.invars, n_consts, n_carry, n_xs
+  )
+  carry_out, ys_out, sown_out = _split(body.outvars, n_carry, n_ys)
+  per_site = interpreter.split_records(sites, sown_out)
+  clobber_out = [v for s, vs in per_site if s.mode == 'clobber' for v in vs]
+  append_out = [v for s, vs in per_site if s.mode == 'append' for v in vs]
+  clobber_in = [core.Var(v.aval) for v in clobber_out]  # never read
+  new_body = body.replace(
+      invars=[*consts_in, *carry_in, *clobber_in, *xs_in, *planted_in],
+      outvars=[*carry_out, *clobber_out, *ys_out, *append_out],
+  )
+  return (core.ClosedJaxpr(new_body, closed.consts),
+          tuple(v.aval for v in clobber_out))
 
 
 def _split(values: tp.Sequence[tp.Any], *sizes: int) -> list[list[tp.Any]]:
@@ -256,21 +267,31 @@ def _while(scope: Scope, eqn, invals):
     )
   init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
   n_cond, n_body = p['cond_nconsts'], p['body_nconsts']
-  body, cond = t.jaxpr.jaxpr, p['cond_jaxpr']
-  n_carry = len(eqn.outvars)
-  carry_out, clobber_out = _split(body.outvars, n_carry)
+  body_jaxpr, cond_jaxpr = _while_jaxprs(
+      t.jaxpr, p['cond_jaxpr'], len(eqn.outvars)
+  )
+  outs = interpreter.bind(
+      eqn,
+      [*invals, *init],
+      body_jaxpr=body_jaxpr,
+      cond_jaxpr=cond_jaxpr,
+  )
+  del n_cond, n_body  # the constants keep their positions
+  return _finish(scope, eqn, outs, t.sites)
+
+
+@jax_util.weakref_lru_cache(trace_context_in_key=False)
+def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
+                  n_carry: int):
+  """Body and condition taking the clobbered leaves as extra carries."""
+  body = closed.jaxpr
+  _, clobber_out = _split(body.outvars, n_carry)
   clobber_body_in = [core.Var(v.aval) for v in clobber_out]  # never read
   clobber_cond_in = [core.Var(v.aval) for v in clobber_out]  # never read
   new_body = body.replace(invars=[*body.invars, *clobber_body_in])
   new_cond = cond.jaxpr.replace(invars=[*cond.jaxpr.invars, *clobber_cond_in])
-  outs = interpreter.bind(
-      eqn,
-      [*invals, *init],
-      body_jaxpr=core.ClosedJaxpr(new_body, t.jaxpr.consts),
-      cond_jaxpr=core.ClosedJaxpr(new_cond, cond.consts),
-  )
-  del n_cond, n_body  # the constants keep their positions
-  return _finish(scope, eqn, outs, t.sites)
+  return (core.ClosedJaxpr(new_body, closed.consts),
+          core.ClosedJaxpr(new_cond, cond.consts))
 
 
 def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
