@@ -1,0 +1,606 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Reliability: concurrency, leaks, failure, and the bad-input catalogue.
+
+* 8 threads x 50 captures over shared functions and a shared model each get
+  exactly their own values;
+* the core cases pass under ``jax.checking_leaks()``; after an exception in
+  a captured function nothing remains; 1,000 eager captures keep memory flat;
+* every bad input of docs_nnx/guides/sow_bad_inputs.md gets the exact error
+  the guide shows, and the guide lists exactly the cases tested here.
+"""
+
+import contextlib
+import gc
+import io
+import logging
+import os
+import re
+import threading
+import tracemalloc
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from flax import nnx
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import capture
+from flax.nnx.sow import perturb
+from flax.nnx.sow import plant
+from flax.nnx.sow import primitive
+from flax.nnx.sow import sow
+
+X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
+GUIDE = os.path.join(os.path.dirname(__file__), '..', '..', 'docs_nnx',
+                     'guides', 'sow_bad_inputs.md')
+
+
+def _jit_body(v):
+  return sow(v * 2.0, name='jit')
+
+
+def _scan_step(c, _):
+  return sow(jnp.tanh(c), name='scan'), None
+
+
+def _cond_true(v):
+  return sow(v + 1.0, name='cond')
+
+
+def _cond_false(v):
+  return sow(v - 1.0, name='cond')
+
+
+def _remat_body(v):
+  return sow(jnp.sin(v), name='remat')
+
+
+def _vmap_body(v):
+  return sow(v * v, name='vmap')
+
+
+# Functions defined once: JAX retraces and recompiles a jit, loop or branch
+# whose function is a new closure on each call, with or without capture.
+_jit_fn = jax.jit(_jit_body)
+_remat_fn = jax.checkpoint(_remat_body)
+_vmap_fn = jax.vmap(_vmap_body)
+
+
+def program(x):
+  """A sow at each kind of site: top level, jit, scan, cond, remat, vmap."""
+  h = sow(jnp.sin(x), name='top')
+  h = _jit_fn(h)
+  h = lax.scan(_scan_step, h, None, length=3)[0]
+  h = lax.cond(h[0] > 0, _cond_true, _cond_false, h)
+  h = _remat_fn(h)
+  return _vmap_fn(h)
+
+
+def program_by_hand(x):
+  """``program`` without sows: the oracle of every value it sows."""
+  values = {}
+  h = values['top'] = jnp.sin(x)
+  h = values['jit'] = jax.jit(lambda v: v * 2.0)(h)
+  steps = []
+  for _ in range(3):
+    h = jnp.tanh(h)
+    steps.append(h)
+  values['scan'] = jnp.stack(steps)
+  h = values['cond'] = h + 1.0 if h[0] > 0 else h - 1.0
+  h = values['remat'] = jnp.sin(h)
+  h = values['vmap'] = h * h
+  return h, values
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(3, 4, rngs=rngs)
+
+  def __call__(self, x):
+    h = sow(jnp.tanh(self.linear(x)), name='hidden')
+    return sow(jnp.sum(h * h), name='energy')
+
+
+class ConcurrencyTest(absltest.TestCase):
+
+  def test_threads_get_their_own_values(self):
+    model = Model(nnx.Rngs(0))
+    jitted = jax.jit(program)
+    n_threads, n_calls = 8, 50
+    inputs = [[X + 0.01 * (t * n_calls + i) for i in range(n_calls)]
+              for t in range(n_threads)]
+    # Oracles, single-threaded and without sow machinery.
+    expected = [[(program_by_hand(x), jnp.tanh(model.linear(x)))
+                 for x in xs] for xs in inputs]
+    kernel_before = np.asarray(model.linear.kernel[...]).copy()
+    barrier = threading.Barrier(n_threads)
+    failures = []
+
+    # Shared by every thread.
+    runs = [capture(program), jax.jit(capture(program)), capture(jitted)]
+    captured_model = capture(model)
+
+    def work(t):
+      barrier.wait()
+      try:
+        for i, x in enumerate(inputs[t]):
+          (want_out, want), want_hidden = expected[t][i]
+          out, collected = runs[(t + i) % 3](x)
+          np.testing.assert_array_equal(out, want_out)
+          self.assertEqual(list(collected), list(want))
+          for name, value in want.items():
+            self.assertLen(collected[name], 1)
+            np.testing.assert_allclose(collected[name][0], value, rtol=1e-6)
+          energy, sown = captured_model(x)
+          np.testing.assert_array_equal(sown['hidden'][0], want_hidden)
+          np.testing.assert_array_equal(sown['energy'][0], energy)
+          np.testing.assert_array_equal(
+              plant(program, collected)(x), want_out)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,))
+               for t in range(n_threads)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    self.assertEqual(failures, [])
+    np.testing.assert_array_equal(model.linear.kernel[...], kernel_before)
+    self.assertFalse(primitive.harvesting.value)
+
+
+class LeakTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('eager', capture),
+      ('jit_of_capture', lambda f: jax.jit(capture(f))),
+  )
+  def test_core_cases_under_checking_leaks(self, wrap):
+    with jax.checking_leaks():
+      out, collected = wrap(program)(X)
+      want_out, want = program_by_hand(X)
+      np.testing.assert_allclose(out, want_out, rtol=1e-6)
+      for name, value in want.items():
+        np.testing.assert_allclose(collected[name][0], value, rtol=1e-6)
+
+      def loss(x):
+        return jnp.sum(perturb(jnp.sin(x), name='g') ** 2)
+
+      _, collected = wrap(jax.grad(loss))(X)
+      np.testing.assert_allclose(collected['g'][0], 2 * np.sin(X), rtol=1e-6)
+
+      def clobbered(x):
+        sow(x, name='c', mode='clobber')
+        return lax.while_loop(lambda c: c[0] < 3.0,
+                              lambda c: sow(c + 1.0, name='c', mode='clobber'),
+                              x)
+
+      _, collected = wrap(clobbered)(X)
+      np.testing.assert_array_equal(collected['c'][0], X + 3.0)
+      (_, inner), outer = wrap(capture(program, names=['scan']))(X)
+      self.assertEqual(list(inner), ['scan'])
+      self.assertEqual(list(outer), ['top', 'jit', 'cond', 'remat', 'vmap'])
+      _, collected = capture(program)(X)
+      planted, _ = wrap(plant(program, collected))(X)
+      np.testing.assert_array_equal(planted, program(X))
+
+  @parameterized.named_parameters(
+      ('in_f', 'f'),
+      ('in_the_interpreter', 'interpreter'),
+      ('in_plant', 'plant'),
+      ('in_a_nested_capture', 'nested'),
+  )
+  def test_nothing_remains_after_an_exception(self, where):
+    class Boom(Exception):
+      pass
+
+    def failing(x):
+      sow(x, name='before')
+      if where == 'f':
+        raise Boom('raised while tracing f')
+      if where == 'interpreter':  # an append sow in a while_loop: refused
+        return lax.while_loop(lambda c: c[0] < 3.0,
+                              lambda c: sow(c + 1.0, name='w'), x)
+      return x
+
+    runs = {
+        'f': lambda: capture(failing)(X),
+        'interpreter': lambda: capture(failing)(X),
+        'plant': lambda: plant(failing, {'before': (X[:2],)})(X),
+        'nested': lambda: capture(jax.jit(capture(
+            lambda x: failing(x) + jnp.asarray(Boom('no array')))))(X),
+    }
+    with self.assertRaises(Exception):
+      runs[where]()
+    # Nothing remains: no harvesting flag, sow is the identity without an
+    # effect, and the next capture is normal.
+    self.assertFalse(primitive.harvesting.value)
+    jaxpr = jax.make_jaxpr(lambda x: sow(x * 2.0, name='after'))(X)
+    self.assertEqual(jaxpr.effects, set())
+    self.assertIs(sow(X, name='after'), X)
+    out, collected = capture(program)(X)
+    want_out, want = program_by_hand(X)
+    np.testing.assert_allclose(out, want_out, rtol=1e-6)
+    self.assertEqual(list(collected), list(want))
+    for name in want:
+      self.assertLen(collected[name], 1)
+
+  def test_memory_is_flat_over_1000_eager_captures(self):
+    def run(n):
+      for i in range(n):
+        out, collected = capture(_memory_program)(X + i)
+        del out, collected
+
+    def measure():
+      gc.collect()
+      return (tracemalloc.get_traced_memory()[0], len(gc.get_objects()),
+              len(jax.live_arrays()))
+
+    run(100)  # warm up: compilation and every cache filled once
+    tracemalloc.start()
+    try:
+      before = measure()
+      run(1000)
+      after = measure()
+    finally:
+      tracemalloc.stop()
+    memory, objects, arrays = (a - b for a, b in zip(after, before))
+    # A leak of one record, jaxpr or array per call would be >= 1,000 objects
+    # and far more than 1 MB of Python memory.
+    self.assertLess(memory, 1 << 20)
+    self.assertLess(objects, 1000)
+    self.assertLessEqual(arrays, 0)
+
+
+  def test_eager_capture_of_loops_compiles_once(self):
+    # Found by the memory test: the scan and while_loop rules built a new
+    # body jaxpr on every call, so JAX's compilation cache never hit and an
+    # eager capture compiled its loops again on each call (about 100x slower,
+    # and memory grew with every call).
+    def f(x):
+      sow(x, name='w', mode='clobber')
+      x = lax.while_loop(_below_3, _clobber_step, x)
+      return lax.scan(_memory_step, x, None, length=2)[0]
+
+    inputs = [X + i for i in range(3)]
+    capture(f)(X)  # warm up: compiles once
+    with self.assertLogs(level=logging.WARNING) as logs:
+      with jax.log_compiles(True):
+        for x in inputs:
+          out, collected = capture(f)(x)
+    compiles = [m for m in logs.output if 'Compiling' in m]
+    self.assertEqual(compiles, [])
+    # Oracle: the loops by hand.
+    c = np.asarray(X + 2)
+    while c[0] < 3.0:
+      c = c + 1.0
+    np.testing.assert_array_equal(collected['w'][0], c)
+    np.testing.assert_array_equal(collected['scan'][0],
+                                  np.stack([c * 0.5, c * 0.25]))
+    np.testing.assert_array_equal(out, c * 0.25)
+
+
+# Module-level functions: JAX itself retraces and recompiles a loop whose body
+# is a new closure on each call.
+def _below_3(c):
+  return c[0] < 3.0
+
+
+def _clobber_step(c):
+  return sow(c + 1.0, name='w', mode='clobber')
+
+
+# The functions of the memory test are defined once: a new closure per call
+# would be a new function to JAX, traced and compiled anew on each call
+# (with or without capture), which is JAX's cache growing, not ours.
+_memory_jitted = jax.jit(lambda v: sow(jnp.tanh(v), name='jit') * 2.0)
+
+
+def _memory_step(c, _):
+  return sow(c * 0.5, name='scan'), None
+
+
+def _memory_program(x):
+  x = sow(jnp.sin(x), name='top')
+  x = _memory_jitted(x)
+  return lax.scan(_memory_step, x, None, length=2)[0]
+
+
+# ---------------------------------------------------------------------------
+# The bad-input catalogue. Each case: what is tried, and the exact error,
+# type and message, with source locations written `(at <location>)`.
+
+def _while_append(x):
+  return lax.while_loop(lambda c: c[0] < 5.0, lambda c: sow(c + 1.0,
+                                                            name='step'), x)
+
+
+def _while_no_prior(x):
+  return lax.while_loop(lambda c: c[0] < 5.0,
+                        lambda c: sow(c + 1.0, name='c', mode='clobber'), x)
+
+
+def _while_prior_mismatch(x):
+  sow(x[:2], name='c', mode='clobber')
+  return _while_no_prior(x)
+
+
+def _h(x):
+  return sow(jnp.sin(x), name='h') + 1.0
+
+
+def _cond(true_fun, false_fun):
+  return lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x)
+
+
+CASES = {
+    'name_int': (
+        lambda: sow(X, name=3),
+        'TypeError: sow(name=3): name must be a str or a non-empty tuple of'
+        ' str/int, got 3 of type int.'),
+    'name_empty_tuple': (
+        lambda: sow(X, name=()),
+        'TypeError: sow(name=()): name must be a str or a non-empty tuple of'
+        ' str/int, got () of type tuple.'),
+    'name_float_part': (
+        lambda: sow(X, name=('layer', 1.5)),
+        "TypeError: sow(name=('layer', 1.5)): name must be a str or a"
+        " non-empty tuple of str/int, got ('layer', 1.5) of type tuple."),
+    'name_bool_part': (
+        lambda: sow(X, name=('layer', True)),
+        "TypeError: sow(name=('layer', True)): name must be a str or a"
+        " non-empty tuple of str/int, got ('layer', True) of type tuple."),
+    'name_list': (
+        lambda: sow(X, name=['h']),
+        "TypeError: sow(name=['h']): name must be a str or a non-empty tuple"
+        " of str/int, got ['h'] of type list."),
+    'tag_unhashable': (
+        lambda: sow(X, name='h', tag=['t']),
+        "TypeError: sow(name='h'): tag must be hashable (it is static), got"
+        " ['t'] of type list."),
+    'mode_unknown': (
+        lambda: sow(X, name='h', mode='stack'),
+        "ValueError: sow(name='h'): mode must be one of ('append', 'clobber'),"
+        " got 'stack'."),
+    'leaf_str': (
+        lambda: sow({'x': X, 'label': 'hello'}, name='h'),
+        "TypeError: sow(name='h'): every leaf must be an array or a Python"
+        " number, got 'hello' of type str at value['label']."),
+    'leaf_function': (
+        lambda: sow({'f': len}, name='h'),
+        "TypeError: sow(name='h'): every leaf must be an array or a Python"
+        " number, got <built-in function len> of type"
+        " builtin_function_or_method at value['f']."),
+    'perturb_integer': (
+        lambda: perturb(jnp.arange(3), name='g'),
+        "TypeError: perturb(name='g'): only floating-point values have"
+        ' gradients, got dtype int32 at value.'),
+    'capture_not_callable': (
+        lambda: capture(3),
+        'TypeError: capture: expected a callable, got 3 of type int.'),
+    'capture_names_type': (
+        lambda: capture(_h, names=3),
+        'TypeError: capture: names must be None, a name, a collection of'
+        ' names or a predicate, got 3 of type int.'),
+    'capture_names_element': (
+        lambda: capture(_h, names=[1.5]),
+        'TypeError: capture: name must be a str or a non-empty tuple of'
+        ' str/int, got 1.5 of type float.'),
+    'capture_tag_unhashable': (
+        lambda: capture(_h, tag={'t'}),
+        "TypeError: capture: tag must be hashable (it is static), got {'t'}"
+        ' of type set.'),
+    'plant_not_callable': (
+        lambda: plant(3, {}),
+        'TypeError: plant: expected a callable, got 3 of type int.'),
+    'plant_values_not_mapping': (
+        lambda: plant(_h, [X]),
+        'TypeError: plant: values must map names to tuples of values (the'
+        ' shape capture returns), got list.'),
+    'plant_entries_not_tuple': (
+        lambda: plant(_h, {'h': X}),
+        "TypeError: plant: values['h'] must be a tuple with one value per"
+        ' sow, got ArrayImpl.'),
+    'plant_bad_name': (
+        lambda: plant(_h, {3: (X,)}),
+        'TypeError: plant: name must be a str or a non-empty tuple of'
+        ' str/int, got 3 of type int.'),
+    'plant_structure': (
+        lambda: plant(_h, {'h': ((X,),)})(X),
+        "ValueError: plant: values['h'][0] has structure PyTreeDef((*,)), but"
+        ' the sow has structure PyTreeDef(*).'),
+    'plant_shape': (
+        lambda: plant(_h, {'h': (jnp.zeros(4),)})(X),
+        "ValueError: plant: values['h'][0] has a leaf of float32[4], but the"
+        ' sow has float32[3].'),
+    'plant_dtype': (
+        lambda: plant(_h, {'h': (jnp.zeros(3, jnp.int32),)})(X),
+        "ValueError: plant: values['h'][0] has a leaf of int32[3], but the"
+        ' sow has float32[3].'),
+    'plant_too_many': (
+        lambda: plant(_h, {'h': (X, X)})(X),
+        "ValueError: plant: values['h'] has 2 entries but the function sows"
+        " 'h' 1 times."),
+    'plant_too_few': (
+        lambda: plant(lambda x: _h(_h(x)), {'h': (X,)})(X),
+        "ValueError: plant: values['h'] has 1 entries but the function sows"
+        " 'h' more often."),
+    'plant_never_sown': (
+        lambda: plant(_h, {'nope': (X,)})(X),
+        "ValueError: plant: the function never sows 'nope'."),
+    'plant_clobber': (
+        lambda: plant(lambda x: sow(x, name='c', mode='clobber'),
+                      {'c': (X,)})(X),
+        "ValueError: plant: 'c' is sown with mode='clobber', so capture keeps"
+        ' only its last value and there is no value per sow to plant; sow it'
+        " with mode='append' to plant it."),
+    'plant_shard_map': (
+        lambda: plant(jax.pmap(lambda x: sow(x * 2.0, name='v')),
+                      {'v': (X[:1],)})(X[:1]),
+        'NotImplementedError: plant: planting into a shard_map is not'
+        ' supported yet; plant outside the shard_map or capture only.'),
+    'cond_names_differ': (
+        lambda: capture(_cond(lambda v: sow(v, name='a'),
+                              lambda v: sow(v, name='b')))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'b' (append, PyTreeDef(*), float32[3])\n"
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_one_branch_sows': (
+        lambda: capture(_cond(lambda v: sow(v, name='a'), lambda v: v))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        '  branch 0 sows nothing\n'
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_shapes_differ': (
+        lambda: capture(_cond(lambda v: (sow(v, name='a'), v)[1],
+                              lambda v: (sow(v[:2], name='a'), v)[1]))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'a' (append, PyTreeDef(*), float32[2])\n"
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_modes_differ': (
+        lambda: capture(_cond(lambda v: sow(v, name='a', mode='clobber'),
+                              lambda v: sow(v, name='a')))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'a' (append, PyTreeDef(*), float32[3])\n"
+        "  branch 1 sows 'a' (clobber, PyTreeDef(*), float32[3])"),
+    'vmap_of_cond_with_batched_index': (
+        lambda: capture(jax.vmap(_cond(lambda v: sow(v, name='b'),
+                                       lambda v: sow(-v, name='b'))))(
+                                           jnp.stack([X, -X])),
+        'NotImplementedError: capture: jax.vmap of a cond/switch whose index'
+        ' depends on the mapped inputs runs every branch on every example, so'
+        " its sows ('b') cannot tell which branch an example took. Use"
+        ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
+        ' outside the cond.'),
+    'while_append': (
+        lambda: capture(_while_append)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) sows'
+        " 'step' with mode='append'; its trip count is only known at run"
+        ' time, so appended values cannot have a static shape. Use'
+        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
+        ' with static bounds, or move the sows out.'),
+    'fori_loop_traced_bounds_append': (
+        lambda: capture(lambda x, n: lax.fori_loop(
+            0, n, lambda i, c: sow(c + 1.0, name='step'), x))(X, jnp.int32(3)),
+        'NotImplementedError: capture: a while_loop (at <location>) sows'
+        " 'step' with mode='append'; its trip count is only known at run"
+        ' time, so appended values cannot have a static shape. Use'
+        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
+        ' with static bounds, or move the sows out.'),
+    'while_clobber_without_prior': (
+        lambda: capture(_while_no_prior)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) clobbers'
+        " 'c' but may run zero times, and before the loop (in the same"
+        ' function body) nothing was sown under that name with the same'
+        " structure, shapes and dtypes ('c' (clobber, PyTreeDef(*),"
+        ' float32[3])). A zero-trip loop has no true value to return, so sow'
+        " the initial value first, e.g. sow(init, name=..., mode='clobber')."),
+    'while_clobber_prior_mismatch': (
+        lambda: capture(_while_prior_mismatch)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) clobbers'
+        " 'c' but may run zero times, and before the loop (in the same"
+        " function body) 'c' (clobber, PyTreeDef(*), float32[2]) was sown"
+        ' under that name with the same structure, shapes and dtypes'
+        " ('c' (clobber, PyTreeDef(*), float32[3])). A zero-trip loop has no"
+        ' true value to return, so sow the initial value first, e.g.'
+        " sow(init, name=..., mode='clobber')."),
+    'while_condition_sows': (
+        lambda: capture(lambda x: lax.while_loop(
+            lambda c: sow(c, name='c')[0] < 5.0, lambda c: c + 1.0, x))(X),
+        'NotImplementedError: capture: the condition of a while_loop (at'
+        ' <location>) sows; move the sows into the body or out of the'
+        ' loop.'),
+    'unsupported_primitive': (
+        lambda: capture(lambda b: lax.custom_linear_solve(
+            lambda v: sow(v * 2.0, name='mv'), b, lambda mv, r: r / 2.0,
+            symmetric=True))(X),
+        "NotImplementedError: capture: the higher-order primitive"
+        " 'custom_linear_solve' (at <location>) contains sows 'mv' and has"
+        ' no capture rule; move the sows out of it or exclude them with'
+        ' capture(..., tag=..., names=...).'),
+}
+
+_LOCATION = re.compile(r'\(at [^\n]*?:\d+(?::\d+)? \([^()\n]*\)\)')
+
+
+def error_text(thunk) -> str:
+  """``'Type: message'`` of the error ``thunk`` raises, locations elided."""
+  try:
+    thunk()
+  except Exception as e:  # pylint: disable=broad-except
+    return _LOCATION.sub('(at <location>)', f'{type(e).__name__}: {e}')
+  raise AssertionError('no error raised')
+
+
+class BadInputTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(case, case) for case in CASES])
+  def test_bad_input(self, case):
+    thunk, expected = CASES[case]
+    self.assertEqual(error_text(thunk), expected)
+    # A refused call leaves nothing behind.
+    self.assertFalse(primitive.harvesting.value)
+
+
+def guide_sections() -> dict[str, tuple[str, str]]:
+  """``case -> (python code, text block)`` from the guide's catalogue."""
+  with open(GUIDE) as f:
+    guide = f.read()
+  catalogue = guide.split('<!-- catalogue -->')[1]
+  sections = re.split(r'^### `(\w+)`\n', catalogue, flags=re.MULTILINE)[1:]
+  found = {}
+  for case, body in zip(sections[::2], sections[1::2]):
+    code = re.findall(r'^```python\n(.*?)^```$', body, re.M | re.S)
+    text = re.findall(r'^```text\n(.*?)^```$', body, re.M | re.S)
+    assert len(code) == 1 and len(text) == 1, case
+    found[case] = (code[0], text[0].rstrip('\n'))
+  return found
+
+
+class CatalogueTest(absltest.TestCase):
+
+  def test_guide_lists_exactly_the_tested_cases_with_their_errors(self):
+    sections = guide_sections()
+    self.assertEqual(list(sections), list(CASES))
+    for case, (_, text) in sections.items():
+      self.assertEqual(text, CASES[case][1], case)
+
+  def test_guide_code_prints_the_errors_it_shows(self):
+    with open(GUIDE) as f:
+      guide = f.read()
+    setup = guide.split('<!-- catalogue -->')[0]
+    namespace = {'__name__': '__guide__'}
+    for block in re.findall(r'^```python\n(.*?)^```$', setup, re.M | re.S):
+      exec(block, namespace)  # pylint: disable=exec-used
+    for case, (code, text) in guide_sections().items():
+      out = io.StringIO()
+      with contextlib.redirect_stdout(out):
+        exec(code, namespace)  # pylint: disable=exec-used
+      self.assertEqual(out.getvalue().rstrip('\n'), text, case)
+
+
+if __name__ == '__main__':
+  absltest.main()
