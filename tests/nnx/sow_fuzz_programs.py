@@ -279,7 +279,7 @@ def _offsets(size: int) -> np.ndarray:
 # (a) The program as a JAX function.
 
 def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
-  """The JAX function of ``node``; ``seen[ident]`` gets nested captures' names."""
+  """The JAX function of ``node``; ``seen`` gets nested captures' names."""
   if isinstance(node, Op):
     return functools.partial(_op, node)
   if isinstance(node, Sow):

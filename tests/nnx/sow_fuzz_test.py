@@ -52,10 +52,6 @@ GRAD_RTOL = 1e-5
 GRAD_ATOL = 1e-6
 
 
-def describe(program) -> str:
-  return repr(program)
-
-
 def check_leaf(test, where, got, leaf: fp.Leaf):
   got = np.asarray(got)
   shaped = [v for v in leaf.cands.values() if v.shape == got.shape]
