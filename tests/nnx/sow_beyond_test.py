@@ -177,7 +177,7 @@ class ModesTest(parameterized.TestCase):
 
     with self.assertRaisesRegex(
         NotImplementedError, r"(?s)clobbers 'c' but may run zero times.*"
-        r'nothing was sown'
+        r'nothing was sown under that name before the loop'
     ):
       capture(f)(jnp.float32(0))
 
@@ -323,7 +323,7 @@ class PlantTest(parameterized.TestCase):
        r'float32\[3\]'),
       ('dtype', {'h': (jnp.zeros(3, jnp.int32),)}, r'int32\[3\]'),
       ('too_many', {'h': (jnp.zeros(3), jnp.zeros(3))}, r'2 entries but the '
-       r'function sows .h. 1 times'),
+       r'function sows .h. 1 time\.'),
       ('never_sown', {'nope': (jnp.zeros(3),)}, "never sows 'nope'"),
   )
   def test_mismatches(self, values, message):

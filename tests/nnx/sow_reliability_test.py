@@ -436,7 +436,7 @@ CASES = {
     'plant_too_many': (
         lambda: plant(_h, {'h': (X, X)})(X),
         "ValueError: plant: values['h'] has 2 entries but the function sows"
-        " 'h' 1 times."),
+        " 'h' 1 time."),
     'plant_too_few': (
         lambda: plant(lambda x: _h(_h(x)), {'h': (X,)})(X),
         "ValueError: plant: values['h'] has 1 entries but the function sows"
@@ -513,19 +513,19 @@ CASES = {
     'while_clobber_without_prior': (
         lambda: capture(_while_no_prior)(X),
         'NotImplementedError: capture: a while_loop (at <location>) clobbers'
-        " 'c' but may run zero times, and before the loop (in the same"
-        ' function body) nothing was sown under that name with the same'
-        " structure, shapes and dtypes ('c' (clobber, PyTreeDef(*),"
-        ' float32[3])). A zero-trip loop has no true value to return, so sow'
-        " the initial value first, e.g. sow(init, name=..., mode='clobber')."),
+        " 'c' but may run zero times, and nothing was sown under that name"
+        ' before the loop (in the same function body). The loop sows'
+        " 'c' (clobber, PyTreeDef(*), float32[3]); a zero-trip loop has no"
+        ' true value to return, so sow a value like it before the loop, e.g.'
+        " sow(init, name=..., mode='clobber')."),
     'while_clobber_prior_mismatch': (
         lambda: capture(_while_prior_mismatch)(X),
         'NotImplementedError: capture: a while_loop (at <location>) clobbers'
-        " 'c' but may run zero times, and before the loop (in the same"
-        " function body) 'c' (clobber, PyTreeDef(*), float32[2]) was sown"
-        ' under that name with the same structure, shapes and dtypes'
-        " ('c' (clobber, PyTreeDef(*), float32[3])). A zero-trip loop has no"
-        ' true value to return, so sow the initial value first, e.g.'
+        " 'c' but may run zero times, and the value sown under that name"
+        " before the loop, 'c' (clobber, PyTreeDef(*), float32[2]), differs"
+        ' from it in structure, shapes or dtypes. The loop sows'
+        " 'c' (clobber, PyTreeDef(*), float32[3]); a zero-trip loop has no"
+        ' true value to return, so sow a value like it before the loop, e.g.'
         " sow(init, name=..., mode='clobber')."),
     'while_condition_sows': (
         lambda: capture(lambda x: lax.while_loop(

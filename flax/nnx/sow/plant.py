@@ -138,7 +138,7 @@ class _ValuesPlanter:
       if used != len(entries):
         raise ValueError(
             f'plant: values[{name!r}] has {len(entries)} entries but the'
-            f' function sows {name!r} {used} times.'
+            f' function sows {name!r} {used} time{"" if used == 1 else "s"}.'
         )
 
 

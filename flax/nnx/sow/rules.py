@@ -260,11 +260,9 @@ def _while(scope: Scope, eqn, invals):
         ' have a static shape. Use mode=\'clobber\' (keeps the last value),'
         ' lax.scan or a fori_loop with static bounds, or move the sows out.'
     )
-  if t.planted_sites:
-    raise NotImplementedError(
-        f'plant: cannot plant into a while_loop (at {interpreter.where(eqn)}):'
-        f' {interpreter.describe_names(s.name for s in t.planted_sites)}.'
-    )
+  # Nothing is planted here: appended sows were refused above, and planting
+  # a clobbered name is refused by Scope.plant.
+  assert not t.planted_sites, t.planted_sites
   init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
   n_cond, n_body = p['cond_nconsts'], p['body_nconsts']
   body_jaxpr, cond_jaxpr = _while_jaxprs(
@@ -298,14 +296,19 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
   prior = scope.last_record(site.name)
   if prior is None or (prior[0].tree, prior[0].avals) != (site.tree,
                                                          site.avals):
-    found = 'nothing' if prior is None else _describe_sites([prior[0]])
+    if prior is None:
+      problem = ('nothing was sown under that name before the loop (in the'
+                 ' same function body)')
+    else:
+      problem = (f'the value sown under that name before the loop,'
+                 f' {_describe_sites([prior[0]])}, differs from it in'
+                 ' structure, shapes or dtypes')
     raise NotImplementedError(
         f'capture: a while_loop (at {interpreter.where(eqn)}) clobbers'
-        f' {site.name!r} but may run zero times, and before the loop (in the'
-        f' same function body) {found} was sown under that name with the'
-        f' same structure, shapes and dtypes ({_describe_sites([site])}).'
-        ' A zero-trip loop has no true value to return, so sow the initial'
-        ' value first, e.g. sow(init, name=..., mode=\'clobber\').'
+        f' {site.name!r} but may run zero times, and {problem}. The loop'
+        f' sows {_describe_sites([site])}; a zero-trip loop has no true value'
+        ' to return, so sow a value like it before the loop, e.g.'
+        ' sow(init, name=..., mode=\'clobber\').'
     )
   return list(prior[1])
 
