@@ -264,7 +264,8 @@ def _while(scope: Scope, eqn, invals):
   # a clobbered name is refused by Scope.plant.
   assert not t.planted_sites, t.planted_sites
   init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
-  n_cond, n_body = p['cond_nconsts'], p['body_nconsts']
+  # The clobber carries go after the original carries; the constants of the
+  # body and the condition keep their positions.
   body_jaxpr, cond_jaxpr = _while_jaxprs(
       t.jaxpr, p['cond_jaxpr'], len(eqn.outvars)
   )
@@ -274,7 +275,6 @@ def _while(scope: Scope, eqn, invals):
       body_jaxpr=body_jaxpr,
       cond_jaxpr=cond_jaxpr,
   )
-  del n_cond, n_body  # the constants keep their positions
   return _finish(scope, eqn, outs, t.sites)
 
 
@@ -341,24 +341,27 @@ def _shard_map(scope: Scope, eqn, invals):
 
   Each sown leaf of per-shard shape ``s`` comes out with shape
   ``(n_1, ..., n_k, *s)``, one leading axis per manual mesh axis in mesh
-  order, so ``value[i, j]`` is what shard ``(i, j)`` sowed. Planted values
-  take the same layout. The body is re-traced by ``shard_map`` itself, inside
-  its manual-axes context, running this interpreter.
+  order, so ``value[i, j]`` is what shard ``(i, j)`` sowed. The body is
+  re-traced by ``shard_map`` itself, inside its manual-axes context, running
+  this interpreter. Planting into it is refused (not implemented).
   """
+  if scope.request.planted:  # the rule only runs if a planted sow is inside
+    raise NotImplementedError(
+        'plant: planting into a shard_map is not supported yet; plant'
+        ' outside the shard_map or capture only.'
+    )
   p = eqn.params
   mesh = p['mesh']
   axes = tuple(a for a in mesh.axis_names if a in p['newly_manual_axes'])
   leading = tuple(mesh.shape[a] for a in axes)
   spec = PartitionSpec(*axes)
-  inner = Scope(scope.request, planter=_InputPlanterFor(scope, leading))
+  inner = Scope(scope.request)
   body = p['jaxpr']
   n_out = len(eqn.outvars)
   sites: list[Site] = []
 
   def shard_body(*args):
-    planter = inner.planter
-    planter.begin(args[len(invals):])
-    outs = interpreter.evaluate(body, (), args[: len(invals)], inner)
+    outs = interpreter.evaluate(body, (), args, inner)
     sites.extend(site for site, _ in inner.records)
     sown = [
         _mark_varying(jnp.reshape(leaf, (1,) * len(axes) + jnp.shape(leaf)),
@@ -369,13 +372,11 @@ def _shard_map(scope: Scope, eqn, invals):
     out_specs = (*p['out_specs'], *[spec] * len(sown))
     return tree_util.FlatTree.flatten([*outs, *sown]).with_aux(out_specs)
 
-  planted = inner.planter.outer_leaves()
   outs = shard_map_p.bind(
       *invals,
-      *planted,
       subfuns=(shard_body,),
       mesh=mesh,
-      in_specs=(*p['in_specs'], *[spec] * len(planted)),
+      in_specs=p['in_specs'],
       check_vma=p['check_vma'],
       newly_manual_axes=p['newly_manual_axes'],
       debug_info=body.debug_info,
@@ -394,29 +395,6 @@ def _mark_varying(leaf, axes, check_vma: bool):
   varying = core.typeof(leaf).mat.varying
   missing = tuple(a for a in axes if a not in varying)
   return core.pvary(leaf, missing) if missing else leaf
-
-
-class _InputPlanterFor:
-  """Plants into a shard_map body: takes the outer entries, splits them."""
-
-  def __init__(self, outer: Scope, leading: tuple[int, ...]):
-    self.outer, self.leading = outer, leading
-    self.sites_to_take: list[Site] = []
-    self.leaves: list[tp.Any] = []
-
-  def outer_leaves(self) -> list[tp.Any]:
-    if self.outer.request.planted:
-      raise NotImplementedError(
-          'plant: planting into a shard_map is not supported yet; plant'
-          ' outside the shard_map or capture only.'
-      )
-    return []
-
-  def begin(self, leaves):
-    self.leaves = list(leaves)
-
-  def take(self, site: Site):
-    raise AssertionError('unreachable: planting into shard_map is refused')
 
 
 RULES: dict[core.Primitive, interpreter.Rule] = {
