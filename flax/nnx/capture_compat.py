@@ -72,11 +72,13 @@ import threading
 import types
 import typing as tp
 import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import config as jax_config
+from jax._src import core as jax_core
 
 import flax.errors
 import flax.nnx
@@ -695,14 +697,43 @@ def _module_paths(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Trace:
+  """What one trace of a compat capture leaves behind; no tracers.
+
+  Everything :class:`_Call` needs to evaluate the call again on other
+  arguments of the same structure: the staged jaxpr, how to rebuild its
+  outputs, and the sow sites the frame registered while it was traced.
+  """
+
+  jaxpr: tp.Any  # core.ClosedJaxpr
+  outcome: tp.Any  # tracing's outcome of the trace
+  module_paths: tuple[PathParts, ...]
+  sites: dict[tuple[primitive.Name, type], _SiteInfo]
+
+
+class _ModuleCall:
+  """The key of the traces of ``capture(module)``: ``module(*args)``, whose
+  code is determined by the module's graph definition."""
+
+
+# Per function (weakly held): traces by call structure. An eager capture is
+# traced like `nnx.jit`: once per structure of its arguments, then only
+# evaluated.
+_TRACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TRACES_LOCK = threading.Lock()
+_MAX_TRACES_PER_FUNCTION = 64
+
+
 class _Call:
   """One call of a compat ``capture``: stage, interpret, build the States."""
 
-  def __init__(self, var_types, init, method_outputs, call):
+  def __init__(self, var_types, init, method_outputs, call, fn_key):
     self.var_types = var_types
     self.init = init
     self.method_outputs = method_outputs
     self.call = call
+    self.fn_key = fn_key
 
   def __call__(self, root, args, kwargs):
     init_entries = _flat_init(self.init)
@@ -711,6 +742,36 @@ class _Call:
       init_types.setdefault(path, set()).add(var_type)
     frame = _Frame(self.var_types, init_types, self.method_outputs)
     init_values = [value for *_, value in init_entries]
+    prepared = tracing.Prepared(
+        self._traced(frame, init_entries),
+        (root, init_values, args, kwargs),
+        {},
+    )
+    key = self._cache_key(prepared, init_entries)
+    trace = self._lookup(key)
+    if trace is None:
+      with _scope(next(_scope_ids)):
+        jaxpr, _, outcome = prepared.trace()
+      trace = _Trace(
+          jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites)
+      )
+      self._store(key, trace)
+    selection = _FrameSelection(sites=frozenset(trace.sites))
+    try:
+      records = _interpret(trace.jaxpr, prepared.inputs, selection)
+    except NotImplementedError as e:
+      e.add_note(_MODES_NOTE)
+      raise
+    out = prepared.finish(trace.outcome, records.pop('out'))
+    states = self._states(trace, init_entries, records['records'])
+    if not self.var_types:
+      return out
+    if len(self.var_types) == 1:
+      return out, states[0]
+    return (out, *states)
+
+  def _traced(self, frame, init_entries):
+    """The function staged: ``call`` on the copies, inside ``frame``."""
 
     def traced(root, init_values, args, kwargs):
       # Runs on copies, inside the trace.
@@ -746,23 +807,53 @@ class _Call:
         frame.tokens = {}
         frame.init_values = {}
 
-    with _scope(next(_scope_ids)):
-      staged = tracing.stage(traced, (root, init_values, args, kwargs), {})
-    selection = _FrameSelection(sites=frozenset(frame.sites))
-    try:
-      records = _interpret(staged, selection)
-    except NotImplementedError as e:
-      e.add_note(_MODES_NOTE)
-      raise
-    out = staged.unflatten_out(records.pop('out'))
-    states = self._states(frame, init_entries, records['records'])
-    if not self.var_types:
-      return out
-    if len(self.var_types) == 1:
-      return out, states[0]
-    return (out, *states)
+    return traced
 
-  def _states(self, frame, init_entries, records) -> list[State]:
+  def _cache_key(self, prepared, init_entries) -> tp.Hashable | None:
+    """The key of this call's trace, or ``None`` if it is traced anew.
+
+    Only a top-level eager call, outside any other capture, reuses a trace:
+    under a JAX transform the enclosing trace is what gets cached, and an
+    enclosing capture's frames take part in resolving module paths.
+    """
+    if _FRAMES.stack or not jax_core.trace_ctx.is_top_level():
+      return None
+    structure = prepared.cache_key()
+    if structure is None or self.fn_key is None:
+      return None
+    key = (
+        self.var_types,
+        self.method_outputs,
+        tuple((path, name, var_type) for path, name, var_type, _
+              in init_entries),
+        jax_config.trace_context(),
+        structure,
+    )
+    try:
+      hash(key)
+    except TypeError:
+      return None
+    return key
+
+  def _lookup(self, key) -> _Trace | None:
+    if key is None:
+      return None
+    with _TRACES_LOCK:
+      return _TRACES.get(self.fn_key, {}).get(key)
+
+  def _store(self, key, trace: _Trace) -> None:
+    if key is None or trace.jaxpr.consts:
+      # Arrays the function read from outside its arguments (the weights of
+      # a module it closes over, a global): a direct call would read their
+      # current values, so the trace is not reused.
+      return
+    with _TRACES_LOCK:
+      traces = _TRACES.setdefault(self.fn_key, {})
+      if len(traces) >= _MAX_TRACES_PER_FUNCTION:
+        traces.clear()
+      traces[key] = trace
+
+  def _states(self, trace, init_entries, records) -> list[State]:
     values: dict[tuple[primitive.Name, type], list[tp.Any]] = {}
     for site, leaves in records:
       value = jax.tree_util.tree_unflatten(site.tree, leaves)
@@ -773,11 +864,11 @@ class _Call:
         values.setdefault(key, []).append(value)
     # Per module path and type: name -> value, as legacy __captures__.
     slots: dict[tuple[PathParts, type], dict[str, tp.Any]] = {}
-    module_paths = set(frame.module_paths)
+    module_paths = set(trace.module_paths)
     for path, name, var_type, value in init_entries:
       if path in module_paths:
         slots.setdefault((path, var_type), {})[name] = value
-    for key, info in frame.sites.items():
+    for key, info in trace.sites.items():
       if key not in values:
         continue
       slot = slots.setdefault((info.path, info.var_type), {})
@@ -794,7 +885,7 @@ class _Call:
     with variablelib.var_defaults(hijax=False, ref=False):
       for var_type in self.var_types:
         flat = []
-        for path in frame.module_paths:
+        for path in trace.module_paths:
           for name, value in slots.get((path, var_type), {}).items():
             flat.append(((*path, name), var_type(value)))
         states.append(statelib.from_flat_state(flat))
@@ -810,11 +901,9 @@ _MODES_NOTE = (
 )
 
 
-def _interpret(staged, selection) -> dict[str, tp.Any]:
+def _interpret(jaxpr, inputs, selection) -> dict[str, tp.Any]:
   scope = interpreter.Scope(interpreter.Request(selection))
-  out_flat = interpreter.evaluate(
-      staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
-  )
+  out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
   return {'out': out_flat, 'records': scope.records}
 
 
@@ -900,13 +989,20 @@ def capture(
   if inspect.ismethod(fn) and isinstance(fn.__self__, Module):
     bound_module, func = fn.__self__, fn.__func__
     call = lambda root, *args, **kwargs: func(root, *args, **kwargs)
+    fn_key = func
   elif isinstance(fn, Module):
     bound_module = fn
     call = lambda root, *args, **kwargs: root(*args, **kwargs)
+    fn_key = _ModuleCall
   else:
     bound_module = None
     call = lambda root, *args, **kwargs: fn(root, *args, **kwargs)
-  run = _Call(tuple(var_types), init, method_outputs, call)
+    fn_key = fn
+  try:
+    weakref.ref(fn_key)
+  except TypeError:
+    fn_key = None  # traced on every call
+  run = _Call(tuple(var_types), init, method_outputs, call, fn_key)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):

@@ -744,6 +744,146 @@ class VariableUpdatesTest(CompatTestCase):
     self.assertLen(state['h'].get_value(), 1)
 
 
+class TraceReuseTest(CompatTestCase):
+  """An eager capture is traced once per call structure, like ``nnx.jit``.
+
+  The oracle for each reused trace: the values recomputed from the current
+  parameters and inputs, and a direct call on a twin for Variable updates.
+  """
+
+  def count_traces(self):
+    traces = []
+
+    def forward(net, x):
+      traces.append(None)
+      return net(x)
+
+    return forward, traces
+
+  def test_traced_once_then_evaluated(self):
+    net = Net(nnx.Rngs(0))
+    forward, traces = self.count_traces()
+    for i in range(3):
+      out, state = nnx.capture(forward, nnx.Intermediate)(net, X + i)
+      expected_out, expected = by_hand(net, X + i)
+      self.assertTreeClose(out, expected_out)
+      self.assertCollected(state, expected)
+    self.assertLen(traces, 1)
+
+  def test_new_parameter_values_are_used(self):
+    net = Net(nnx.Rngs(0))
+    forward, traces = self.count_traces()
+    nnx.capture(forward, nnx.Intermediate)(net, X)
+    net.head.kernel.set_value(2 * net.head.kernel.get_value())
+    out, state = nnx.capture(forward, nnx.Intermediate)(net, X)
+    expected_out, expected = by_hand(net, X)
+    self.assertTreeClose(out, expected_out)
+    self.assertCollected(state, expected)
+    self.assertLen(traces, 1)
+
+  def test_another_model_of_the_same_structure(self):
+    model = VariableUpdatesTest.Model(nnx.Rngs(0))
+    other = VariableUpdatesTest.Model(nnx.Rngs(1))
+    other_twin = nnx.clone(other)
+    x = jnp.stack([X, X * 2, -X])
+    traces = []
+
+    def forward(m, x):
+      traces.append(None)
+      return m(x)
+
+    def snapshot(m):
+      values = []
+      for _, var in nnx.to_flat_state(nnx.state(m)):
+        value = var.get_value()
+        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+          value = jax.random.key_data(value)
+        values.append(np.asarray(value))
+      return values
+
+    nnx.capture(forward, nnx.Intermediate)(model, x)
+    model_state = snapshot(model)
+    out, state = nnx.capture(forward, nnx.Intermediate)(other, x)
+    self.assertLen(traces, 1)
+    with self.assertWarns(DeprecationWarning):  # a direct call sows
+      expected_out = other_twin(x)
+    self.assertTreeClose(out, expected_out)
+    # The updates went to `other`, and only to it.
+    self.assertEqual(other.calls.get_value(), 1)
+    self.assertEqual(model.calls.get_value(), 1)
+    np.testing.assert_array_equal(
+        other.norm.mean.get_value(), other_twin.norm.mean.get_value()
+    )
+    for after, before in zip(snapshot(model), model_state, strict=True):
+      np.testing.assert_array_equal(after, before)
+    self.assertTreeClose(state['h'].get_value()[0],
+                         other_twin.h.get_value()[0])
+
+  def test_another_structure_is_traced_again(self):
+    net = Net(nnx.Rngs(0))
+    forward, traces = self.count_traces()
+    nnx.capture(forward, nnx.Intermediate)(net, X)
+    nnx.capture(forward, nnx.Intermediate)(net, jnp.stack([X, X]))
+    nnx.capture(forward, nnx.Intermediate, nnx.Perturbation)(net, X)
+    net.head = nnx.Linear(4, 5, rngs=nnx.Rngs(2))
+    out, state = nnx.capture(forward, nnx.Intermediate)(net, X)
+    self.assertLen(traces, 4)
+    expected_out, expected = by_hand(net, X)
+    self.assertEqual(out.shape, (5,))
+    self.assertTreeClose(out, expected_out)
+    self.assertCollected(state, expected)
+
+  def test_other_static_arguments_are_traced_again(self):
+    net = Net(nnx.Rngs(0))
+    traces = []
+
+    def forward(net, x, scale):
+      traces.append(scale)
+      return net(scale * x)
+
+    for scale in (1.0, 2.0, 2.0):
+      out, state = nnx.capture(forward, nnx.Intermediate)(net, X, scale)
+      expected_out, expected = by_hand(net, scale * X)
+      self.assertTreeClose(out, expected_out)
+      self.assertCollected(state, expected)
+    self.assertEqual(traces, [1.0, 2.0])
+
+  def test_closed_over_arrays_are_read_on_every_call(self):
+    # A direct call reads the current weights of a module the function
+    # closes over; so such a trace is not reused.
+    net = Net(nnx.Rngs(0))
+    head = nnx.Linear(2, 2, rngs=nnx.Rngs(3))
+    traces = []
+
+    def forward(net, x):
+      traces.append(None)
+      return head(net(x))
+
+    for scale in (1.0, 3.0):
+      head.kernel.set_value(scale * head.kernel.get_value())
+      out, state = nnx.capture(forward, nnx.Intermediate)(net, X)
+      net_out, expected = by_hand(net, X)
+      self.assertTreeClose(out, head(net_out))
+      self.assertCollected(state, expected)
+    self.assertLen(traces, 2)
+
+  def test_not_reused_under_a_transform(self):
+    net = Net(nnx.Rngs(0))
+    forward, traces = self.count_traces()
+
+    def loss(x):
+      out, _ = nnx.capture(forward, nnx.Intermediate)(net, x)
+      return out.sum()
+
+    def loss_by_hand(x):
+      return by_hand(net, x)[0].sum()
+
+    for i in range(2):
+      self.assertTreeClose(jax.grad(loss)(X + i),
+                           jax.grad(loss_by_hand)(X + i))
+    self.assertLen(traces, 2)  # the enclosing grad is what gets traced
+
+
 class TransformsTest(CompatTestCase):
   """Inside and around NNX transforms, in graph and tree mode."""
 
@@ -775,9 +915,10 @@ class TransformsTest(CompatTestCase):
       )
       self.assertCollected(state_legacy, expected)
 
-  def test_jit_inside_is_retraced_per_capture(self):
-    # Sow names hold module paths, which JAX's caches do not see; so inside
-    # each capture the jitted function is traced again.
+  def test_jit_inside_is_traced_once_per_capture_structure(self):
+    # Sow names hold module paths, which JAX's caches do not see: while a
+    # capture traces, the jitted function is traced once per module. The
+    # capture's own trace is then reused, so later calls trace nothing.
     net = Net(nnx.Rngs(0))
     traces = []
 
@@ -789,12 +930,12 @@ class TransformsTest(CompatTestCase):
     def forward(net, x):
       return net.head(block_step(net.blocks[1], block_step(net.blocks[0], x)))
 
-    for _ in range(2):
-      _, state = nnx.capture(forward, nnx.Intermediate)(net, X)
-      expected = by_hand(net, X)[1]
+    for i in range(3):
+      _, state = nnx.capture(forward, nnx.Intermediate)(net, X + i)
+      expected = by_hand(net, X + i)[1]
       expected.pop(('out',))
       self.assertCollected(state, expected)
-    self.assertLen(traces, 4)
+    self.assertLen(traces, 2)  # once per block, in the first capture
     traces.clear()
     for _ in range(2):
       capture_compat.legacy(forward, nnx.Intermediate)(net, X)

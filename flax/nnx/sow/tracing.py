@@ -54,6 +54,7 @@ Their final values are written back into the caller's Hijax Variables.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing as tp
 
@@ -214,62 +215,129 @@ class StagedCall:
 
 def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
   """Traces ``f(*args, **kwargs)`` to a jaxpr over its array leaves."""
-  callable_node, call = _split_callable(f)
-  leaves, treedef = jax.tree_util.tree_flatten(
-      (callable_node, args, kwargs), is_leaf=is_graph_node
-  )
-  node_pos = [i for i, leaf in enumerate(leaves) if is_graph_node(leaf)]
-  nodes = [leaves[i] for i in node_pos]
+  return Prepared(f, args, kwargs).stage()
 
-  # (1) Outside: flatten every graph node at once, keeping shared references.
-  ref_index = graphlib.RefMap()
-  graphdef, flat_state = graphlib.flatten(
-      nodes, ref_index=ref_index, with_paths=True, graph=True
-  )
-  graphdef = _without_hijax(graphdef)
-  state_values = [_raw_value(leaf) for leaf in flat_state.leaves]
-  state_leaves, state_treedef = jax.tree_util.tree_flatten(state_values)
 
-  arg_traced = [
-      not is_graph_node(leaf) and _is_traced(leaf) for leaf in leaves
-  ]
-  state_traced = [_is_traced(leaf) for leaf in state_leaves]
-  inputs = [leaf for leaf, t in zip(leaves, arg_traced) if t] + [
-      leaf for leaf, t in zip(state_leaves, state_traced) if t
-  ]
-  outcome = _Outcome()
+class Prepared:
+  """Step (1) of staging a call: its arguments split, ready to be traced.
 
-  def flat_f(*input_values):
-    values = iter(input_values)
-    call_leaves = [
-        next(values) if t else leaf for leaf, t in zip(leaves, arg_traced)
+  Splitting is cheap next to tracing, so a caller may keep the outcome of
+  :meth:`trace` and reuse it for a later call whose :meth:`cache_key` is
+  equal: :meth:`finish` then writes that call's results back into that
+  call's own objects.
+  """
+
+  def __init__(self, f: tp.Callable[..., tp.Any], args, kwargs):
+    callable_node, self.call = _split_callable(f)
+    self.leaves, self.treedef = jax.tree_util.tree_flatten(
+        (callable_node, args, kwargs), is_leaf=is_graph_node
+    )
+    self.node_pos = [
+        i for i, leaf in enumerate(self.leaves) if is_graph_node(leaf)
     ]
-    values_in = jax.tree_util.tree_unflatten(
-        state_treedef,
-        [next(values) if t else leaf
-         for leaf, t in zip(state_leaves, state_traced)],
-    )
-    # (2) Inside: merge the traced leaves into copies.
-    index_ref = graphlib.IndexMap()
-    copies = graphlib.unflatten(graphdef, list(values_in), index_ref=index_ref)
-    for i, copy in zip(node_pos, copies):
-      call_leaves[i] = copy
-    node, call_args, call_kwargs = jax.tree_util.tree_unflatten(
-        treedef, call_leaves
-    )
-    out = call(node, *call_args, **call_kwargs)
-    # (3) After f: flatten the copies again and return what changed.
-    return _after_call(out, copies, index_ref, graphdef, values_in, outcome)
+    self.nodes = [self.leaves[i] for i in self.node_pos]
 
-  with primitive.harvesting(True):
-    closed, out_shape = jax.make_jaxpr(flat_f, return_shape=True)(*inputs)
+    # Flatten every graph node at once, keeping shared references.
+    self.ref_index = graphlib.RefMap()
+    self.graphdef, self.flat_state = graphlib.flatten(
+        self.nodes, ref_index=self.ref_index, with_paths=True, graph=True
+    )
+    self.traced_graphdef = _without_hijax(self.graphdef)
+    state_values = [_raw_value(leaf) for leaf in self.flat_state.leaves]
+    self.state_leaves, self.state_treedef = jax.tree_util.tree_flatten(
+        state_values
+    )
+    self.arg_traced = [
+        not is_graph_node(leaf) and _is_traced(leaf) for leaf in self.leaves
+    ]
+    self.state_traced = [_is_traced(leaf) for leaf in self.state_leaves]
+    self.inputs = [
+        leaf for leaf, t in zip(self.leaves, self.arg_traced) if t
+    ] + [leaf for leaf, t in zip(self.state_leaves, self.state_traced) if t]
 
-  def finish(out_flat):
-    # (4) Outside again: write back, then rebuild f's result.
+  def cache_key(self) -> tp.Hashable | None:
+    """What the trace of this call depends on, besides ``f`` itself.
+
+    The structure of the arguments, their graph definition, their non-array
+    leaves (by value, as ``jax.jit`` static arguments) and the types of their
+    arrays. ``None`` if the call cannot be keyed: an unhashable non-array
+    leaf, an array reference (the jaxpr would write the reference of this
+    call) or a tracer.
+    """
+    statics = []
+    for leaf, traced in zip(self.leaves, self.arg_traced):
+      if not traced and not is_graph_node(leaf):
+        statics.append(leaf)
+    for leaf, traced in zip(self.state_leaves, self.state_traced):
+      if not traced:
+        statics.append(leaf)
+    types = []
+    for leaf in self.inputs:
+      if not _is_array(leaf) or isinstance(leaf, core.Tracer):
+        return None
+      types.append(core.typeof(leaf))
+    key = (
+        self.treedef, self.graphdef, self.state_treedef, tuple(statics),
+        tuple(types),
+    )
+    try:
+      hash(key)
+    except TypeError:
+      return None
+    return key
+
+  def trace(self) -> tuple[core.ClosedJaxpr, tp.Any, _Outcome]:
+    """Steps (2) and (3): the jaxpr of the call, its out tree, its outcome."""
+    outcome = _Outcome()
+    leaves, arg_traced = self.leaves, self.arg_traced
+    state_leaves, state_traced = self.state_leaves, self.state_traced
+    graphdef = self.traced_graphdef
+
+    def flat_f(*input_values):
+      values = iter(input_values)
+      call_leaves = [
+          next(values) if t else leaf for leaf, t in zip(leaves, arg_traced)
+      ]
+      values_in = jax.tree_util.tree_unflatten(
+          self.state_treedef,
+          [next(values) if t else leaf
+           for leaf, t in zip(state_leaves, state_traced)],
+      )
+      # (2) Inside: merge the traced leaves into copies.
+      index_ref = graphlib.IndexMap()
+      copies = graphlib.unflatten(
+          graphdef, list(values_in), index_ref=index_ref
+      )
+      for i, copy in zip(self.node_pos, copies):
+        call_leaves[i] = copy
+      node, call_args, call_kwargs = jax.tree_util.tree_unflatten(
+          self.treedef, call_leaves
+      )
+      out = self.call(node, *call_args, **call_kwargs)
+      # (3) After f: flatten the copies again and return what changed.
+      return _after_call(out, copies, index_ref, graphdef, values_in, outcome)
+
+    with primitive.harvesting(True):
+      closed, out_shape = jax.make_jaxpr(flat_f, return_shape=True)(
+          *self.inputs
+      )
+    return closed, jax.tree_util.tree_structure(out_shape), outcome
+
+  def stage(self) -> StagedCall:
+    closed, out_tree, outcome = self.trace()
+    return StagedCall(
+        jaxpr=closed,
+        inputs=self.inputs,
+        out_tree=out_tree,
+        _finish=functools.partial(self.finish, outcome),
+    )
+
+  def finish(self, outcome: _Outcome, out_flat: tp.Sequence[tp.Any]) -> tp.Any:
+    """Step (4): writes back into this call's objects, returns the result."""
     out_flat = list(out_flat)
     results = iter(out_flat[: outcome.num_out_leaves])
     state_out = iter(out_flat[outcome.num_out_leaves :])
-    originals = graphlib.IndexMap.from_refmap(ref_index)
+    originals = graphlib.IndexMap.from_refmap(self.ref_index)
     new_nodes = []
     if outcome.graph_graphdef is not None:
       _, new_nodes = graphlib.unflatten(
@@ -279,8 +347,8 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
       )
     else:
       _write_back(
-          nodes,
-          flat_state,
+          self.nodes,
+          self.flat_state,
           [(i, packed.unpack(state_out)) for i, packed in outcome.updates],
       )
       if outcome.new_graphdef is not None:
@@ -298,13 +366,6 @@ def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
       else:
         out_leaves.append(value)
     return jax.tree_util.tree_unflatten(outcome.out_treedef, out_leaves)
-
-  return StagedCall(
-      jaxpr=closed,
-      inputs=inputs,
-      out_tree=jax.tree_util.tree_structure(out_shape),
-      _finish=finish,
-  )
 
 
 def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:
