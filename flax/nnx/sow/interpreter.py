@@ -28,6 +28,12 @@ cached ``plan``; an equation without a handled sow inside is bound unchanged,
 so a ``jit`` or a ``custom_vjp`` without sows keeps its compilation cache and
 its custom rules.
 
+Under a staging trace (``jit``), a jaxpr whose handled sows are all
+first-order equations of its own is not replayed equation by equation: it is
+rewritten once (cached) into a jaxpr that returns the sown values as extra
+outputs, and staged as one ``closed_call``, which XLA inlines. Staging then
+costs about what tracing ``f`` alone costs.
+
 Sub-jaxprs are rewritten by tracing ``evaluate`` over them (``transform``). A
 transformed jaxpr takes the original inputs followed by the planted leaves of
 its planted sites, and returns the original outputs followed by the leaves of
@@ -44,6 +50,7 @@ import jax
 import numpy as np
 from jax._src import api_util
 from jax._src import core
+from jax._src import effects
 from jax._src import linear_util as lu
 from jax._src import source_info_util
 from jax._src import util as jax_util
@@ -315,6 +322,104 @@ def _reemit(trace: pe.DynamicJaxprTrace, eqn: core.JaxprEqn, invals):
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rewritten:
+  """A jaxpr whose handled sows need no rule, rewritten as a whole.
+
+  Attributes:
+    call: takes the original constants and inputs; returns the original
+      outputs followed by the leaves of ``sites``, in order.
+    sites: the recorded sites, in program order.
+  """
+
+  call: core.ClosedJaxpr
+  sites: tuple[Site, ...]
+
+
+@jax_util.weakref_lru_cache(trace_context_in_key=False)
+def _rewrite(
+    jaxpr: core.Jaxpr, request: Request, strip: bool
+) -> _Rewritten | None:
+  """``jaxpr`` with its handled sows removed and their inputs returned.
+
+  The common case of a staged capture: every handled sow is a first-order
+  equation of ``jaxpr`` itself. Staging ``evaluate`` would then only copy
+  the equations, one tracer at a time; instead, they are copied once into a
+  new jaxpr, staged as a single ``closed_call`` (which XLA inlines). Returns
+  ``None`` where equations need more than that: a rule, planting, Hijax
+  types, or effects that refer to inputs by position.
+  """
+  if request.planted or jaxpr.is_high:
+    return None
+  rules = plan(jaxpr, request)
+  substitute: dict[core.Var, core.Atom] = {}
+
+  def read(atom):
+    return substitute.get(atom, atom) if isinstance(atom, core.Var) else atom
+
+  eqns, sites, sown = [], [], []
+  for eqn, rule in zip(jaxpr.eqns, rules):
+    invars = [read(v) for v in eqn.invars]
+    if rule is _handle_sow or rule is _drop_sow:
+      if rule is _handle_sow:
+        sites.append(site_of(eqn))
+        sown.extend(invars)
+      substitute.update(zip(eqn.outvars, invars))
+      continue
+    if rule is not None:
+      return None
+    if any(isinstance(e, effects.JaxprInputEffect) for e in eqn.effects):
+      return None
+    if eqn.primitive is primitive.sow_p:
+      # Re-bound (not handled): its effect is what binding it now gives.
+      sow_effects = effects.no_effects if strip else {primitive.sow_effect}
+      eqns.append(eqn.replace(invars=invars, effects=sow_effects))
+      continue
+    if eqn.primitive.is_high(*[v.aval for v in eqn.invars], **eqn.params):
+      return None
+    changed = any(a is not b for a, b in zip(invars, eqn.invars))
+    eqns.append(eqn.replace(invars=invars) if changed else eqn)
+  if not sites:
+    return None  # nothing to collect: evaluate keeps the program as it is
+  outvars = [read(v) for v in jaxpr.outvars] + sown
+  debug = lu.DebugInfo(
+      'capture', jaxpr.debug_info.func_src_info, None, None
+  )
+  rewritten = core.Jaxpr(
+      constvars=(),
+      invars=[*jaxpr.constvars, *jaxpr.invars],
+      outvars=outvars,
+      eqns=eqns,
+      effects=core.join_effects(*(eqn.effects for eqn in eqns)),
+      debug_info=debug,
+  )
+  return _Rewritten(core.ClosedJaxpr(rewritten, ()), tuple(sites))
+
+
+def _evaluate_rewritten(
+    trace: pe.DynamicJaxprTrace,
+    rewritten: _Rewritten,
+    num_outs: int,
+    values: tp.Sequence[tp.Any],
+    scope: Scope,
+) -> list[tp.Any]:
+  source_info = source_info_util.current()
+  tracers = [trace.to_jaxpr_tracer(x, source_info) for x in values]
+  call = rewritten.call
+  outs = trace.emit_eqn(
+      tracers,
+      call.out_avals,
+      core.closed_call_p,
+      dict(call_jaxpr=call),
+      call.jaxpr.effects,
+      source_info,
+  )
+  sown = outs[num_outs:]
+  for site, leaves in split_records(rewritten.sites, sown):
+    scope.record(site, leaves)
+  return outs[:num_outs]
+
+
 def evaluate(
     jaxpr: core.Jaxpr,
     consts: tp.Sequence[tp.Any],
@@ -322,6 +427,15 @@ def evaluate(
     scope: Scope,
 ) -> list[tp.Any]:
   """Evaluates ``jaxpr`` in ``scope``, which collects the records."""
+  staging = _staging_trace()
+  if staging is not None and scope.request.collect:
+    rewritten = _rewrite(
+        jaxpr, scope.request, not primitive.harvesting.value
+    )
+    if rewritten is not None:
+      return _evaluate_rewritten(
+          staging, rewritten, len(jaxpr.outvars), [*consts, *args], scope
+      )
   env: dict[core.Var, tp.Any] = {}
 
   def read(atom):
@@ -329,7 +443,6 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  staging = _staging_trace()
   copyable = reemittable(jaxpr) if staging is not None else None
   for i, (eqn, rule) in enumerate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
