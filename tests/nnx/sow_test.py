@@ -789,6 +789,17 @@ class CompositionTest(parameterized.TestCase):
     with self.assertRaises(TypeError):
       compiled(jnp.ones(4))
 
+  def test_eager_capture_of_jit_with_changing_argument_kinds(self):
+    # The compiled runners are found by tree and leaf types: a Python number
+    # where an array was, and back, must each get a runner of their own.
+    captured = capture(jax.jit(lambda x, n: sow(x * n, name='xn') + 1))
+    for x, n in ((X, 2.0), (np.asarray(X), 2.0), (X, jnp.float32(3.0)),
+                 (2.0, 4), (X, 2.0)):
+      out, collected = captured(x, n)
+      expected = np.asarray(x, np.float32) * np.float32(n)
+      np.testing.assert_allclose(collected['xn'][0], expected, rtol=1e-6)
+      np.testing.assert_allclose(out, expected + 1, rtol=1e-6)
+
   def test_transformed_subjaxprs_are_cached(self):
     jitted = jax.jit(lambda x: sow(x * 2, name='h') + 1)
     f = lambda x: jitted(x) * 3  # not itself a jit function: general path

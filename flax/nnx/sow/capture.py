@@ -139,9 +139,16 @@ class _CompiledRunners:
   def __init__(self, f, selection):
     self.f, self.selection = f, selection
     self.runners: dict[tp.Any, tp.Any] = {}
+    # (tree, leaf types) -> runner, for calls whose leaves are all arrays:
+    # found without looking at each leaf in Python.
+    self.array_runners: dict[tp.Any, tp.Any] = {}
 
   def __call__(self, args, kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    kinds = (treedef, tuple(map(type, leaves)))
+    runner = self.array_runners.get(kinds)
+    if runner is not None:
+      return runner(leaves)
     traced = tuple(map(_is_array, leaves))
     static = () if all(traced) else tuple(
         leaf for leaf, t in zip(leaves, traced) if not t
@@ -155,9 +162,12 @@ class _CompiledRunners:
       runner = self._make_runner(args, kwargs, treedef, traced, static)
       if len(self.runners) >= self._MAX_RUNNERS:
         self.runners.clear()
+        self.array_runners.clear()
       self.runners[key] = runner
     if runner is False:
       return None
+    if not static:
+      self.array_runners[kinds] = runner
     return runner(leaves if not static else [
         leaf for leaf, t in zip(leaves, traced) if t
     ])
