@@ -13,11 +13,13 @@
 # limitations under the License.
 """Benchmarks of flax.nnx.sow, written to benchmarks/RESULTS.md.
 
-Every figure is a ratio of two things measured side by side in one run:
-the two sides alternate repeat by repeat (so a change in machine load hits
-both), and each side's figure is the median of the repeats after a warm-up.
+Every figure is a ratio of things measured side by side in one run: the
+sides alternate repeat by repeat (so a change in machine load hits all of
+them), and each side's figure is the median of its repeats after a warm-up.
 
-Run from the repository root: python benchmarks/sow_bench.py [--quick]
+Run from the repository root:
+python benchmarks/sow_bench.py [--quick] [--only ITEMS] [--publish]
+(``--publish`` also puts the table into the README and the main guide).
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def bench_trace_lower(quick: bool) -> list[Row]:
   sizes = (330, 3300) if quick else (330, 3300, 33000)
   for n_layers in sizes:
     n_eqns = len(jax.make_jaxpr(make_program(n_layers))(x).eqns)
-    repeats = 5
+    repeats = 11 if n_layers < 30000 else 5  # small ones are noisier
     t_plain, t_capture = paired(
         lambda: jax.jit(make_program(n_layers)).lower(x),
         lambda: jax.jit(capture(make_program(n_layers))).lower(x),
@@ -410,6 +412,25 @@ def render(rows: list[Row], quick: bool) -> str:
   return '\n'.join(lines) + '\n'
 
 
+PUBLISHED_IN = ('README.md', 'docs_nnx/guides/sow_transform.md')
+_START, _END = '<!-- bench-table:start -->', '<!-- bench-table:end -->'
+
+
+def publish(text: str) -> None:
+  """Puts the machine line and the table between the markers of each file
+  of ``PUBLISHED_IN``."""
+  body = text[text.index('Machine:'):].strip()
+  for name in PUBLISHED_IN:
+    path = os.path.join(ROOT, name)
+    with open(path) as f:
+      content = f.read()
+    start, end = content.index(_START), content.index(_END)
+    content = (content[:start + len(_START)] + '\n' + body + '\n'
+               + content[end:])
+    with open(path, 'w') as f:
+      f.write(content)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--quick', action='store_true',
@@ -418,7 +439,11 @@ def main():
                       help='which items to run, e.g. 12')
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks',
                                                      'RESULTS.md'))
+  parser.add_argument('--publish', action='store_true',
+                      help='also put the table into ' + ', '.join(PUBLISHED_IN))
   args = parser.parse_args()
+  if args.publish and (args.quick or args.only != '123456'):
+    parser.error('--publish needs a full run: no --quick, no --only')
   benches = {'1': bench_eager_jit, '2': bench_trace_lower,
              '3': bench_compiled, '4': bench_nnx, '5': bench_memory,
              '6': bench_codemod}
@@ -433,6 +458,8 @@ def main():
   text = render(rows, args.quick)
   with open(args.out, 'w') as f:
     f.write(text)
+  if args.publish:
+    publish(text)
   print(text)
 
 

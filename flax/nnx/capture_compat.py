@@ -932,7 +932,10 @@ def capture(
   copies, as under ``nnx.jit``, and only their Variable updates (batch
   statistics, RNG counters...) are written back. So it is thread-safe, leaves
   nothing behind on error, nests, and works inside and around every NNX
-  transform and with Hijax or reference Variables.
+  transform and with Hijax or reference Variables. Like ``nnx.jit``, an eager
+  call is traced once per call structure (function, types, graph definition,
+  non-array arguments, array shapes and dtypes); later calls only evaluate
+  the staged program, op by op, on their own modules and inputs.
 
   Example::
 

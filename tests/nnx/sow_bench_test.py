@@ -1,0 +1,87 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests that benchmarks/sow_bench.py keeps working; no timing is asserted.
+
+The benchmark script is only run by hand, so these check its machinery (the
+side-by-side timer, the table, publishing between markers) and run its one
+deterministic item, peak memory, whose figure comes from XLA's memory
+analysis rather than a clock.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+import sow_bench  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+class SowBenchTest(absltest.TestCase):
+
+  def test_paired_runs_each_function_alternately(self):
+    calls = []
+    medians = sow_bench.paired(
+        lambda: calls.append('a'), lambda: calls.append('b'),
+        lambda: calls.append('c'), repeats=3, number=2, warmup=1,
+    )
+    self.assertLen(medians, 3)
+    self.assertEqual(''.join(calls), 'abc' + 'aabbcc' * 3)
+
+  def test_memory_item_is_plain_plus_captured_bytes(self):
+    (row,) = sow_bench.bench_memory(quick=True)
+    self.assertEqual(row.item, '5')
+    self.assertTrue(row.ok, row.detail)
+
+  def test_render_and_publish_between_the_markers(self):
+    rows = [
+        sow_bench.Row('1', 'one thing / another', 1.5, '<= 1.15', False,
+                      'why'),
+        sow_bench.Row('3', 'reported only', 1.0, 'reported', None, ''),
+    ]
+    text = sow_bench.render(rows, quick=True)
+    self.assertIn('| 1 | one thing / another | 1.50 | <= 1.15 | **no** |'
+                  ' why |', text)
+    self.assertIn('| 3 | reported only | 1.00 | reported | - |  |', text)
+    root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, root)
+    for name in sow_bench.PUBLISHED_IN:
+      os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+      with open(os.path.join(root, name), 'w') as f:
+        f.write(f'before\n{sow_bench._START}\nold table\n'
+                f'{sow_bench._END}\nafter\n')
+    self.enter_context_root(root)
+    sow_bench.publish(text)
+    for name in sow_bench.PUBLISHED_IN:
+      with open(os.path.join(root, name)) as f:
+        content = f.read()
+      self.assertTrue(content.startswith('before\n'))
+      self.assertTrue(content.endswith(f'{sow_bench._END}\nafter\n'))
+      self.assertNotIn('old table', content)
+      self.assertIn('Machine:', content)
+      self.assertIn('| 1 | one thing / another |', content)
+      self.assertNotIn('# flax.nnx.sow benchmarks', content)
+
+  def enter_context_root(self, root):
+    previous = sow_bench.ROOT
+    sow_bench.ROOT = root
+    self.addCleanup(setattr, sow_bench, 'ROOT', previous)
+
+
+if __name__ == '__main__':
+  absltest.main()
