@@ -20,6 +20,7 @@ it works), values recomputed directly from the model's parameters, and
 
 import inspect
 import threading
+from unittest import mock
 import warnings
 
 from absl.testing import absltest
@@ -33,6 +34,7 @@ from flax import nnx
 from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import sow
+from flax.nnx.sow import tracing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
 
@@ -866,6 +868,39 @@ class TraceReuseTest(CompatTestCase):
       self.assertTreeClose(out, head(net_out))
       self.assertCollected(state, expected)
     self.assertLen(traces, 2)
+
+  def test_method_outputs_and_init_on_a_reused_trace(self):
+    # Sites found by the profile hook and perturbations given in `init` are
+    # part of the reused trace: each later call collects its own values.
+    trace = self.enter_context(mock.patch.object(
+        tracing.Prepared, 'trace', autospec=True,
+        side_effect=tracing.Prepared.trace,
+    ))
+    model = MethodOutputsTest.Model(nnx.Rngs(0))
+    for i in range(3):
+      x = X + i
+      _, state = nnx.capture(
+          model, nnx.Intermediate, method_outputs=nnx.Intermediate
+      )(x)
+      features = x @ model.linear.kernel[...] + model.linear.bias[...]
+      self.assertCollected(state, {
+          ('__call__',): [(features + 1).sum()],
+          ('features',): [features],
+          ('linear', '__call__'): [features],
+      })
+    model = PerturbTest.Model(nnx.Rngs(0))
+    _, perturbations = nnx.capture(model, nnx.Perturbation)(X)
+    for i in range(3):
+      shift = jnp.full(3, float(i))
+      perturbations['h'].set_value(shift)
+      out, sowed = nnx.capture(model, nnx.Intermediate,
+                               init=perturbations)(X)
+      h = X @ model.a.kernel[...] + model.a.bias[...] + shift
+      expected = jnp.sum((jnp.tanh(h) @ model.b.kernel[...]
+                          + model.b.bias[...]) ** 2)
+      self.assertTreeClose(out, expected)
+      self.assertCollected(sowed, {('h',): [h]})
+    self.assertEqual(trace.call_count, 3)  # one per capture structure
 
   def test_not_reused_under_a_transform(self):
     net = Net(nnx.Rngs(0))
