@@ -753,6 +753,12 @@ class TraceReuseTest(CompatTestCase):
   parameters and inputs, and a direct call on a twin for Variable updates.
   """
 
+  def setUp(self):
+    super().setUp()
+    # Traces are kept across calls, and so across tests: start afresh.
+    with capture_compat._TRACES_LOCK:
+      capture_compat._TRACES.clear()
+
   def count_traces(self):
     traces = []
 
