@@ -351,7 +351,7 @@ def _rewrite(
   """
   if request.planted or jaxpr.is_high:
     return None
-  rules = plan(jaxpr, request)
+  rules = _plan(jaxpr, request, strip)
   substitute: dict[core.Var, core.Atom] = {}
 
   def read(atom):
