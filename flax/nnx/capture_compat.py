@@ -725,6 +725,27 @@ _TRACES_LOCK = threading.Lock()
 _MAX_TRACES_PER_FUNCTION = 64
 
 
+class _HashedKey:
+  """A key hashed once: hashing a graph definition is not cheap, and a key is
+  both looked up and, on a miss, stored."""
+
+  __slots__ = ('key', 'hash')
+
+  def __init__(self, key: tp.Hashable):
+    self.key = key
+    self.hash = hash(key)
+
+  def __hash__(self) -> int:
+    return self.hash
+
+  def __eq__(self, other) -> bool:
+    return (
+        isinstance(other, _HashedKey)
+        and self.hash == other.hash
+        and self.key == other.key
+    )
+
+
 class _Call:
   """One call of a compat ``capture``: stage, interpret, build the States."""
 
@@ -809,7 +830,7 @@ class _Call:
 
     return traced
 
-  def _cache_key(self, prepared, init_entries) -> tp.Hashable | None:
+  def _cache_key(self, prepared, init_entries) -> _HashedKey | None:
     """The key of this call's trace, or ``None`` if it is traced anew.
 
     Only a top-level eager call, outside any other capture, reuses a trace:
@@ -830,10 +851,9 @@ class _Call:
         structure,
     )
     try:
-      hash(key)
-    except TypeError:
+      return _HashedKey(key)
+    except TypeError:  # an unhashable non-array argument
       return None
-    return key
 
   def _lookup(self, key) -> _Trace | None:
     if key is None:

@@ -856,6 +856,32 @@ class TraceReuseTest(CompatTestCase):
       self.assertCollected(state, expected)
     self.assertEqual(traces, [1.0, 2.0])
 
+  def test_unhashable_static_arguments_are_traced_every_call(self):
+    class Scale:  # compared by value, so not hashable
+      __hash__ = None
+
+      def __init__(self, value):
+        self.value = value
+
+      def __eq__(self, other):
+        return isinstance(other, Scale) and other.value == self.value
+
+    net = Net(nnx.Rngs(0))
+    traces = []
+
+    def forward(net, x, scale):
+      traces.append(scale.value)
+      return net(scale.value * x)
+
+    for value in (1.0, 2.0, 2.0):
+      out, state = nnx.capture(forward, nnx.Intermediate)(
+          net, X, Scale(value)
+      )
+      expected_out, expected = by_hand(net, value * X)
+      self.assertTreeClose(out, expected_out)
+      self.assertCollected(state, expected)
+    self.assertEqual(traces, [1.0, 2.0, 2.0])
+
   def test_closed_over_arrays_are_read_on_every_call(self):
     # A direct call reads the current weights of a module the function
     # closes over; so such a trace is not reused.

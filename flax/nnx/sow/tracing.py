@@ -262,7 +262,9 @@ class Prepared:
     leaves (by value, as ``jax.jit`` static arguments) and the types of their
     arrays. ``None`` if the call cannot be keyed: an unhashable non-array
     leaf, an array reference (the jaxpr would write the reference of this
-    call) or a tracer.
+    call) or a tracer. The key may still be unhashable (a non-array leaf
+    that is); hashing it is left to the caller, since hashing a graph
+    definition costs about as much as flattening it.
     """
     statics = []
     for leaf, traced in zip(self.leaves, self.arg_traced):
@@ -276,15 +278,10 @@ class Prepared:
       if not _is_array(leaf) or isinstance(leaf, core.Tracer):
         return None
       types.append(core.typeof(leaf))
-    key = (
+    return (
         self.treedef, self.graphdef, self.state_treedef, tuple(statics),
         tuple(types),
     )
-    try:
-      hash(key)
-    except TypeError:
-      return None
-    return key
 
   def trace(self) -> tuple[core.ClosedJaxpr, tp.Any, _Outcome]:
     """Steps (2) and (3): the jaxpr of the call, its out tree, its outcome."""
