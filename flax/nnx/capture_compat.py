@@ -86,6 +86,7 @@ from flax.nnx import graphlib
 from flax.nnx import module as module_lib
 from flax.nnx import statelib
 from flax.nnx import variablelib
+from flax.nnx.sow.capture import group as group_records
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
@@ -874,14 +875,8 @@ class _Call:
       traces[key] = trace
 
   def _states(self, trace, init_entries, records) -> list[State]:
-    values: dict[tuple[primitive.Name, type], list[tp.Any]] = {}
-    for site, leaves in records:
-      value = jax.tree_util.tree_unflatten(site.tree, leaves)
-      key = (site.name, site.tag)
-      if site.mode == 'clobber':
-        values[key] = [value]
-      else:
-        values.setdefault(key, []).append(value)
+    # A name may be sown with several types (a perturbation and a sow).
+    values = group_records(records, key=lambda site: (site.name, site.tag))
     # Per module path and type: name -> value, as legacy __captures__.
     slots: dict[tuple[PathParts, type], dict[str, tp.Any]] = {}
     module_paths = set(trace.module_paths)

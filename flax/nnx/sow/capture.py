@@ -237,11 +237,24 @@ def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
   An ``'append'`` record adds an entry; a ``'clobber'`` record replaces every
   entry collected so far under its name.
   """
-  collected: dict[tp.Any, list[tp.Any]] = {}
+  grouped = group(records, key=lambda site: site.name)
+  return Collected((name, tuple(values)) for name, values in grouped.items())
+
+
+def group(
+    records: tp.Iterable[interpreter.Record],
+    key: tp.Callable[[interpreter.Site], tp.Hashable],
+) -> dict[tp.Hashable, list[tp.Any]]:
+  """The values of ``records`` as pytrees, by ``key(site)``, in call order.
+
+  An ``'append'`` record adds an entry; a ``'clobber'`` record replaces every
+  entry grouped so far under its key.
+  """
+  grouped: dict[tp.Hashable, list[tp.Any]] = {}
   for site, leaves in records:
     value = jax.tree_util.tree_unflatten(site.tree, leaves)
     if site.mode == 'clobber':
-      collected[site.name] = [value]
+      grouped[key(site)] = [value]
     else:
-      collected.setdefault(site.name, []).append(value)
-  return Collected((name, tuple(values)) for name, values in collected.items())
+      grouped.setdefault(key(site), []).append(value)
+  return grouped
