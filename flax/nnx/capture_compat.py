@@ -773,7 +773,7 @@ class _Call:
     trace = self._lookup(key)
     if trace is None:
       with _scope(next(_scope_ids)):
-        jaxpr, _, outcome = prepared.trace()
+        jaxpr, outcome = prepared.trace()
       trace = _Trace(
           jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites)
       )

@@ -194,13 +194,10 @@ class StagedCall:
   Attributes:
     jaxpr: the closed jaxpr of the call, over ``inputs``.
     inputs: the traced (array) leaves of the arguments, in order.
-    out_tree: the pytree structure of the jaxpr's outputs: the array leaves
-      of ``f``'s result, followed by the updated state of the graph nodes.
   """
 
   jaxpr: core.ClosedJaxpr
   inputs: list[tp.Any]
-  out_tree: tp.Any
   _finish: tp.Callable[[tp.Sequence[tp.Any]], tp.Any]
 
   def unflatten_out(self, out_flat: tp.Sequence[tp.Any]) -> tp.Any:
@@ -283,8 +280,12 @@ class Prepared:
         tuple(types),
     )
 
-  def trace(self) -> tuple[core.ClosedJaxpr, tp.Any, _Outcome]:
-    """Steps (2) and (3): the jaxpr of the call, its out tree, its outcome."""
+  def trace(self) -> tuple[core.ClosedJaxpr, _Outcome]:
+    """Steps (2) and (3): the jaxpr of the call and its outcome.
+
+    The jaxpr returns the array leaves of ``f``'s result, followed by the
+    updated state of the graph nodes; the outcome says how to use them.
+    """
     outcome = _Outcome()
     leaves, arg_traced = self.leaves, self.arg_traced
     state_leaves, state_traced = self.state_leaves, self.state_traced
@@ -315,17 +316,14 @@ class Prepared:
       return _after_call(out, copies, index_ref, graphdef, values_in, outcome)
 
     with primitive.harvesting(True):
-      closed, out_shape = jax.make_jaxpr(flat_f, return_shape=True)(
-          *self.inputs
-      )
-    return closed, jax.tree_util.tree_structure(out_shape), outcome
+      closed = jax.make_jaxpr(flat_f)(*self.inputs)
+    return closed, outcome
 
   def stage(self) -> StagedCall:
-    closed, out_tree, outcome = self.trace()
+    closed, outcome = self.trace()
     return StagedCall(
         jaxpr=closed,
         inputs=self.inputs,
-        out_tree=out_tree,
         _finish=functools.partial(self.finish, outcome),
     )
 
