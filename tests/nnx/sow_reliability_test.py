@@ -73,6 +73,20 @@ def _vmap_body(v):
   return sow(v * v, name='vmap')
 
 
+@jax.custom_vjp
+def _sowing_sin(v):
+  sow(v * 3.0, name='h')
+  return jnp.sin(v)
+
+
+def _sowing_sin_fwd(v):
+  sow(v, name='fwd_only')
+  return _sowing_sin(v), None
+
+
+_sowing_sin.defvjp(_sowing_sin_fwd, lambda _, ct: (ct,))
+
+
 # Functions defined once: JAX retraces and recompiles a jit, loop or branch
 # whose function is a new closure on each call, with or without capture.
 _jit_fn = jax.jit(_jit_body)
@@ -541,6 +555,13 @@ CASES = {
         " 'custom_linear_solve' (at <location>) contains sows 'mv' and has"
         ' no capture rule; move the sows out of it or exclude them with'
         ' capture(..., tag=..., names=...).'),
+    'derivative_rule_sows': (
+        lambda: jax.grad(
+            lambda v: jnp.sum(capture(_sowing_sin)(v)[0]))(X),
+        "NotImplementedError: capture: the forward rule of the"
+        " 'custom_vjp_call' (at <location>) sows 'fwd_only', which its"
+        ' function does not; under differentiation inside a capture such a'
+        ' sow cannot be collected. Sow it in the function instead.'),
 }
 
 _LOCATION = re.compile(r'\(at [^\n]*?:\d+(?::\d+)? \([^()\n]*\)\)')

@@ -621,6 +621,50 @@ class ControlFlowTest(parameterized.TestCase):
     np.testing.assert_array_equal(grad_through, jnp.full(3, 100.0))
     np.testing.assert_allclose(collected['out'][0], jnp.sin(X))
 
+  def test_derivative_rules_calling_the_function_do_not_leak_sows(self):
+    # Under differentiation, a rule that calls the function runs its sows
+    # again: they must stay inside the capture (found by the fuzzer).
+    @jax.custom_vjp
+    def f(x):
+      sow(x * 3.0, name='h')
+      return jnp.sin(x)
+
+    f.defvjp(lambda x: (f(x), None), lambda _, ct: (100.0 * ct,))
+
+    @jax.custom_jvp
+    def g(x):
+      sow(x * 3.0, name='h')
+      return jnp.sin(x)
+
+    g.defjvp(lambda p, t: (g(p[0]), 100.0 * t[0]))
+    for fn in (f, g):
+      inner = capture(fn)
+
+      def loss(x, inner=inner):
+        out, collected = inner(x)
+        sow(jnp.sum(collected['h'][0]), name='seen')
+        return jnp.sum(out)
+
+      (grad, outer) = capture(jax.grad(loss))(X)
+      np.testing.assert_array_equal(grad, jnp.full(3, 100.0))
+      self.assertEqual(list(outer), ['seen'])
+      np.testing.assert_allclose(outer['seen'][0], jnp.sum(X * 3.0),
+                                 rtol=1e-6)
+
+  def test_derivative_rule_with_a_sow_of_its_own_is_refused(self):
+    @jax.custom_vjp
+    def f(x):
+      sow(x * 3.0, name='h')
+      return jnp.sin(x)
+
+    def fwd(x):
+      sow(x, name='fwd_only')
+      return f(x), None
+
+    f.defvjp(fwd, lambda _, ct: (ct,))
+    with self.assertRaisesRegex(NotImplementedError, 'fwd_only'):
+      jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
+
   def test_deep_nesting(self):
     # jit inside scan inside cond inside custom_vjp.
     @jax.jit

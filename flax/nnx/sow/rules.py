@@ -29,6 +29,7 @@ import typing as tp
 
 from jax._src import ad_util
 from jax._src import core
+from jax._src import linear_util as lu
 from jax._src.custom_batching import custom_vmap_p
 from jax._src import sharding_impls
 from jax._src import tree_util
@@ -40,6 +41,7 @@ from jax.extend.core import primitives as prims
 import jax.numpy as jnp
 
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import primitive
 from flax.nnx.sow.interpreter import Scope, Site
 
 UNSPECIFIED = sharding_impls.UNSPECIFIED
@@ -109,11 +111,84 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
     if interpreter.sites_to_plant(body, scope.request):
       return _inline(scope, eqn, invals, body_param)
     stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
-    outs = interpreter.bind(eqn, invals, **{body_param: stripped})
+    rule_params = {
+        param: _stripped_rule(eqn, param, body.jaxpr)
+        for param in _DERIVATIVE_RULES
+        if param in eqn.params
+    }
+    outs = interpreter.bind(
+        eqn, invals, **{body_param: stripped}, **rule_params
+    )
     _inline(scope, eqn, invals, body_param)
     return outs
 
   return rule
+
+
+def _sow_keys(jaxpr: core.Jaxpr) -> set[tuple[tp.Any, tp.Any]]:
+  """The (name, tag) of every sow in ``jaxpr``, at any depth."""
+  keys = set()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is primitive.sow_p:
+      keys.add((eqn.params['name'], eqn.params['tag']))
+    for sub in core.jaxprs_in_params(eqn.params):
+      keys |= _sow_keys(sub)
+  return keys
+
+
+def _stripped_rule(eqn, param: str, body: core.Jaxpr):
+  """A custom derivative rule (a jaxpr thunk) whose jaxpr has no sows.
+
+  Under differentiation JAX runs the user's forward (``custom_vjp``) or JVP
+  (``custom_jvp``) rule in place of the body, and such a rule usually calls
+  the function itself: its sows would run again, outside this capture. Their
+  values already come from evaluating the body, so they are stripped; a rule
+  that sows a name the body does not is refused, since that value could be
+  collected by no capture.
+  """
+  what, wrap = _DERIVATIVE_RULES[param]
+
+  def strip(jaxpr: core.Jaxpr, consts) -> core.ClosedJaxpr:
+    extra = _sow_keys(jaxpr) - _sow_keys(body)
+    if extra:
+      raise NotImplementedError(
+          f'capture: the {what} rule of the {eqn.primitive.name!r}'
+          f' (at {interpreter.where(eqn)}) sows'
+          f' {interpreter.describe_names(name for name, _ in extra)}, which'
+          ' its function does not; under differentiation inside a capture'
+          ' such a sow cannot be collected. Sow it in the function instead.'
+      )
+    closed = core.ClosedJaxpr(jaxpr, consts)
+    return interpreter.transform(closed, interpreter.STRIP_ALL_SOWS).jaxpr
+
+  return wrap(eqn.params[param], strip)
+
+
+def _stripped_fwd(thunk, strip):
+  @pe._memoize  # pylint: disable=protected-access
+  def fwd(*zeros):
+    stripped = strip(*thunk.call_wrapped(*zeros))
+    return stripped.jaxpr, stripped.consts
+
+  return lu.wrap_init(fwd, debug_info=thunk.debug_info)
+
+
+def _stripped_jvp(thunk, strip):
+  @pe._memoize  # pylint: disable=protected-access
+  def jvp(*zeros):
+    jaxpr, consts, out_zeros = thunk.call_wrapped(*zeros)
+    stripped = strip(jaxpr, consts)
+    return stripped.jaxpr, stripped.consts, out_zeros
+
+  return lu.wrap_init(jvp, debug_info=thunk.debug_info)
+
+
+# The derivative-rule parameters of custom_vjp_call and custom_jvp_call:
+# what the rule is called, and how to wrap its thunk.
+_DERIVATIVE_RULES = {
+    'fwd_jaxpr_thunk': ('forward', _stripped_fwd),
+    'jvp_jaxpr_fun': ('JVP', _stripped_jvp),
+}
 
 
 def _scan(scope: Scope, eqn, invals):
