@@ -651,20 +651,6 @@ class ControlFlowTest(parameterized.TestCase):
       np.testing.assert_allclose(outer['seen'][0], jnp.sum(X * 3.0),
                                  rtol=1e-6)
 
-  def test_derivative_rule_with_a_sow_of_its_own_is_refused(self):
-    @jax.custom_vjp
-    def f(x):
-      sow(x * 3.0, name='h')
-      return jnp.sin(x)
-
-    def fwd(x):
-      sow(x, name='fwd_only')
-      return f(x), None
-
-    f.defvjp(fwd, lambda _, ct: (ct,))
-    with self.assertRaisesRegex(NotImplementedError, 'fwd_only'):
-      jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
-
   def test_deep_nesting(self):
     # jit inside scan inside cond inside custom_vjp.
     @jax.jit
