@@ -307,7 +307,7 @@ def bench_memory(quick: bool) -> list[Row]:
   x = jnp.ones(width)
   plain = jax.jit(f).lower(x).compile().memory_analysis()
   captured = jax.jit(capture(f)).lower(x).compile().memory_analysis()
-  captured_bytes = length * width * 4
+  captured_bytes = length * width * x.dtype.itemsize
 
   def total(m):
     return (m.temp_size_in_bytes + m.output_size_in_bytes

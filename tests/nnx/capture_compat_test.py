@@ -35,6 +35,7 @@ from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import sow
 from flax.nnx.sow import tracing
+import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
 
@@ -104,20 +105,29 @@ class CompatTestCase(parameterized.TestCase):
     self.assertIsNone(capture_compat._scope.value)
     super().tearDown()
 
-  def assertTreeClose(self, actual, expected, **kwargs):
+  def _assertTrees(self, compare, actual, expected):
     actual_leaves, actual_tree = jax.tree.flatten(actual)
     expected_leaves, expected_tree = jax.tree.flatten(expected)
     self.assertEqual(actual_tree, expected_tree)
     for a, e in zip(actual_leaves, expected_leaves):
-      np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6, **kwargs)
+      compare(a, e)
+
+  def assertTreeEqual(self, actual, expected):
+    """Bitwise: both sides run the same operations (legacy and new)."""
+    self._assertTrees(np.testing.assert_array_equal, actual, expected)
+
+  def assertTreeClose(self, actual, expected):
+    """To float rounding: ``expected`` is another program (see sow_testing)."""
+    self._assertTrees(sow_testing.assert_close, actual, expected)
 
   def assertStatesEqual(self, actual, expected):
+    """Same paths, Variable types and, bitwise, values."""
     actual, expected = flat(actual), flat(expected)
     self.assertEqual(
         [(p, t) for p, t, _ in actual], [(p, t) for p, t, _ in expected]
     )
     for (_, _, a), (_, _, e) in zip(actual, expected):
-      self.assertTreeClose(a, e)
+      self.assertTreeEqual(a, e)
 
   def assertCollected(self, state, values: dict, var_type=nnx.Intermediate):
     """``state`` holds exactly ``values`` ({path: [value, ...]}) as tuples."""
@@ -385,7 +395,7 @@ class FormsTest(CompatTestCase):
         lambda m, x: m(x, sow_weights=True), nnx.Intermediate
     )(mha, x)
     self.assertStatesEqual(state, state_legacy)
-    self.assertTreeClose(out, out_legacy)
+    self.assertTreeEqual(out, out_legacy)
     # Recompute the weights from the projections.
     q, k = mha.query(x), mha.key(x)
     logits = jnp.einsum('qhd,khd->hqk', q, k) / jnp.sqrt(q.shape[-1])
@@ -434,7 +444,7 @@ class MethodOutputsTest(CompatTestCase):
         ('features',): [features],
         ('linear', '__call__'): [features],
     })
-    self.assertTreeClose(out, out_legacy)
+    self.assertTreeEqual(out, out_legacy)
 
   def test_no_class_is_modified(self):
     model = self.Model(nnx.Rngs(0))
@@ -596,7 +606,7 @@ class PerturbTest(CompatTestCase):
     shifted = jax.tree.map(lambda v: v + 1.0, perturbations)
     out = nnx.capture(model, init=shifted)(X)
     out_legacy = capture_compat.legacy(model, init=shifted)(X)
-    self.assertTreeClose(out, out_legacy)
+    self.assertTreeEqual(out, out_legacy)
     h = X @ model.a.kernel[...] + model.a.bias[...] + 1.0
     self.assertTreeClose(
         out, jnp.sum((jnp.tanh(h) @ model.b.kernel[...]
@@ -666,7 +676,7 @@ class DeprecatedPathTest(CompatTestCase):
     self.assertEqual(messages, messages_legacy)
     self.assertEqual(nnx.graphdef(model), nnx.graphdef(model_legacy))
     self.assertStatesEqual(nnx.state(model), nnx.state(model_legacy))
-    self.assertTreeClose(out, out_legacy)
+    self.assertTreeEqual(out, out_legacy)
     self.assertTreeClose(model.h.get_value(), (X, X))
     self.assertTreeClose(model.p.get_value(), jnp.zeros(3))
 
@@ -1197,7 +1207,7 @@ class TransformsTest(CompatTestCase):
 
     def __init__(self, reduce_fn):
       self.reduce_fn = reduce_fn
-      self.w = nnx.Param(jnp.array([1.5, -0.5, 2.0]))
+      self.w = nnx.Param(jnp.array([1.5, -0.5, 2.0], jnp.float32))
 
     def __call__(self, x):
       y = jnp.sin(self.w * x)
@@ -1568,6 +1578,13 @@ class ConcurrencyAndFailureTest(CompatTestCase):
 
 
 class InstallTest(parameterized.TestCase):
+  """Each test starts with the layer off, whatever the process had, and
+  leaves the process as it found it (also where the layer was installed at
+  import, as a Flax tree with the integration does)."""
+
+  def setUp(self):
+    super().setUp()
+    self.enterContext(capture_compat.uninstall())
 
   def test_install_uninstall(self):
     self.assertFalse(capture_compat.is_installed())

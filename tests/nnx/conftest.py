@@ -11,22 +11,86 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Hypothesis profiles for the property tests (tests/nnx/sow_fuzz_test.py).
+"""Suite-wide test settings: hypothesis profiles and a global-state guard.
 
+Hypothesis profiles for the property tests (tests/nnx/sow_fuzz_test.py):
 ``ci`` is the default: 200 examples, no deadline (a first call compiles).
 ``pytest --hypothesis-profile=long`` (an option of hypothesis' pytest plugin)
 runs 5,000. Neither keeps an example database, so runs are reproducible from
-the seed hypothesis prints on failure, and no directory is written.
+the seed hypothesis prints on failure, and no directory is written. Without
+hypothesis installed (Flax's own test extras lack it) there are no profiles
+and the property tests skip.
+
+The guard: every test must leave the process as it found it (the compat
+layer installed or not, JAX's configuration, the sow rule table, the
+profile hook, the environment), so that the suite passes in any order, in
+any split across workers, and beside other test suites. A test that changes
+any of it fails, naming what it changed.
 """
 
-import hypothesis
+import os
+import sys
 
-_COMMON = dict(
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=[hypothesis.HealthCheck.too_slow],
-)
-hypothesis.settings.register_profile('ci', max_examples=200, **_COMMON)
-hypothesis.settings.register_profile('long', max_examples=5000, **_COMMON)
-hypothesis.settings.load_profile('ci')
+import jax
+import pytest
+
+try:
+  import hypothesis
+except ImportError:  # the property tests skip (see sow_fuzz_test.py)
+  hypothesis = None
+
+if hypothesis is not None:
+  _COMMON = dict(
+      deadline=None,
+      database=None,
+      print_blob=True,
+      suppress_health_check=[hypothesis.HealthCheck.too_slow],
+  )
+  hypothesis.settings.register_profile('ci', max_examples=200, **_COMMON)
+  hypothesis.settings.register_profile('long', max_examples=5000, **_COMMON)
+  hypothesis.settings.load_profile('ci')
+
+
+def _global_state() -> dict[str, object]:
+  """What a test could change for the tests after it, by name."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+  from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
+  from flax.nnx.sow import rules  # pylint: disable=g-import-not-at-top
+
+  state = {
+      'capture_compat installed': capture_compat.is_installed(),
+      'nnx.capture': nnx.capture,
+      'flax.nnx.module.capture': module_lib.capture,
+      'nnx.Module.sow': nnx.Module.sow,
+      'nnx.Module.perturb': nnx.Module.perturb,
+      'capture_compat frames': tuple(capture_compat._FRAMES.stack),  # pylint: disable=protected-access
+      'capture_compat scope': capture_compat._scope.value,  # pylint: disable=protected-access
+      'sow rule table': dict(rules.RULES),
+      'sys.getprofile()': sys.getprofile(),
+  }
+  for name, value in os.environ.items():
+    if name != 'PYTEST_CURRENT_TEST':  # pytest's own, set per test phase
+      state[f'os.environ[{name!r}]'] = value
+  for name, value in jax.config.values.items():
+    state[f'jax.config.{name}'] = value
+  return state
+
+
+def _changes(before: dict[str, object], after: dict[str, object]) -> list:
+  changed = []
+  for name in sorted(before.keys() | after.keys()):
+    a, b = before.get(name, '<absent>'), after.get(name, '<absent>')
+    if a is not b and a != b:
+      changed.append(f'{name}: {a!r:.200} -> {b!r:.200}')
+  return changed
+
+
+@pytest.fixture(autouse=True)
+def _leaves_no_global_state():
+  before = _global_state()
+  yield
+  changed = _changes(before, _global_state())
+  if changed:
+    pytest.fail('the test left global state changed:\n  '
+                + '\n  '.join(changed), pytrace=False)

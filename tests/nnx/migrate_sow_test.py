@@ -27,6 +27,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax.numpy as jnp
 import numpy as np
+import sow_testing
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -559,7 +560,7 @@ class ExecutionTest(absltest.TestCase):
     for name, values in legacy.items():
       self.assertLen(functional[name], len(values), msg=name)
       for old, new in zip(values, functional[name]):
-        np.testing.assert_allclose(new, old, rtol=1e-6, err_msg=name)
+        sow_testing.assert_close(new, old, err_msg=name)
 
   def test_capture_target_is_executable_and_equivalent(self):
     source = MODEL_SOURCE
@@ -570,7 +571,7 @@ class ExecutionTest(absltest.TestCase):
     captured = self._execute(migrated)
     for name, values in legacy.items():
       for old, new in zip(values, captured[name]):
-        np.testing.assert_allclose(new, old, rtol=1e-6, err_msg=name)
+        sow_testing.assert_close(new, old, err_msg=name)
 
 
 if __name__ == '__main__':

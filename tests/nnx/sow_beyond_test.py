@@ -27,6 +27,7 @@ from flax.nnx.sow import capture
 from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
+import sow_testing
 
 X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
 W = jnp.array([0.5, -1.5, 2.0], jnp.float32)
@@ -46,14 +47,14 @@ class RematTest(parameterized.TestCase):
 
     f = jax.checkpoint(block, policy=policy, prevent_cse=prevent_cse)
     out, collected = capture(f)(X)
-    np.testing.assert_allclose(collected['h'][0], np.sin(X * W), rtol=1e-6)
+    sow_testing.assert_close(collected['h'][0], np.sin(X * W))
     np.testing.assert_array_equal(out, f(X))
     loss = lambda x: jnp.sum(f(x) ** 2)
     grad, collected = capture(jax.grad(loss))(X)
-    np.testing.assert_allclose(collected['h'][0], np.sin(X * W), rtol=1e-6)
-    np.testing.assert_allclose(grad, jax.grad(loss)(X), rtol=1e-6)
+    sow_testing.assert_close(collected['h'][0], np.sin(X * W))
+    sow_testing.assert_close(grad, jax.grad(loss)(X))
     grad_through = jax.grad(lambda x: capture(loss)(x)[0])(X)
-    np.testing.assert_allclose(grad_through, jax.grad(loss)(X), rtol=1e-6)
+    sow_testing.assert_close(grad_through, jax.grad(loss)(X))
 
   def test_static_argnums(self):
     @functools.partial(jax.checkpoint, static_argnums=(1,))
@@ -61,7 +62,7 @@ class RematTest(parameterized.TestCase):
       return sow(x**power, name='pow')
 
     _, collected = capture(lambda x: f(x, 3))(X)
-    np.testing.assert_allclose(collected['pow'][0], X**3, rtol=1e-6)
+    sow_testing.assert_close(collected['pow'][0], X**3)
 
   def test_perturb_inside_remat_matches_no_remat(self):
     def block(x):
@@ -69,24 +70,21 @@ class RematTest(parameterized.TestCase):
 
     _, with_remat = capture(jax.grad(jax.checkpoint(block)))(X)
     _, without = capture(jax.grad(block))(X)
-    np.testing.assert_allclose(with_remat['g'][0], without['g'][0], rtol=1e-6)
-    np.testing.assert_allclose(
-        with_remat['g'][0], 2 * np.sin(np.asarray(X * W)), rtol=1e-6
-    )
+    sow_testing.assert_close(with_remat['g'][0], without['g'][0])
+    sow_testing.assert_close(with_remat['g'][0], 2 * np.sin(np.asarray(X * W)))
 
   def test_remat_in_scan(self):
     @jax.checkpoint
     def step(c, w):
       return sow(jnp.sin(c * w), name='c'), None
 
-    ws = jnp.array([0.5, 1.0, 2.0])
+    ws = jnp.array([0.5, 1.0, 2.0], jnp.float32)
     _, collected = capture(lambda x: lax.scan(step, x, ws)[0])(X)
     expected, c = [], np.asarray(X)
     for w in np.asarray(ws):
       c = np.sin(c * w)
       expected.append(c)
-    np.testing.assert_allclose(collected['c'][0], np.stack(expected),
-                               rtol=1e-6)
+    sow_testing.assert_close(collected['c'][0], np.stack(expected))
 
 
 class ModesTest(parameterized.TestCase):
@@ -273,7 +271,7 @@ class PlantTest(parameterized.TestCase):
     def replace(v, *, name, target=name):
       return replacements.pop(0) if name == target else v
 
-    np.testing.assert_allclose(got, _program_with(replace, X), rtol=1e-6)
+    sow_testing.assert_close(got, _program_with(replace, X))
     self.assertEqual(replacements, [])
     self.assertNotAlmostEqual(float(got), float(_program(X)), places=3)
 
@@ -293,7 +291,7 @@ class PlantTest(parameterized.TestCase):
 
     _, collected = capture(f)(X)
     grads = jax.grad(lambda v: plant(f, v)(X))(collected)
-    np.testing.assert_allclose(grads['h'][0], 3 * np.sin(X) ** 2, rtol=1e-6)
+    sow_testing.assert_close(grads['h'][0], 3 * np.sin(X) ** 2)
 
   def test_plant_under_vmap_and_tag(self):
     def f(x):
@@ -301,10 +299,11 @@ class PlantTest(parameterized.TestCase):
       return sow(x * 2, name='a') + 1
 
     # Only the tagged sow is planted; the other one keeps its value.
-    out = plant(f, {'a': (jnp.zeros(3),)}, tag='t')(X)
+    out = plant(f, {'a': (jnp.zeros(3, jnp.float32),)}, tag='t')(X)
     np.testing.assert_array_equal(out, X * 2 + 1)
     xs = jnp.stack([X, X + 1])
-    out = jax.vmap(plant(f, {'a': (jnp.zeros(3), jnp.ones(3))}))(xs)
+    planted = (jnp.zeros(3, jnp.float32), jnp.ones(3, jnp.float32))
+    out = jax.vmap(plant(f, {'a': planted}))(xs)
     np.testing.assert_array_equal(out, jnp.full((2, 3), 2.0))
 
   def test_unplanted_sows_stay_for_capture(self):
@@ -312,18 +311,19 @@ class PlantTest(parameterized.TestCase):
       sow(x, name='a')
       return sow(x * 2, name='b') + 1
 
-    out, collected = capture(plant(f, {'a': (jnp.zeros(3),)}))(X)
+    zeros = jnp.zeros(3, jnp.float32)
+    out, collected = capture(plant(f, {'a': (zeros,)}))(X)
     self.assertEqual(list(collected), ['b'])
     np.testing.assert_array_equal(out, X * 2 + 1)
 
   @parameterized.named_parameters(
       ('structure', {'h': ((jnp.zeros(3),),)}, r"values\['h'\]\[0\] has "
        r'structure'),
-      ('shape', {'h': (jnp.zeros(4),)}, r'float32\[4\], but the sow has '
-       r'float32\[3\]'),
+      ('shape', {'h': (jnp.zeros(4, jnp.float32),)},
+       r'float32\[4\], but the sow has float32\[3\]'),
       ('dtype', {'h': (jnp.zeros(3, jnp.int32),)}, r'int32\[3\]'),
-      ('too_many', {'h': (jnp.zeros(3), jnp.zeros(3))}, r'2 entries but the '
-       r'function sows .h. 1 time\.'),
+      ('too_many', {'h': (jnp.zeros(3, jnp.float32),) * 2},
+       r'2 entries but the function sows .h. 1 time\.'),
       ('never_sown', {'nope': (jnp.zeros(3),)}, "never sows 'nope'"),
   )
   def test_mismatches(self, values, message):
@@ -379,8 +379,8 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
     loss = lambda x: jnp.sum(f(x))
     (value, grad), collected = capture(jax.value_and_grad(loss))(X)
     np.testing.assert_array_equal(grad, jnp.full(3, 7.0))
-    np.testing.assert_allclose(collected['body'][0], np.sin(X), rtol=1e-6)
-    np.testing.assert_allclose(value, 2 * np.sum(np.sin(X)), rtol=1e-6)
+    sow_testing.assert_close(collected['body'][0], np.sin(X))
+    sow_testing.assert_close(value, 2 * np.sum(np.sin(X)))
     grad_through = jax.grad(lambda x: jnp.sum(capture(f)(x)[0]))(X)
     np.testing.assert_array_equal(grad_through, jnp.full(3, 7.0))
     self.assertEqual(len(collected['body']), 1)
@@ -395,7 +395,7 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
     np.testing.assert_array_equal(grad_through, jnp.full(3, 5.0))
     grad, collected = jax.jit(capture(jax.grad(lambda x: jnp.sum(f(x)))))(X)
     np.testing.assert_array_equal(grad, jnp.full(3, 5.0))
-    np.testing.assert_allclose(collected['body'][0], np.sin(X), rtol=1e-6)
+    sow_testing.assert_close(collected['body'][0], np.sin(X))
 
   def test_unselected_sows_inside_are_seen_once_by_an_outer_capture(self):
     @jax.custom_vjp
@@ -457,7 +457,7 @@ class CompiledSpeedTest(absltest.TestCase):
 
     for power in (2, 3, 2):
       out, collected = capture(f)(X, power)
-      np.testing.assert_allclose(collected['p'][0], X**power, rtol=1e-6)
+      sow_testing.assert_close(collected['p'][0], X**power)
       np.testing.assert_array_equal(out, f(X, power))
     # An unhashable static leaf cannot key a runner: the general path runs.
     g = jax.jit(lambda x, opts: sow(x * opts['k'], name='g'),

@@ -19,6 +19,7 @@ import pkgutil
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 
 import flax.nnx.sow
 
@@ -41,10 +42,13 @@ class DocstringExamplesTest(parameterized.TestCase):
   @parameterized.parameters(*PUBLIC_MODULES)
   def test_examples_run(self, module_name):
     module = importlib.import_module(module_name)
-    result = doctest.testmod(
-        module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
-        verbose=False,
-    )
+    # The examples show arrays as JAX prints them by default (float32), as
+    # Flax's docstrings do; under JAX_ENABLE_X64 they run as documented.
+    with jax.enable_x64(False):
+      result = doctest.testmod(
+          module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+          verbose=False,
+      )
     self.assertEqual(result.failed, 0, f'{module_name}: {result}')
     if module_name in MODULES_WITH_EXAMPLES:
       self.assertGreater(result.attempted, 0, module_name)

@@ -338,7 +338,7 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
       if node.axis == 0:
         xb = jnp.sin(x[None] + offs.reshape((-1,) + (1,) * x.ndim))
       else:
-        xb = jnp.sin(x[..., None] + offs)
+        xb = jnp.sin(x[..., None] + offs.reshape((1,) * x.ndim + (-1,)))
       outs = jax.vmap(body, in_axes=node.axis)(xb)
       return functools.reduce(lambda a, b: a + b,
                               [outs[k] for k in range(node.size)])

@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
+import sow_testing
 
 X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32)
 
@@ -105,9 +106,9 @@ class GraphNodesTest(parameterized.TestCase):
     out, collected = capture(model.features)(X)
     self.assertIs(model.linear.kernel.get_raw_value(), kernel)
     self.assertIs(model.norm.mean.get_raw_value(), mean)
-    expected = X @ kernel + model.linear.bias[...]
-    np.testing.assert_allclose(out, expected, rtol=1e-6)
-    np.testing.assert_allclose(collected['features'][0], expected, rtol=1e-6)
+    expected = X @ kernel + model.linear.bias[None]
+    sow_testing.assert_close(out, expected)
+    sow_testing.assert_close(collected['features'][0], expected)
 
   def test_shared_references(self):
     model = Model(nnx.Rngs(0))
@@ -121,11 +122,9 @@ class GraphNodesTest(parameterized.TestCase):
 
     kernel = model.linear.kernel.get_value()
     out, _ = capture(f)(model, model, X)
-    np.testing.assert_allclose(model.tied.kernel.get_value(), kernel * 2)
+    np.testing.assert_array_equal(model.tied.kernel.get_value(), kernel * 2)
     self.assertIs(model.tied, model.linear)
-    np.testing.assert_allclose(
-        out, X @ (kernel * 2) + model.linear.bias[...], rtol=1e-6
-    )
+    sow_testing.assert_close(out, X @ (kernel * 2) + model.linear.bias[None])
 
   def test_returned_nodes(self):
     model = Model(nnx.Rngs(0))
@@ -159,7 +158,7 @@ class GraphNodesTest(parameterized.TestCase):
 
     with jax.checking_leaks():
       capture(f)(model, X)
-    np.testing.assert_allclose(model.extra.get_value(), X.sum())
+    np.testing.assert_array_equal(model.extra.get_value(), X.sum())
 
   def test_static_outputs_are_returned_as_is(self):
     out, _ = capture(lambda m, x: ('label', 3, None, m.linear(x)))(
@@ -175,8 +174,8 @@ class GraphNodesTest(parameterized.TestCase):
       return counter.get_value()
 
     out, _ = capture(f)(counter, X)
-    np.testing.assert_allclose(counter.get_value(), X.sum())
-    np.testing.assert_allclose(out, X.sum())
+    np.testing.assert_array_equal(counter.get_value(), X.sum())
+    np.testing.assert_array_equal(out, X.sum())
 
   def test_inside_jit(self):
     model = Model(nnx.Rngs(0))
@@ -259,11 +258,9 @@ class GraphNodesTest(parameterized.TestCase):
     self.assertEmpty(errors)
     self.assertIs(model.linear.kernel.get_raw_value(), kernel)
     for i in range(n):
-      expected = (X * i) @ kernel + model.linear.bias[...]
-      np.testing.assert_allclose(results[i][0], expected, rtol=1e-6)
-      np.testing.assert_allclose(
-          results[i][1]['features'][0], expected, rtol=1e-6
-      )
+      expected = (X * i) @ kernel + model.linear.bias[None]
+      sow_testing.assert_close(results[i][0], expected)
+      sow_testing.assert_close(results[i][1]['features'][0], expected)
 
 
 if __name__ == '__main__':

@@ -49,6 +49,7 @@ if __name__ == '__main__':  # run directly: import this working tree
   import _worktree  # pylint: disable=g-import-not-at-top,unused-import
 
 from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+import sow_testing  # pylint: disable=g-import-not-at-top
 
 _REPORT = flags.DEFINE_string(
     'report', None, 'Write a Markdown table of the comparisons to this path.'
@@ -291,7 +292,6 @@ class Case:
   # and an independent oracle, oracle(model, *inputs) -> expected result.
   legacy_error: str | None = None
   oracle: tp.Callable[..., tp.Any] | None = None
-  oracle_rtol: float = 0.0
 
 
 def _forward(capture: Capture, model, *inputs):
@@ -345,7 +345,9 @@ def _reducers_and_method_outputs(capture: Capture, model, x):
   return out, sown, outputs
 
 
-_X = lambda *shape: (jax.random.normal(jax.random.key(7), shape),)
+# float32 inputs, as Flax's layers' float32 parameters expect (also where
+# JAX_ENABLE_X64 makes float64 the default).
+_X = lambda *shape: (jax.random.normal(jax.random.key(7), shape, jnp.float32),)
 
 CASES = [
     Case('mlp', lambda: MLP(nnx.Rngs(0)), lambda: _X(5, 4), _forward),
@@ -359,17 +361,13 @@ CASES = [
          lambda: _X(2, 8), _forward, hijax_modes=()),
     Case('lstm', lambda: LSTM(nnx.Rngs(0)), lambda: _X(2, 4, 3), _forward,
          hijax_modes=(), legacy_error='carry input and carry output must'
-         ' have the same pytree structure', oracle=_lstm_by_hand,
-         # The oracle steps the cell eagerly, op by op; nnx.RNN runs it in a
-         # compiled scan body, where XLA fuses the gate math: float32
-         # rounding differs in the last bit.
-         oracle_rtol=1e-6),
+         ' have the same pytree structure', oracle=_lstm_by_hand),
     Case('vae', lambda: VAE(nnx.Rngs(0, noise=3)), lambda: _X(4, 6),
          _forward),
     Case('ensemble', lambda: Ensemble(nnx.Rngs(0)), lambda: _X(5, 4),
          _forward, hijax_modes=()),
     Case('training_step', lambda: Perturbed(nnx.Rngs(0)),
-         lambda: (*_X(6, 4), jnp.ones((6, 1))), _training_step,
+         lambda: (*_X(6, 4), jnp.ones((6, 1), jnp.float32)), _training_step,
          hijax_modes=()),  # nnx.grad: see test_flax_grad_with_hijax_fails
     Case('reducers_method_outputs', lambda: Reducers(nnx.Rngs(0)),
          lambda: _X(2, 3), _reducers_and_method_outputs),
@@ -452,8 +450,13 @@ def _legacy_sow_outside_capture():
 class ParityTest(parameterized.TestCase):
 
   def assert_same(self, got, expected, what: str, *, kinds: bool = True,
-                  rtol: float = 0.0) -> tuple[int, float]:
-    """Equal paths, Variable types (if ``kinds``) and values, bitwise."""
+                  bitwise: bool = True) -> tuple[int, float]:
+    """Equal paths, Variable types (if ``kinds``) and values.
+
+    Values are compared bitwise where both sides run the same operations
+    (legacy and new), else (``bitwise=False``: an oracle that is another
+    program) to float rounding, as ``sow_testing.assert_close`` explains.
+    """
     got_rows, expected_rows = _flat(got), _flat(expected)
     strip = (lambda k: k) if kinds else (lambda k: '')
     self.assertEqual([(p, strip(k)) for p, k, _ in got_rows],
@@ -461,10 +464,10 @@ class ParityTest(parameterized.TestCase):
                      f'{what}: paths or Variable types differ')
     max_diff = 0.0
     for (path, _, a), (_, _, b) in zip(got_rows, expected_rows):
-      if rtol:
-        np.testing.assert_allclose(a, b, rtol=rtol, err_msg=f'{what} at {path}')
-      else:  # bitwise: the new implementation runs the same operations
+      if bitwise:  # the new implementation runs the same operations
         np.testing.assert_array_equal(a, b, err_msg=f'{what} at {path}')
+      else:
+        sow_testing.assert_close(a, b, err_msg=f'{what} at {path}')
       if a.size and jnp.issubdtype(a.dtype, jnp.number):
         max_diff = max(max_diff, float(np.max(np.abs(
             a.astype(np.float64) - b.astype(np.float64)))))
@@ -496,8 +499,10 @@ class ParityTest(parameterized.TestCase):
     new, new_state = _execute(case, 'new', mode)
     model = case.make()
     expected = case.oracle(model, *case.inputs())
+    # The oracle steps the cell eagerly, op by op, where nnx.RNN runs it in
+    # a compiled scan body with the gate math fused: another program.
     values, diff = self.assert_same(new, expected, 'result vs oracle',
-                                    rtol=case.oracle_rtol)
+                                    bitwise=False)
     self.assert_same(new_state, nnx.state(model), 'state vs oracle')
     sites = _count_variables(new, nnx.Intermediate)
     _ROWS.append(Comparison(case.name, mode, 'legacy', 0, 0, 0.0,

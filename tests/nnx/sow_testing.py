@@ -1,0 +1,91 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Float comparisons of *different* programs, with tolerances any CPU meets.
+
+The suite compares floats in two ways, and each assertion says which:
+
+* **Bitwise** (``np.testing.assert_array_equal``), where both sides run the
+  same floating-point operations in the same order: the legacy and the new
+  ``nnx.capture`` running one model, ``capture(f)`` against ``f`` (a sow adds
+  no operation), or an oracle made only of correctly rounded IEEE operations
+  that the program performs one by one (``x * 2``, ``x + 1``, ``-x``), whose
+  results are the same on every CPU.
+* **Within rounding** (``assert_close`` below), where the two sides are
+  different programs for the same maths: a NumPy or hand-stepped oracle
+  against a compiled JAX program, an eager op-by-op evaluation against a
+  fused one, gradients of an unrolled program against a scanned one. XLA's
+  CPU code differs between CPUs and flags (AVX2 or AVX-512 vector widths,
+  FMA contraction, how a dot's reduction is tiled, ``OPENBLAS_CORETYPE`` for
+  NumPy's matmul), so these agree to float rounding only, on no machine
+  bitwise by design.
+
+How far different programs may drift is bounded relative to the magnitude
+of the values, not to each element: reassociating a sum of ``n`` terms moves
+it by up to about ``n * eps * sum|terms|`` (Higham, *Accuracy and Stability
+of Numerical Algorithms*, section 4.2), so an element that is a small
+difference of large terms (a near-zero output of a dot product or an LSTM
+gate) carries an absolute error set by the terms, which an element-wise
+relative tolerance cannot hold. Hence::
+
+  max |actual - expected| <= ulps * eps * max(|expected|, |actual|)
+
+with ``eps`` the machine epsilon of the less precise of the two dtypes, and
+the maximum over the whole array. ``DEFAULT_ULPS = 64`` covers the programs
+of this suite: reductions of at most a few dozen terms chained through a few
+layers, and transcendental functions (``tanh``, ``exp``, ``sin``) whose XLA
+and NumPy implementations differ by a few ulps; for float32 it is 7.6e-6 of
+the largest magnitude, far below what any bug in the transform produces (a
+value from the wrong site, step or member differs at order 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_ULPS = 64
+
+
+def eps_of(*arrays) -> float:
+  """Machine epsilon of the least precise floating dtype among ``arrays``."""
+  floats = [a.dtype for a in arrays if np.issubdtype(a.dtype, np.inexact)]
+  if not floats:
+    return 0.0
+  return max(float(np.finfo(d).eps) for d in floats)
+
+
+def assert_close(actual, expected, *, ulps: float = DEFAULT_ULPS,
+                 err_msg: str = '') -> None:
+  """Asserts equal shapes and values equal to ``ulps`` of their magnitude.
+
+  Integer and boolean arrays are compared exactly.
+
+  Args:
+    actual: the value the code under test produced (array-like).
+    expected: the independently computed value (array-like).
+    ulps: how many units in the last place of the largest magnitude the two
+      may differ by; see the module docstring for why 64 by default.
+    err_msg: added to the failure message.
+  """
+  actual, expected = np.asarray(actual), np.asarray(expected)
+  eps = eps_of(actual, expected)
+  if not eps:
+    np.testing.assert_array_equal(actual, expected, err_msg=err_msg)
+    return
+  np.testing.assert_equal(actual.shape, expected.shape, err_msg=err_msg)
+  scale = max(np.max(np.abs(expected), initial=0.0),
+              np.max(np.abs(actual), initial=0.0))
+  np.testing.assert_allclose(
+      actual, expected, rtol=0.0, atol=ulps * eps * float(scale),
+      err_msg=(f'{err_msg} (tolerance: {ulps} ulps of the largest magnitude,'
+               f' {scale:.3g})'))
