@@ -24,8 +24,9 @@ array. The tree is interpreted two ways:
   sow appends a record to a list by itself. It then assembles the records as
   ``capture`` documents them: one entry per executed sow; a sow site inside a
   scan gives one entry stacked along a leading axis (``mode='clobber'``: the
-  last iteration only); under ``vmap`` leaves that depend on the mapped input
-  are stacked over the examples, other leaves stay unbatched; a nested
+  last iteration only); under ``vmap`` every leaf is stacked over the
+  examples (broadcast where it does not depend on them, as ``jax.vmap``
+  does), the examples' axis before the axes of the loops inside; a nested
   ``capture`` takes the sows it selects; ``perturb`` sows d(loss)/d(value) in
   the backward pass, which runs in reverse order. Gradients are computed by an
   independent method: the oracle adds a zero ``eps`` at each perturb point and
@@ -384,18 +385,13 @@ class Leaf:
   """One sown leaf as the oracle predicts it.
 
   Attributes:
-    cands: layout -> value. One layout, except for gradient leaves under
-      ``vmap``: whether JAX batches a cotangent depends on how it was built,
-      so either layout is accepted there (the unbatched one only when every
-      example has the same value, which is what an unbatched leaf means).
-    dep: whether the leaf depends on the mapped input of a ``vmap`` (True),
-      does not (False), or may be either (None, gradients).
+    cands: layout -> value (one layout: the keys are kept so that the
+      stacking helpers can intersect them).
     approx: a gradient, computed by the oracle by another method: compared
       with a tolerance (see ``sow_fuzz_test``).
   """
 
   cands: dict
-  dep: tp.Optional[bool]
   approx: bool
 
 
@@ -407,9 +403,6 @@ class Record:
   tree: tp.Any
   leaves: list
   backward: bool = False
-  # Leading axes added by enclosing scans: a vmap outside them stacks its
-  # examples after these (that is what capture does, see sow_fuzz_test).
-  n_scan: int = 0
 
   def value_tree(self):
     return jax.tree_util.tree_unflatten(self.tree, self.leaves)
@@ -418,12 +411,8 @@ class Record:
 def _record(name, tag, mode, value, *, approx=False, backward=False):
   """A record of one executed sow, as ``sow`` converts its leaves."""
   leaves, tree = jax.tree_util.tree_flatten(value)
-  # Leaves computed from the state are jax.Arrays here; constants are NumPy
-  # arrays or Python numbers. Gradients may be batched or not (see Leaf).
   return Record(name, tag, mode, tree, [
-      Leaf({(): np.asarray(jnp.asarray(v))},
-           None if approx else isinstance(v, jax.Array), approx)
-      for v in leaves
+      Leaf({(): np.asarray(jnp.asarray(v))}, approx) for v in leaves
   ], backward)
 
 
@@ -457,8 +446,8 @@ def stack_iterations(per_iter: list[list[Record]],
       cands = {key: np.stack([recs[k].leaves[j].cands[key]
                               for recs in per_iter])
                for key in keys}
-      leaves.append(Leaf(cands, l0.dep, l0.approx))
-    out.append(dataclasses.replace(r0, leaves=leaves, n_scan=r0.n_scan + 1))
+      leaves.append(Leaf(cands, l0.approx))
+    out.append(dataclasses.replace(r0, leaves=leaves))
   return out
 
 
@@ -469,14 +458,19 @@ def empty_iterations(dry: list[Record]) -> list[Record]:
     if r.mode == 'clobber':
       continue
     leaves = [Leaf({k: np.zeros((0, *v.shape), v.dtype)
-                    for k, v in l.cands.items()}, l.dep, l.approx)
+                    for k, v in l.cands.items()}, l.approx)
               for l in r.leaves]
-    out.append(dataclasses.replace(r, leaves=leaves, n_scan=r.n_scan + 1))
+    out.append(dataclasses.replace(r, leaves=leaves))
   return out
 
 
 def stack_examples(per_example: list[list[Record]]) -> list[Record]:
-  """A vmap's records: leaves that depend on the input stacked first."""
+  """A vmap's records: every leaf stacked over the examples, first.
+
+  As ``jax.vmap`` does with outputs, a leaf that does not depend on the
+  mapped input is broadcast (stacked copies); the examples' axis comes
+  before the axes of the loops inside the vmap.
+  """
   first = per_example[0]
   for recs in per_example:
     assert len(recs) == len(first)
@@ -490,22 +484,8 @@ def stack_examples(per_example: list[list[Record]]) -> list[Record]:
       keys = set(l0.cands)
       for l in ex:
         keys &= set(l.cands)
-      cands = {}
-      for key in keys:
-        values = [l.cands[key] for l in ex]
-        same = all(np.array_equal(v, values[0], equal_nan=True)
-                   for v in values)
-        stacked = np.stack(values, axis=r0.n_scan)
-        if l0.dep is False:
-          assert same, 'a leaf that does not depend on the input varies'
-          cands[key] = values[0]
-        elif l0.dep is True:
-          cands[key] = stacked
-        else:
-          cands[key + ('b',)] = stacked
-          if same:
-            cands[key + ('u',)] = values[0]
-      leaves.append(Leaf(cands, l0.dep, l0.approx))
+      cands = {key: np.stack([l.cands[key] for l in ex]) for key in keys}
+      leaves.append(Leaf(cands, l0.approx))
     out.append(dataclasses.replace(r0, leaves=leaves))
   return out
 

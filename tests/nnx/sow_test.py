@@ -31,6 +31,7 @@ import numpy as np
 from flax.nnx.sow import capture
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import perturb
+from flax.nnx.sow import plant
 from flax.nnx.sow import primitive
 from flax.nnx.sow import sow
 from flax.nnx.sow import sow_p
@@ -779,8 +780,97 @@ class CompositionTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         collected['v'][0]['batched'], jnp.moveaxis(xs, in_axis, 0) * 2
     )
-    # A value that does not depend on the mapped inputs has no batch axis.
-    np.testing.assert_array_equal(collected['v'][0]['unbatched'], const)
+    # A value that does not depend on the mapped inputs gets the axis too,
+    # as jax.vmap's outputs do: each example has its own entry.
+    np.testing.assert_array_equal(
+        collected['v'][0]['unbatched'], jnp.broadcast_to(const, (4, 2))
+    )
+
+  # capture(jax.vmap(f)) lays out sown values as jax.vmap(capture(f)) does:
+  # the axis of a transformation comes before the axes of what it contains.
+  # Oracle: jax.vmap(capture(f)), which vmaps capture's outputs.
+
+  def _assert_same_layout(self, f, xs):
+    _, got = capture(jax.vmap(f))(xs)
+    _, want = jax.vmap(capture(f))(xs)
+    self.assertEqual(list(got), list(want))
+    for name in want:
+      for g, w in zip(jax.tree.leaves(got[name]), jax.tree.leaves(want[name])):
+        np.testing.assert_array_equal(g, w, err_msg=repr(name))
+    return got
+
+  def test_vmap_of_scan_puts_the_batch_axis_first(self):
+    def f(x):
+      step = lambda c, _: (sow(c * 2, name='s'), None)
+      return lax.scan(step, x, None, length=4)[0]
+
+    xs = jnp.stack([X, X + 1, X + 2, X + 3, X + 4])  # (5, 3): batch 5
+    got = self._assert_same_layout(f, xs)
+    self.assertEqual(got['s'][0].shape, (5, 4, 3))
+    self._assert_same_layout(jax.jit(f), xs)  # through a jit as well
+
+  def test_scan_of_vmap_puts_the_loop_axis_first(self):
+    double = jax.vmap(lambda v: sow(v * 2, name='s'))
+
+    def f(x):  # x: (5, 3), mapped inside each step
+      return lax.scan(lambda c, _: (double(c), None), x, None, length=4)[0]
+
+    xs = jnp.stack([X, X + 1, X + 2, X + 3, X + 4])
+    _, collected = capture(f)(xs)
+    self.assertEqual(collected['s'][0].shape, (4, 5, 3))
+    # step k holds 2^(k+1) * x: exact powers of two.
+    for k in range(4):
+      np.testing.assert_array_equal(collected['s'][0][k], xs * 2.0 ** (k + 1))
+
+  def test_nested_loops_and_vmaps_nest_their_axes(self):
+    # scan(length 2) > vmap(batch 5) > scan(length 3): axes (2, 5, 3, ...).
+    def inner(x):
+      step = lambda c, _: (sow(c + 1, name='s'), None)
+      return lax.scan(step, x, None, length=3)[0]
+
+    def f(xs):
+      step = lambda c, _: (jax.vmap(inner)(c), None)
+      return lax.scan(step, xs, None, length=2)[0]
+
+    xs = jnp.stack([X, X + 1, X + 2, X + 3, X + 4])
+    _, collected = capture(f)(xs)
+    got = collected['s'][0]
+    self.assertEqual(got.shape, (2, 5, 3, 3))
+    for i in range(2):
+      for b in range(5):
+        c = xs[b] + 3.0 * i  # the carry when the inner scan starts
+        for j in range(3):
+          np.testing.assert_array_equal(got[i, b, j], c + (j + 1.0))
+
+  def test_plant_round_trip_under_vmap_of_scan(self):
+    def f(x):
+      step = lambda c, _: (sow(jnp.sin(c), name='s') * 2, None)
+      return lax.scan(step, x, None, length=4)[0]
+
+    xs = jnp.stack([X, X + 1, X + 2, X + 3, X + 4])
+    out, collected = capture(jax.vmap(f))(xs)
+    np.testing.assert_array_equal(plant(jax.vmap(f), collected)(xs), out)
+    # A planted value reaches its own example and step only.
+    marked = jnp.zeros((5, 4, 3)).at[2, 3].set(1.0)
+    out = plant(jax.vmap(f), {'s': (marked,)})(xs)
+    np.testing.assert_array_equal(out[2], 2 * jnp.ones(3))
+    np.testing.assert_array_equal(np.delete(np.asarray(out), 2, 0), 0.0)
+
+  def test_planting_per_example_into_a_constant_sow(self):
+    # The zero sown under vmap is broadcast, so each example takes its own
+    # planted value; gradients with respect to them are per example.
+    def f(x):
+      return x + sow(jnp.zeros_like(x[0]), name='p')
+
+    xs = jnp.stack([X, X + 1])  # (2, 3)
+    _, collected = capture(jax.vmap(f))(xs)
+    self.assertEqual(collected['p'][0].shape, (2,))
+    loss = lambda p: jnp.sum(
+        plant(jax.vmap(f), {'p': (p,)})(xs) ** 2 * jnp.array([[1.0], [3.0]]))
+    grad = jax.grad(loss)(jnp.zeros(2))
+    # d/dp_b sum_i w_b (x_bi + p_b)^2 = 2 w_b sum_i x_bi at p = 0
+    want = 2 * jnp.array([1.0, 3.0]) * jnp.sum(xs, axis=1)
+    sow_testing.assert_close(grad, want)
 
   def test_grad_through_capture_equals_grad(self):
     grad = jax.grad(lambda x: capture(self.f)(x)[0])(X)

@@ -43,6 +43,7 @@ re-bound ``jit`` hits JAX's compilation cache on the next call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing as tp
 
@@ -67,20 +68,25 @@ class Request:
   Attributes:
     selection: the sows this interpretation may handle.
     collect: record the values of the selected sows (``capture``).
-    planted: names whose selected sows take planted values (``plant``).
+    planted: the selected sows that take planted values (``plant``), or
+      ``None``.
     rebind_unhandled: re-bind the sows it does not handle, so that an
       enclosing interpretation still sees them; ``False`` drops every sow.
   """
 
   selection: Selection
   collect: bool = True
-  planted: frozenset = frozenset()
+  planted: Selection | None = None
   rebind_unhandled: bool = True
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
     return self.selection.matches(params) and (
-        self.collect or params['name'] in self.planted
+        self.collect or self.plants(params)
     )
+
+  def plants(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    """Whether a selected sow with these ``params`` takes a planted value."""
+    return self.planted is not None and self.planted.matches(params)
 
   def touches(self, params: dict[str, tp.Any]) -> bool:
     """Whether a sow with ``params`` is not simply re-bound."""
@@ -88,7 +94,7 @@ class Request:
 
 
 STRIP_ALL_SOWS = Request(
-    Selection(), collect=False, planted=frozenset(), rebind_unhandled=False
+    Selection(), collect=False, planted=None, rebind_unhandled=False
 )
 
 Aval = tuple[tuple[int, ...], np.dtype]
@@ -96,22 +102,72 @@ Aval = tuple[tuple[int, ...], np.dtype]
 
 @dataclasses.dataclass(frozen=True)
 class Site:
-  """The static description of one sow site as seen from one scope."""
+  """The static description of one sow site as seen from one scope.
+
+  Attributes:
+    name, tag, mode, tree: the sow's parameters.
+    avals: (shape, dtype) of each leaf, as seen from this scope.
+    vmapped: how many leading axes of the sown leaves come from ``vmap``s
+      (outermost first), as counted by the sow's batching rule.
+    inner_vmaps: how many of those vmaps were applied inside this scope's
+      jaxpr (on the sow itself or on an equation between it and this scope);
+      the others were applied outside, to an equation holding this jaxpr.
+  """
 
   name: primitive.Name
   tag: tp.Hashable
   mode: str
   tree: tp.Any  # jax.tree_util.PyTreeDef
   avals: tuple[Aval, ...]
+  vmapped: int = 0
+  inner_vmaps: int = 0
 
   @property
   def num_leaves(self) -> int:
     return self.tree.num_leaves
 
+  @property
+  def outer_vmaps(self) -> int:
+    """The leading axes from vmaps applied outside this scope's jaxpr: a loop
+    of this scope adds its axis after them."""
+    return self.vmapped - self.inner_vmaps
+
   def with_leading(self, *dims: int) -> Site:
-    """This site seen from outside a loop or map that adds leading axes."""
+    """This site seen from outside a map that adds leading axes."""
     avals = tuple(((*dims, *shape), dtype) for shape, dtype in self.avals)
     return dataclasses.replace(self, avals=avals)
+
+  def with_loop_axis(self, length: int) -> Site:
+    """This site seen from outside a loop that stacks its values: the loop
+    axis comes after the axes of the vmaps applied outside the loop."""
+    at = self.outer_vmaps
+    avals = tuple(
+        ((*shape[:at], length, *shape[at:]), dtype)
+        for shape, dtype in self.avals
+    )
+    return dataclasses.replace(self, avals=avals)
+
+  def seen_through(self, vmaps: int) -> Site:
+    """This site seen from the jaxpr holding an equation that ``vmaps``
+    vmaps were applied to."""
+    if not vmaps:
+      return self
+    return dataclasses.replace(self, inner_vmaps=self.inner_vmaps + vmaps)
+
+
+def vmaps_of(eqn: core.JaxprEqn) -> int:
+  """How many ``vmap``s were applied to ``eqn`` at its own level.
+
+  JAX records each transformation in the name stack of the equations it
+  emits, relative to their jaxpr: a scan batched by a vmap outside it reads
+  ``vmap()`` while its body does not; a vmap inside the body marks the
+  body's equations instead.
+  """
+  return sum(
+      1
+      for part in eqn.source_info.name_stack.stack
+      if isinstance(part, source_info_util.Transform) and part.name == 'vmap'
+  )
 
 
 def aval_of(value: tp.Any) -> Aval:
@@ -129,6 +185,8 @@ def site_of(eqn: core.JaxprEqn) -> Site:
       avals=tuple(
           (tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars
       ),
+      vmapped=params['vmapped'],
+      inner_vmaps=vmaps_of(eqn),
   )
 
 
@@ -149,6 +207,30 @@ class Scope:
     self.request = request
     self.planter = planter
     self.records: list[Record] = []
+    # vmaps on the call equations whose bodies are being evaluated in place
+    # (see `inlined`): for the sites found there, they are inner vmaps.
+    self.inline_vmaps = 0
+
+  def here(self, site: Site, via: core.JaxprEqn | None = None) -> Site:
+    """``site`` as seen from this scope's root jaxpr.
+
+    Args:
+      site: a site as seen from the jaxpr it was found in: the jaxpr being
+        evaluated, or (``via``) a sub-jaxpr of the equation ``via``.
+      via: the equation whose sub-jaxpr holds the site, if any.
+    """
+    vmaps = self.inline_vmaps + (0 if via is None else vmaps_of(via))
+    return site.seen_through(vmaps)
+
+  @contextlib.contextmanager
+  def inlined(self, eqn: core.JaxprEqn):
+    """While the body of the call ``eqn`` is evaluated in this scope."""
+    vmaps = vmaps_of(eqn)
+    self.inline_vmaps += vmaps
+    try:
+      yield
+    finally:
+      self.inline_vmaps -= vmaps
 
   def record(self, site: Site, leaves: tp.Sequence[tp.Any]):
     if self.request.collect:
@@ -157,7 +239,9 @@ class Scope:
       self.records.append((site, [as_array(leaf) for leaf in leaves]))
 
   def plant(self, site: Site) -> list[tp.Any] | None:
-    if self.planter is None or site.name not in self.request.planted:
+    if self.planter is None or not self.request.plants(
+        {'name': site.name, 'tag': site.tag}
+    ):
       return None
     if site.mode == 'clobber':
       raise ValueError(
@@ -194,7 +278,7 @@ def as_array(value: tp.Any) -> tp.Any:
 
 
 def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
-  site = site_of(eqn)
+  site = scope.here(site_of(eqn))
   planted = scope.plant(site)
   scope.record(site, invals)
   return invals if planted is None else planted
@@ -349,7 +433,7 @@ def _rewrite(
   ``None`` where equations need more than that: a rule, planting, Hijax
   types, or effects that refer to inputs by position.
   """
-  if request.planted or jaxpr.is_high:
+  if request.planted is not None or jaxpr.is_high:
     return None
   rules = _plan(jaxpr, request, strip)
   substitute: dict[core.Var, core.Atom] = {}
@@ -416,7 +500,7 @@ def _evaluate_rewritten(
   )
   sown = outs[num_outs:]
   for site, leaves in split_records(rewritten.sites, sown):
-    scope.record(site, leaves)
+    scope.record(scope.here(site), leaves)
   return outs[:num_outs]
 
 
@@ -551,13 +635,13 @@ def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
   They are the sites a collecting request records whose name is planted, so
   this reuses (and caches) that transformation.
   """
-  if not request.planted:
+  if request.planted is None:
     return ()
-  collecting = dataclasses.replace(request, collect=True, planted=frozenset())
+  collecting = dataclasses.replace(request, collect=True, planted=None)
   return tuple(
       site
       for site in transform(closed, collecting).sites
-      if site.name in request.planted
+      if request.plants({'name': site.name, 'tag': site.tag})
   )
 
 

@@ -74,7 +74,7 @@ def plant(
   values = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
   request = interpreter.Request(
-      selection, collect=False, planted=frozenset(values)
+      selection, collect=False, planted=Selection(names=frozenset(values))
   )
 
   @functools.wraps(f)

@@ -108,18 +108,31 @@ def _sow_transpose(cotangents, *leaves, **params):
   return list(cotangents)
 
 
-def _sow_batch(axis_data, leaves, dims, **params):
-  # Batched leaves are sown with their batch axis leading, so that
-  # `capture(jax.vmap(f))` stacks examples first, as a user reads them. A leaf
-  # that does not depend on the mapped inputs stays unbatched: broadcasting it
-  # would make everything downstream batched too, at a real cost.
-  del axis_data
+def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
+  # While capturing, a value sown under vmap carries the mapped axis, leading,
+  # as `jax.vmap`'s outputs do: a leaf that does not depend on the mapped
+  # inputs is broadcast, so that every member of an ensemble (say) gets its
+  # own entry, and a value planted there is per member too. `vmapped` counts
+  # these leading axes, outermost vmap first (each rule runs after the vmaps
+  # inside it), so the interpreter can put a loop axis after the vmaps
+  # applied outside that loop. Outside a capture, nothing is broadcast and the
+  # parameters stay as they are: a plain program keeps its cost.
+  if not harvesting.value:
+    moved = [
+        leaf if dim is None else jax.numpy.moveaxis(leaf, dim, 0)
+        for leaf, dim in zip(leaves, dims)
+    ]
+    out_dims = [None if dim is None else 0 for dim in dims]
+    return sow_p.bind(*moved, vmapped=vmapped, **params), out_dims
+  size = axis_data.size
   moved = [
-      leaf if dim is None else jax.numpy.moveaxis(leaf, dim, 0)
+      jax.numpy.broadcast_to(leaf, (size, *jax.numpy.shape(leaf)))
+      if dim is None
+      else jax.numpy.moveaxis(leaf, dim, 0)
       for leaf, dim in zip(leaves, dims)
   ]
-  out_dims = [None if dim is None else 0 for dim in dims]
-  return sow_p.bind(*moved, **params), out_dims
+  out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)
+  return out, [0] * len(out)
 
 
 sow_p.def_impl(_sow_impl)
@@ -285,5 +298,7 @@ def sow(
   tag = check_static(tag, what='tag', where=where)
   mode = check_mode(mode, where=where)
   leaves, treedef = flatten_value(value, where=where)
-  out = sow_p.bind(*leaves, name=name, tag=tag, mode=mode, tree=treedef)
+  out = sow_p.bind(
+      *leaves, name=name, tag=tag, mode=mode, tree=treedef, vmapped=0
+  )
   return jax.tree_util.tree_unflatten(treedef, out)

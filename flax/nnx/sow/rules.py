@@ -47,11 +47,13 @@ from flax.nnx.sow.interpreter import Scope, Site
 UNSPECIFIED = sharding_impls.UNSPECIFIED
 
 
-def _take_planted(scope: Scope, sites: tp.Sequence[Site]) -> list[tp.Any]:
-  """The planted leaves for ``sites`` (as seen from ``scope``), in order."""
+def _take_planted(
+    scope: Scope, eqn, sites: tp.Sequence[Site]
+) -> list[tp.Any]:
+  """The planted leaves for ``sites`` (of ``eqn``'s sub-jaxpr), in order."""
   leaves = []
   for site in sites:
-    planted = scope.plant(site)
+    planted = scope.plant(scope.here(site, eqn))
     assert planted is not None, site
     leaves.extend(planted)
   return leaves
@@ -61,7 +63,7 @@ def _finish(scope: Scope, eqn, outs, sites) -> list[tp.Any]:
   """Records the trailing sown outputs; returns the original outputs."""
   n = len(eqn.outvars)
   for site, leaves in interpreter.split_records(sites, outs[n:]):
-    scope.record(site, leaves)
+    scope.record(scope.here(site, eqn), leaves)
   return list(outs[:n])
 
 
@@ -72,7 +74,7 @@ def _jit(scope: Scope, eqn, invals):
   eager ``capture(jax.jit(f))`` runs compiled code and compiles only once.
   """
   t = interpreter.transform(eqn.params['jaxpr'], scope.request)
-  planted = _take_planted(scope, t.planted_sites)
+  planted = _take_planted(scope, eqn, t.planted_sites)
   n_in, n_out = len(planted), t.num_sown_leaves
   p = eqn.params
   outs = interpreter.bind(
@@ -91,9 +93,10 @@ def _jit(scope: Scope, eqn, invals):
 def _inline(scope: Scope, eqn, invals, body_param: str = 'call_jaxpr'):
   """Evaluates a call primitive's body in place."""
   body = eqn.params[body_param]
-  if isinstance(body, core.ClosedJaxpr):
-    return interpreter.evaluate(body.jaxpr, body.consts, invals, scope)
-  return interpreter.evaluate(body, (), invals, scope)
+  with scope.inlined(eqn):
+    if isinstance(body, core.ClosedJaxpr):
+      return interpreter.evaluate(body.jaxpr, body.consts, invals, scope)
+    return interpreter.evaluate(body, (), invals, scope)
 
 
 def _custom_rule(body_param: str) -> interpreter.Rule:
@@ -201,8 +204,14 @@ def _scan(scope: Scope, eqn, invals):
   length, n_consts, n_carry = p['length'], p['num_consts'], p['num_carry']
   t = interpreter.transform(p['jaxpr'], scope.request)
   planted = _take_planted(
-      scope, [site.with_leading(length) for site in t.planted_sites]
+      scope, eqn, [site.with_loop_axis(length) for site in t.planted_sites]
   )
+  # The scan reads and stacks along axis 0; the user's values have the loop
+  # axis after the axes of the vmaps applied outside the loop.
+  planted = [
+      jnp.moveaxis(leaf, at, 0)
+      for leaf, at in zip(planted, _loop_axes(t.planted_sites))
+  ]
   n_ys = len(eqn.outvars) - n_carry
   new_jaxpr, clobber_avals = _scan_body(
       t.jaxpr, t.sites, n_consts, n_carry, n_ys, len(planted)
@@ -221,13 +230,21 @@ def _scan(scope: Scope, eqn, invals):
   clobbered, appended = iter(clobbered), iter(appended)
   for site in t.sites:
     if site.mode == 'append':
-      leaves = [next(appended) for _ in range(site.num_leaves)]
-      scope.record(site.with_leading(length), leaves)
+      leaves = [
+          jnp.moveaxis(next(appended), 0, site.outer_vmaps)
+          for _ in range(site.num_leaves)
+      ]
+      scope.record(scope.here(site.with_loop_axis(length), eqn), leaves)
     else:
       leaves = [next(clobbered) for _ in range(site.num_leaves)]
       if length > 0:
-        scope.record(site, leaves)
+        scope.record(scope.here(site, eqn), leaves)
   return [*carry, *ys]
+
+
+def _loop_axes(sites: tp.Sequence[Site]) -> list[int]:
+  """For each leaf of ``sites``: where a loop around them puts its axis."""
+  return [site.outer_vmaps for site in sites for _ in range(site.num_leaves)]
 
 
 # The rewritten bodies are cached by the identity of the (cached) transformed
@@ -272,7 +289,7 @@ def _cond(scope: Scope, eqn, invals):
       for branch in eqn.params['branches']
   ]
   _check_branches_agree(eqn, branches)
-  planted = _take_planted(scope, branches[0].planted_sites)
+  planted = _take_planted(scope, eqn, branches[0].planted_sites)
   outs = interpreter.bind(
       eqn,
       [*invals, *planted],
@@ -392,7 +409,7 @@ def _remat(scope: Scope, eqn, invals):
   """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
   p = eqn.params
   t = interpreter.transform(pe.close_jaxpr(p['jaxpr']), scope.request)
-  planted = _take_planted(scope, t.planted_sites)
+  planted = _take_planted(scope, eqn, t.planted_sites)
   consts = t.jaxpr.consts
   prevent_cse = p['prevent_cse']
   if isinstance(prevent_cse, tuple):
@@ -420,7 +437,7 @@ def _shard_map(scope: Scope, eqn, invals):
   re-traced by ``shard_map`` itself, inside its manual-axes context, running
   this interpreter. Planting into it is refused (not implemented).
   """
-  if scope.request.planted:  # the rule only runs if a planted sow is inside
+  if scope.request.planted is not None:  # a planted sow is inside
     raise NotImplementedError(
         'plant: planting into a shard_map is not supported yet; plant'
         ' outside the shard_map or capture only.'
@@ -459,7 +476,7 @@ def _shard_map(scope: Scope, eqn, invals):
   outs = list(outs)
   recorded = [site.with_leading(*leading) for site in sites]
   for site, leaves in interpreter.split_records(recorded, outs[n_out:]):
-    scope.record(site, leaves)
+    scope.record(scope.here(site, eqn), leaves)
   return outs[:n_out]
 
 
