@@ -563,17 +563,18 @@ def perturb(
   frame, path, accepted = target
   if not accepted:
     return value
-  key = (path, name, variable_type)
-  if key not in frame.init_values:
-    frame.init_values[key] = jax.tree.map(jnp.zeros_like, value)
-  perturbation = frame.init_values[key]
   sow_name = _sow_name(path, name)
   frame.register(
       sow_name,
       _SiteInfo(path, name, variable_type, 'perturb', tuple_reduce,
                 tuple_init),
   )
-  primitive.sow(perturbation, name=sow_name, tag=variable_type)
+  # A zero perturbation, sown: the capture returns it, and a capture with
+  # `init` plants the given perturbation there (see `_InitPlanter`), so it
+  # follows the value through every transform as the value does: per member
+  # under nnx.vmap, per iteration (stacked) under nnx.scan.
+  zeros = jax.tree.map(jnp.zeros_like, value)
+  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)
   _renew_scope()
   return perturbation + value
 
@@ -611,22 +612,100 @@ _NOT_PLAIN = (
 )
 
 
-def _method_codes(modules: tp.Iterable[Module]) -> dict[types.CodeType, str]:
-  """The methods legacy ``method_outputs`` wraps, by code object.
+_NO_VALUE = object()
 
-  Those are the public methods and ``__call__`` defined in the class of a
-  captured module itself (not inherited ones).
+
+@dataclasses.dataclass(frozen=True)
+class _Method:
+  """A callable class attribute legacy ``method_outputs`` wraps.
+
+  Attributes:
+    name: its name in the class.
+    attr: the attribute: a function (which a decorator may have returned), or
+      a callable object that binds like a method (``nnx.jit``'s), whose
+      ``__call__`` receives the module after the object itself.
+    module_arg: the position, in the frame of the code that runs first, of
+      the module the method is called on.
   """
-  codes = {}
+
+  name: str
+  attr: tp.Any
+  module_arg: int
+
+  def runs_in(self, code: types.CodeType, local: dict[str, tp.Any]) -> bool:
+    """Whether a frame of ``code`` with locals ``local`` is a call of it.
+
+    Functions wrapped by one decorator (with ``functools.wraps``, or
+    ``nnx.remat``) share its wrapper's code: each has its own closure. A
+    callable object shares its type's ``__call__``: it is that call's first
+    argument.
+    """
+    if self.module_arg:
+      return _positional(code, local, 0) is self.attr
+    for name, cell in zip(code.co_freevars, self.attr.__closure__ or ()):
+      try:
+        if local.get(name, _NO_VALUE) is not cell.cell_contents:
+          return False
+      except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _positional(code: types.CodeType, local, index: int) -> tp.Any:
+  """The ``index``-th positional argument of a frame, also from ``*args``."""
+  if index < code.co_argcount:
+    return local.get(code.co_varnames[index], _NO_VALUE)
+  if code.co_flags & inspect.CO_VARARGS:
+    rest = local.get(
+        code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()
+    )
+    index -= code.co_argcount
+    if isinstance(rest, tuple) and index < len(rest):
+      return rest[index]
+  return _NO_VALUE
+
+
+def _takes_positional(code: types.CodeType, index: int) -> bool:
+  return code.co_argcount > index or bool(code.co_flags & inspect.CO_VARARGS)
+
+
+def _method_entries(
+    modules: tp.Iterable[Module],
+) -> dict[types.CodeType, list[_Method]]:
+  """The methods legacy ``method_outputs`` wraps, by the code they run first.
+
+  Those are the public callables and ``__call__`` defined in the class of a
+  captured module itself (not inherited ones): functions, also decorated
+  ones (a decorator's wrapper, ``nnx.remat``), and objects that bind like
+  methods (``nnx.jit``). Legacy wraps them in the class, so a call through
+  the class attribute is sown under its name; here the code that such a
+  call runs first is watched instead, and several methods may share it.
+  Nested classes, static and class methods and properties are left out
+  (legacy wrapping breaks them).
+  """
+  entries: dict[types.CodeType, list[_Method]] = {}
   for cls in dict.fromkeys(type(m) for m in modules):
     for name, attr in vars(cls).items():
       if name.startswith('_') and name != '__call__':
         continue
       if isinstance(attr, types.FunctionType):
-        code = attr.__code__
-        if code.co_argcount and not code.co_flags & _NOT_PLAIN:
-          codes.setdefault(code, name)
-  return codes
+        code, module_arg = attr.__code__, 0
+      elif (
+          not isinstance(attr, type)
+          and hasattr(type(attr), '__get__')
+          and isinstance(getattr(type(attr), '__call__', None),
+                         types.FunctionType)
+      ):
+        code, module_arg = type(attr).__call__.__code__, 1
+      else:
+        continue
+      if code.co_flags & _NOT_PLAIN or not _takes_positional(code,
+                                                             module_arg):
+        continue
+      methods = entries.setdefault(code, [])
+      if all(m.attr is not attr for m in methods):  # an alias: first name
+        methods.append(_Method(name, attr, module_arg))
+  return entries
 
 
 @dataclasses.dataclass
@@ -634,23 +713,29 @@ class _MethodOutputs:
   """A per-thread profile hook that sows the result of captured methods."""
 
   frame: _Frame
-  codes: dict[types.CodeType, str]
+  entries: dict[types.CodeType, list[_Method]]
 
   def __call__(self, py_frame, event, arg):
     if event != 'return':
       return
-    name = self.codes.get(py_frame.f_code)
-    if name is None:
-      return
     code = py_frame.f_code
+    methods = self.entries.get(code)
+    if methods is None:
+      return
     if code.co_code[py_frame.f_lasti] not in _RETURN_OPCODES:
       return  # the method raised
-    module = py_frame.f_locals.get(code.co_varnames[0])
+    local = py_frame.f_locals
+    for method in methods:
+      if method.runs_in(code, local):
+        break
+    else:
+      return  # the shared code, run for something else
+    module = _positional(code, local, method.module_arg)
     if not isinstance(module, Module) or not _is_sowable(arg):
       return
     if self.frame.path_of(module) is None:
       return
-    sow(module, self.frame.method_outputs, name, arg)
+    sow(module, self.frame.method_outputs, method.name, arg)
 
 
 # ---------------------------------------------------------------------------
@@ -698,19 +783,171 @@ def _module_paths(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   return out
 
 
+# ---------------------------------------------------------------------------
+# NumPy scalars read from outside the arguments
+# ---------------------------------------------------------------------------
+
+# JAX inlines a NumPy scalar or 0-d array that a traced function reads as a
+# literal of the jaxpr, not as one of its constants, so `_Call._store` cannot
+# see that the function read it from a global or a closure; a reused trace
+# would keep the value it had when traced. So before tracing, the closure
+# cells and globals the code of the call can read are scanned for such
+# values, and the trace is reused only while each still holds the same value.
+
+# Top-level packages whose functions read no user value from their globals
+# (and Python's own): they are only followed to the functions they wrap.
+_LIBRARY_PACKAGES = frozenset({
+    'chex', 'flax', 'jax', 'jaxlib', 'ml_dtypes', 'numpy', 'optax', 'orbax',
+    'scipy', *sys.stdlib_module_names,
+})
+# Enough for any real model; bounds the scan of a pathological namespace.
+_MAX_SCANNED = 4096
+
+
+def _is_numpy_scalar(value: tp.Any) -> bool:
+  return isinstance(value, np.generic) or (
+      isinstance(value, np.ndarray) and value.ndim == 0
+  )
+
+
+def _fingerprint(value: tp.Any) -> tp.Hashable:
+  """What a guard compares: the type and the exact bits of the value."""
+  if not _is_numpy_scalar(value):
+    return None
+  array = np.asarray(value)
+  return (type(value), array.dtype, array.tobytes())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Guard:
+  """A global (``namespace[name]``) or a closure cell (``name`` is None)
+  holding a NumPy scalar when the call was traced."""
+
+  namespace: tp.Any  # a dict or a cell
+  name: str | None
+  fingerprint: tp.Hashable
+
+  def holds(self) -> bool:
+    if self.name is None:
+      try:
+        value = self.namespace.cell_contents
+      except ValueError:  # the cell was emptied
+        return False
+    else:
+      value = self.namespace.get(self.name, _NO_VALUE)
+    return _fingerprint(value) == self.fingerprint
+
+
+def _is_library(obj: tp.Any) -> bool:
+  if isinstance(obj, types.ModuleType):
+    module = obj.__name__
+  else:
+    module = getattr(obj, '__module__', None)
+  if not isinstance(module, str):
+    return False
+  return module.partition('.')[0] in _LIBRARY_PACKAGES
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+  """The names ``code`` (and the functions defined in it) may load."""
+  names = set(code.co_names)
+  for const in code.co_consts:
+    if isinstance(const, types.CodeType):
+      names |= _code_names(const)
+  return names
+
+
+def _numpy_guards(roots: tp.Iterable[tp.Any]) -> tuple[_Guard, ...]:
+  """Guards for the NumPy scalars the code of ``roots`` reads from outside.
+
+  Follows, from ``roots`` (functions, methods, classes), the closure cells
+  and the globals their code names (also a global module's attributes, for
+  ``config.SCALE``), into the functions and classes found there and the
+  functions decorators wrap. Values reached through other objects'
+  attributes or containers are not followed.
+  """
+  guards: dict[tuple[int, tp.Any], _Guard] = {}
+  seen: set[int] = set()
+  todo = list(roots)
+
+  def watch(namespace, name, value):
+    if _is_numpy_scalar(value):
+      key = (id(namespace), name)
+      if key not in guards:
+        guards[key] = _Guard(namespace, name, _fingerprint(value))
+    elif callable(value) and not isinstance(value, Module):
+      todo.append(value)
+
+  while todo and len(seen) < _MAX_SCANNED:
+    obj = todo.pop()
+    if id(obj) in seen:
+      continue
+    seen.add(id(obj))
+    if isinstance(obj, types.MethodType):
+      todo.append(obj.__func__)
+    elif isinstance(obj, functools.partial):
+      todo.append(obj.func)
+    elif isinstance(obj, type):
+      for klass in obj.__mro__:
+        if _is_library(klass):
+          continue
+        for attr in vars(klass).values():
+          if isinstance(attr, (staticmethod, classmethod)):
+            attr = attr.__func__
+          elif isinstance(attr, property):
+            todo.extend(f for f in (attr.fget, attr.fset) if f is not None)
+            continue
+          if callable(attr):
+            todo.append(attr)
+    elif isinstance(obj, types.FunctionType):
+      library = _is_library(obj)
+      for cell in obj.__closure__ or ():
+        try:
+          value = cell.cell_contents
+        except ValueError:  # not yet bound
+          continue
+        if not library:
+          watch(cell, None, value)
+        elif callable(value):
+          todo.append(value)  # the function a library decorator wraps
+      if not library:
+        namespace = obj.__globals__
+        names = _code_names(obj.__code__)
+        for name in names:
+          value = namespace.get(name, _NO_VALUE)
+          if isinstance(value, types.ModuleType):
+            if not _is_library(value):
+              attributes = vars(value)
+              for attribute in names:
+                if attribute in attributes:
+                  watch(attributes, attribute, attributes[attribute])
+          elif value is not _NO_VALUE:
+            watch(namespace, name, value)
+    if not isinstance(obj, type):
+      try:
+        wrapped = getattr(obj, '__wrapped__', None)
+      except Exception:  # pylint: disable=broad-except
+        wrapped = None
+      if wrapped is not None:
+        todo.append(wrapped)
+  return tuple(guards.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class _Trace:
   """What one trace of a compat capture leaves behind; no tracers.
 
   Everything :class:`_Call` needs to evaluate the call again on other
   arguments of the same structure: the staged jaxpr, how to rebuild its
-  outputs, and the sow sites the frame registered while it was traced.
+  outputs, the sow sites the frame registered while it was traced, and the
+  guards that must hold for it to be reused.
   """
 
   jaxpr: tp.Any  # core.ClosedJaxpr
   outcome: tp.Any  # tracing's outcome of the trace
   module_paths: tuple[PathParts, ...]
   sites: dict[tuple[primitive.Name, type], _SiteInfo]
+  guards: tuple[_Guard, ...] = ()
 
 
 class _ModuleCall:
@@ -728,13 +965,41 @@ _MAX_TRACES_PER_FUNCTION = 64
 
 class _HashedKey:
   """A key hashed once: hashing a graph definition is not cheap, and a key is
-  both looked up and, on a miss, stored."""
+  both looked up and, on a miss, stored.
 
-  __slots__ = ('key', 'hash')
+  A key holding unhashable values (a module attribute ``features=[16, 16]``,
+  a dict, a dataclass) is frozen by value (:func:`tracing.freeze`), as
+  ``nnx.jit`` compares graph definitions: otherwise every call would trace
+  again, and re-trace and recompile every ``jit`` inside.
+  """
+
+  __slots__ = ('key', 'hash', 'raw')
 
   def __init__(self, key: tp.Hashable):
+    self.raw = None
+    try:
+      self.hash = hash(key)
+    except TypeError:
+      self.raw = key
+      key = tracing.freeze(key)
+      self.hash = hash(key)
     self.key = key
-    self.hash = hash(key)
+
+  def stored(self) -> _HashedKey:
+    """This key as it is kept: a snapshot, not a view of the call's values.
+
+    Raises:
+      tracing.Unkeyable: the key holds a value that cannot be snapshotted.
+    """
+    if self.raw is None:
+      return self
+    stored = _HashedKey.__new__(_HashedKey)
+    stored.raw = None
+    stored.key = tracing.freeze(self.raw, snapshot=True)
+    stored.hash = hash(stored.key)
+    if stored != self:
+      raise tracing.Unkeyable('the snapshot of the key differs from it')
+    return stored
 
   def __hash__(self) -> int:
     return self.hash
@@ -750,12 +1015,15 @@ class _HashedKey:
 class _Call:
   """One call of a compat ``capture``: stage, interpret, build the States."""
 
-  def __init__(self, var_types, init, method_outputs, call, fn_key):
+  def __init__(self, var_types, init, method_outputs, call, fn_key, code):
     self.var_types = var_types
     self.init = init
     self.method_outputs = method_outputs
     self.call = call
     self.fn_key = fn_key
+    # The function `call` runs; None for a module, whose class is found in
+    # the graph definition.
+    self.code = code
 
   def __call__(self, root, args, kwargs):
     init_entries = _flat_init(self.init)
@@ -771,16 +1039,27 @@ class _Call:
     )
     key = self._cache_key(prepared, init_entries)
     trace = self._lookup(key)
+    if trace is not None and not all(g.holds() for g in trace.guards):
+      trace = None  # a NumPy scalar it read has changed
     if trace is None:
+      # Scanned before tracing: a function that changes a global it reads
+      # is then traced again on the next call, which reads the new value.
+      guards = () if key is None else _numpy_guards(
+          self._code_roots(prepared)
+      )
       with _scope(next(_scope_ids)):
         jaxpr, outcome = prepared.trace()
       trace = _Trace(
-          jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites)
+          jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites),
+          guards,
       )
       self._store(key, trace)
     selection = _FrameSelection(sites=frozenset(trace.sites))
     try:
-      records = _interpret(trace.jaxpr, prepared.inputs, selection)
+      records = _interpret(
+          trace.jaxpr, prepared.inputs, selection,
+          _init_perturbations(trace, init_entries),
+      )
     except NotImplementedError as e:
       e.add_note(_MODES_NOTE)
       raise
@@ -812,7 +1091,7 @@ class _Call:
       }
       hook = None
       if self.method_outputs is not None:
-        hook = _MethodOutputs(frame, _method_codes(m for _, m in modules))
+        hook = _MethodOutputs(frame, _method_entries(m for _, m in modules))
       _FRAMES.stack.append(frame)
       previous_profile = sys.getprofile()
       try:
@@ -830,6 +1109,14 @@ class _Call:
         frame.init_values = {}
 
     return traced
+
+  def _code_roots(self, prepared) -> list[tp.Any]:
+    """The code the call runs: the function and the graph nodes' classes."""
+    roots = [] if self.code is None else [self.code]
+    for node in prepared.graphdef.nodes:
+      if isinstance(node, graphlib.NodeDef) and isinstance(node.type, type):
+        roots.append(node.type)
+    return roots
 
   def _cache_key(self, prepared, init_entries) -> _HashedKey | None:
     """The key of this call's trace, or ``None`` if it is traced anew.
@@ -853,7 +1140,7 @@ class _Call:
     )
     try:
       return _HashedKey(key)
-    except TypeError:  # an unhashable non-array argument
+    except TypeError:  # a value whose __hash__ fails even once frozen
       return None
 
   def _lookup(self, key) -> _Trace | None:
@@ -867,6 +1154,10 @@ class _Call:
       # Arrays the function read from outside its arguments (the weights of
       # a module it closes over, a global): a direct call would read their
       # current values, so the trace is not reused.
+      return
+    try:
+      key = key.stored()
+    except tracing.Unkeyable:
       return
     with _TRACES_LOCK:
       traces = _TRACES.setdefault(self.fn_key, {})
@@ -916,8 +1207,59 @@ _MODES_NOTE = (
 )
 
 
-def _interpret(jaxpr, inputs, selection) -> dict[str, tp.Any]:
-  scope = interpreter.Scope(interpreter.Request(selection))
+def _init_perturbations(trace, init_entries) -> dict[tuple, tp.Any]:
+  """``init``'s values for the perturbation sites of ``trace``, by
+  ``(sow name, Variable type)``."""
+  values = {
+      (path, name, var_type): value
+      for path, name, var_type, value in init_entries
+  }
+  planted = {}
+  for key, info in trace.sites.items():
+    if info.kind != 'perturb':
+      continue
+    value = values.get((info.path, info.name, info.var_type), _NO_VALUE)
+    if value is not _NO_VALUE:
+      planted[key] = value
+  return planted
+
+
+class _InitPlanter:
+  """Plants ``init``'s perturbations: each at every execution of its site.
+
+  As in Flax 0.12.8, where a perturbation is one Variable of its module: every
+  call of ``Module.perturb`` with that name adds the same value. Seen from
+  the captured function, the site's value carries the axes of the transforms
+  around it (the members of an ``nnx.vmap``, the steps of an ``nnx.scan``),
+  as the State the capture returns does.
+  """
+
+  def __init__(self, values: dict[tuple, tp.Any]):
+    self.values = values
+
+  def take(self, site: interpreter.Site) -> list[tp.Any]:
+    value = self.values[(site.name, site.tag)]
+    leaves, tree = jax.tree_util.tree_flatten(value)
+    got = [interpreter.aval_of(jnp.asarray(leaf)) for leaf in leaves]
+    if tree != site.tree or tuple(got) != site.avals:
+      describe = lambda avals: ', '.join(
+          f'{np.dtype(dtype).name}{list(shape)}' for shape, dtype in avals
+      )
+      raise ValueError(
+          f'nnx.capture: init holds the perturbation {site.name!r} as'
+          f' {tree} of {describe(got)}, but Module.perturb there perturbs'
+          f' {site.tree} of {describe(site.avals)} (as the State a capture'
+          ' without init returns it).'
+      )
+    return leaves
+
+
+def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
+  request = interpreter.Request(
+      selection,
+      planted=_FrameSelection(sites=frozenset(planted)) if planted else None,
+  )
+  scope = interpreter.Scope(request, _InitPlanter(planted))
   out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
   return {'out': out_flat, 'records': scope.records}
 
@@ -948,9 +1290,11 @@ def capture(
   statistics, RNG counters...) are written back. So it is thread-safe, leaves
   nothing behind on error, nests, and works inside and around every NNX
   transform and with Hijax or reference Variables. Like ``nnx.jit``, an eager
-  call is traced once per call structure (function, types, graph definition,
-  non-array arguments, array shapes and dtypes); later calls only evaluate
-  the staged program, op by op, on their own modules and inputs.
+  call is traced once per call structure (function, types, graph definition
+  and non-array arguments by value, array shapes and dtypes); later calls
+  only evaluate the staged program, op by op, on their own modules and
+  inputs. It is traced again if a NumPy scalar it reads from a global or a
+  closure has changed (JAX would keep the traced value).
 
   Example::
 
@@ -1020,7 +1364,10 @@ def capture(
     weakref.ref(fn_key)
   except TypeError:
     fn_key = None  # traced on every call
-  run = _Call(tuple(var_types), init, method_outputs, call, fn_key)
+  run = _Call(
+      tuple(var_types), init, method_outputs, call, fn_key,
+      None if fn_key is _ModuleCall else fn,
+  )
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):

@@ -18,8 +18,14 @@ it works), values recomputed directly from the model's parameters, and
 ``jax.grad`` of explicit functions.
 """
 
+import contextlib
+import dataclasses
+import enum
+import functools
 import inspect
+import sys
 import threading
+import typing
 from unittest import mock
 import warnings
 
@@ -38,6 +44,26 @@ from flax.nnx.sow import tracing
 import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
+
+# jax.monitoring's event for each XLA compilation (jax._src.dispatch).
+_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+
+
+@contextlib.contextmanager
+def count_compiles():
+  """Yields a list that gets an entry for each XLA compilation meanwhile."""
+  compiles = []
+
+  def listener(event, duration_secs, **kwargs):
+    del duration_secs, kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield compiles
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 class Block(nnx.Module):
@@ -91,6 +117,109 @@ def flat(state):
       (tuple(path), type(var), var.get_value())
       for path, var in nnx.to_flat_state(state)
   ]
+
+
+class Kind(enum.Enum):
+  """Per layer, like Gemma's ``attention_types``."""
+
+  GLOBAL = 1
+  LOCAL = 2
+
+
+@dataclasses.dataclass
+class MLPConfig:  # not frozen: unhashable
+  features: list[int]
+
+
+class ConfiguredMLP(nnx.Module):
+  """An MLP whose static configuration holds unhashable values."""
+
+  def __init__(self, config, kinds, rngs):
+    self.config = config  # static, unused: only its value matters
+    self.kinds = kinds  # static: a list
+    self.layers = nnx.List(
+        [nnx.Linear(3, 4, rngs=rngs), nnx.Linear(4, 4, rngs=rngs)]
+    )
+
+  def __call__(self, x):
+    for layer, kind in zip(self.layers, self.kinds):
+      h = layer(x)
+      x = nnx.relu(h if kind is Kind.GLOBAL else -h)  # a jax.jit function
+      self.sow(nnx.Intermediate, 'h', x)
+    return x
+
+  @staticmethod
+  def by_hand(model, x):
+    values = []
+    for layer, kind in zip(model.layers, model.kinds):
+      h = x @ layer.kernel[...] + layer.bias[...]
+      x = jnp.maximum(h if kind is Kind.GLOBAL else -h, 0)
+      values.append(x)
+    return x, {('h',): values}
+
+
+_OFFSET = np.float32(0.5)  # a global NumPy scalar, read by Offset
+
+
+class Offset(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(3, 2, rngs=rngs)
+
+  def __call__(self, x):
+    h = self.linear(x) + _OFFSET
+    self.sow(nnx.Intermediate, 'h', h)
+    return h
+
+
+class Pair(typing.NamedTuple):
+  lo: jax.Array
+  hi: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+  lo: jax.Array
+  hi: jax.Array
+
+
+# Immutable pytrees of arrays, from (lo, hi).
+PYTREES = {
+    'namedtuple': Pair,
+    'tuple': lambda lo, hi: (lo, hi),
+    'frozen_dataclass': Bounds,
+}
+
+
+def lo_hi(bounds):
+  if isinstance(bounds, Bounds):
+    return bounds.lo, bounds.hi
+  return bounds
+
+
+class Clipped(nnx.Module):
+  """Holds an immutable pytree of arrays (``nnx.data``) that it updates."""
+
+  def __init__(self, kind, rngs, *, transform=None, update=True):
+    self.kind = kind
+    self.transform = transform  # run `forward` under this NNX transform
+    self.update = update
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+    self.bounds = nnx.data(PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)))
+
+  def forward(self, x):
+    lo, hi = lo_hi(self.bounds)
+    h = jnp.clip(self.linear(x), lo, hi)
+    self.sow(nnx.Intermediate, 'h', h)
+    if self.update:  # widen the bounds, as a running statistic would
+      self.bounds = nnx.data(PYTREES[self.kind](lo - 0.25, hi + 0.25))
+    return h
+
+  def __call__(self, x):
+    if self.transform is None:
+      return self.forward(x)
+    return getattr(nnx, self.transform)(Clipped.forward)(self, x)
 
 
 class CompatTestCase(parameterized.TestCase):
@@ -516,6 +645,92 @@ class MethodOutputsTest(CompatTestCase):
     expected = ((X @ other.linear.kernel[...] + other.linear.bias[...]) + 1)
     self.assertTreeClose(out, expected.sum())
 
+  def test_methods_sharing_a_decorator(self):
+    # Every method a `functools.wraps` decorator returns runs the code of its
+    # one wrapper: each must still be sown under its own name.
+
+    def logged(method):
+      @functools.wraps(method)
+      def wrapper(self, *args, **kwargs):
+        return method(self, *args, **kwargs)
+
+      return wrapper
+
+    class Decorated(nnx.Module):
+
+      def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+      @logged
+      def double(self, x):
+        return 2 * self.linear(x)
+
+      @logged
+      def shift(self, x):
+        return x + 1
+
+      def __call__(self, x):
+        return self.shift(self.double(x)).sum()
+
+    model = Decorated(nnx.Rngs(0))
+    kwargs = dict(method_outputs=nnx.Intermediate)
+    out, state = nnx.capture(model, nnx.Intermediate, **kwargs)(X)
+    out_legacy, state_legacy = capture_compat.legacy(
+        model, nnx.Intermediate, **kwargs
+    )(X)
+    self.assertStatesEqual(state, state_legacy)
+    self.assertTreeEqual(out, out_legacy)
+    double = 2 * (X @ model.linear.kernel[...] + model.linear.bias[...])
+    self.assertCollected(state, {
+        ('double',): [double],
+        ('shift',): [double + 1],
+        ('__call__',): [(double + 1).sum()],
+        ('linear', '__call__'): [double / 2],
+    })
+
+  @parameterized.parameters(True, False)
+  def test_remat_and_jit_methods(self, graph):
+    with nnx.set_graph_mode(graph):
+
+      class Transformed(nnx.Module):
+
+        def __init__(self, rngs):
+          self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+        @nnx.remat
+        def rematerialized(self, x):
+          return jnp.sin(self.linear(x))
+
+        @nnx.jit
+        def compiled(self, x):
+          return jnp.cos(x) * 2
+
+        @nnx.remat
+        def other(self, x):  # shares `rematerialized`'s wrapper code
+          return x * 3
+
+        def __call__(self, x):
+          return self.other(self.compiled(self.rematerialized(x)))
+
+      model = Transformed(nnx.Rngs(0))
+      kwargs = dict(method_outputs=nnx.Intermediate)
+      out, state = nnx.capture(model, nnx.Intermediate, **kwargs)(X)
+      out_legacy, state_legacy = capture_compat.legacy(
+          model, nnx.Intermediate, **kwargs
+      )(X)
+    self.assertStatesEqual(state, state_legacy)
+    self.assertTreeEqual(out, out_legacy)
+    linear = X @ model.linear.kernel[...] + model.linear.bias[...]
+    h = jnp.sin(linear)
+    c = jnp.cos(h) * 2
+    self.assertCollected(state, {
+        ('linear', '__call__'): [linear],
+        ('rematerialized',): [h],
+        ('compiled',): [c],
+        ('other',): [c * 3],
+        ('__call__',): [c * 3],
+    })
+
   def test_method_that_raises_is_not_sown(self):
 
     class Fragile(nnx.Module):
@@ -866,7 +1081,7 @@ class TraceReuseTest(CompatTestCase):
       self.assertCollected(state, expected)
     self.assertEqual(traces, [1.0, 2.0])
 
-  def test_unhashable_static_arguments_are_traced_every_call(self):
+  def test_unhashable_static_arguments_are_compared_by_value(self):
     class Scale:  # compared by value, so not hashable
       __hash__ = None
 
@@ -883,14 +1098,84 @@ class TraceReuseTest(CompatTestCase):
       traces.append(scale.value)
       return net(scale.value * x)
 
-    for value in (1.0, 2.0, 2.0):
-      out, state = nnx.capture(forward, nnx.Intermediate)(
-          net, X, Scale(value)
-      )
-      expected_out, expected = by_hand(net, value * X)
+    def check(scale):
+      out, state = nnx.capture(forward, nnx.Intermediate)(net, X, scale)
+      expected_out, expected = by_hand(net, scale.value * X)
       self.assertTreeClose(out, expected_out)
       self.assertCollected(state, expected)
-    self.assertEqual(traces, [1.0, 2.0, 2.0])
+
+    for value in (1.0, 2.0, 2.0):
+      check(Scale(value))
+    self.assertEqual(traces, [1.0, 2.0])
+    # The key keeps a copy: the same object changed in place is traced again.
+    scale = Scale(3.0)
+    check(scale)
+    scale.value = 4.0
+    check(scale)
+    self.assertEqual(traces, [1.0, 2.0, 3.0, 4.0])
+
+  def test_uncopyable_unhashable_static_arguments_are_traced_every_call(self):
+    class Opaque:  # unhashable, and no copy of it is equal to it
+      __hash__ = None
+
+      def __init__(self, value):
+        self.value = value
+
+      def __deepcopy__(self, memo):
+        raise TypeError('not copyable')
+
+    net = Net(nnx.Rngs(0))
+    traces = []
+
+    def forward(net, x, opaque):
+      traces.append(opaque.value)
+      return net(opaque.value * x)
+
+    opaque = Opaque(2.0)
+    for _ in range(2):
+      out, state = nnx.capture(forward, nnx.Intermediate)(net, X, opaque)
+      expected_out, expected = by_hand(net, 2.0 * X)
+      self.assertTreeClose(out, expected_out)
+      self.assertCollected(state, expected)
+    self.assertEqual(traces, [2.0, 2.0])
+
+  @parameterized.named_parameters(
+      ('list', lambda: [4, 4]),
+      ('dict', lambda: {'features': [4, 4], 'dropout': None}),
+      ('dataclass', lambda: MLPConfig(features=[4, 4])),
+      ('nested', lambda: {'blocks': [MLPConfig([4]), MLPConfig([4])]}),
+  )
+  def test_unhashable_static_configuration_compiles_once(self, config):
+    # A list, a dict or a dataclass in a module's static configuration made
+    # every call a cache miss: traced again, and every jit inside re-traced
+    # and recompiled (Flax 0.12.8 and nnx.jit compile once).
+    model = ConfiguredMLP(config(), [Kind.GLOBAL, Kind.LOCAL], nnx.Rngs(0))
+    with self.assertRaises(TypeError):
+      hash(nnx.graphdef(model))  # what the test is about
+    forward, traces = self.count_traces()
+    with count_compiles() as compiles:
+      for i in range(3):
+        out, state = nnx.capture(forward, nnx.Intermediate)(model, X + i)
+        if i == 0:
+          first = len(compiles)
+        expected_out, expected = ConfiguredMLP.by_hand(model, X + i)
+        self.assertTreeClose(out, expected_out)
+        self.assertCollected(state, expected)
+    self.assertGreater(first, 0)  # the first call compiles its jits
+    self.assertLen(compiles, first)  # and later calls nothing
+    self.assertLen(traces, 1)
+
+  def test_static_configuration_changed_in_place_is_traced_again(self):
+    model = ConfiguredMLP([4, 4], [Kind.GLOBAL, Kind.GLOBAL], nnx.Rngs(0))
+    forward, traces = self.count_traces()
+    for kinds in ([Kind.GLOBAL, Kind.GLOBAL], [Kind.GLOBAL, Kind.LOCAL]):
+      model.kinds[:] = kinds  # the same list, changed in place
+      for _ in range(2):
+        out, state = nnx.capture(forward, nnx.Intermediate)(model, X)
+        expected_out, expected = ConfiguredMLP.by_hand(model, X)
+        self.assertTreeClose(out, expected_out)
+        self.assertCollected(state, expected)
+    self.assertLen(traces, 2)
 
   def test_closed_over_arrays_are_read_on_every_call(self):
     # A direct call reads the current weights of a module the function
@@ -910,6 +1195,41 @@ class TraceReuseTest(CompatTestCase):
       self.assertTreeClose(out, head(net_out))
       self.assertCollected(state, expected)
     self.assertLen(traces, 2)
+
+  def test_closed_over_numpy_scalars_are_read_on_every_call(self):
+    # JAX inlines a NumPy scalar or 0-d array as a literal of the jaxpr: a
+    # reused trace would keep the value it was traced with.
+    model = Offset(nnx.Rngs(0))
+    scale = np.float32(2.0)  # a closure cell, rebound below
+    table = np.array(1.0, np.float32)  # a 0-d array, changed in place
+    traces = []
+
+    def forward(m, x):
+      traces.append(None)
+      return m(x) * scale + table
+
+    def check():
+      out, state = nnx.capture(forward, nnx.Intermediate)(model, X)
+      # A direct call, with the values as they are now.
+      h = X @ model.linear.kernel[...] + model.linear.bias[...] + _OFFSET
+      self.assertTreeClose(out, h * scale + table)
+      self.assertCollected(state, {('h',): [h]})
+
+    check()
+    check()
+    self.assertLen(traces, 1)  # unchanged values: the trace is reused
+    scale = np.float32(3.0)
+    check()
+    self.assertLen(traces, 2)
+    table[...] = 4.0
+    check()
+    self.assertLen(traces, 3)
+    # A global the module's method reads.
+    with mock.patch.object(sys.modules[__name__], '_OFFSET',
+                           np.float32(-1.5)):
+      check()
+      check()
+    self.assertLen(traces, 4)
 
   def test_method_outputs_and_init_on_a_reused_trace(self):
     # Sites found by the profile hook and perturbations given in `init` are
@@ -933,7 +1253,7 @@ class TraceReuseTest(CompatTestCase):
     model = PerturbTest.Model(nnx.Rngs(0))
     _, perturbations = nnx.capture(model, nnx.Perturbation)(X)
     for i in range(3):
-      shift = jnp.full(3, float(i))
+      shift = jnp.full(3, float(i), jnp.float32)  # the perturbed dtype
       perturbations['h'].set_value(shift)
       out, sowed = nnx.capture(model, nnx.Intermediate,
                                init=perturbations)(X)
@@ -1575,6 +1895,97 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     self.assertCollected(outer_state, {('block', 'h'): [h]})
     self.assertCollected(inner, {('p',): [jnp.tanh(h) * 2]},
                          nnx.Perturbation)
+
+
+class ImmutablePytreesTest(CompatTestCase):
+  """Modules holding an immutable pytree of arrays, through NNX transforms.
+
+  A transform returns new arrays for the pytree, which cannot be set in it:
+  it is rebuilt, as a direct call of the transform does. The oracles: that
+  direct call on a clone, and the sown values recomputed from the weights.
+  """
+
+  def assertLikeTwin(self, model, twin):
+    values = nnx.to_flat_state(nnx.state(model))
+    twin_values = nnx.to_flat_state(nnx.state(twin, nnx.Not(nnx.Intermediate)))
+    self.assertEqual([p for p, _ in values], [p for p, _ in twin_values])
+    self.assertTreeEqual(
+        [v.get_value() if isinstance(v, nnx.Variable) else v
+         for _, v in values],
+        [v.get_value() if isinstance(v, nnx.Variable) else v
+         for _, v in twin_values],
+    )
+    self.assertIs(type(model.bounds), type(twin.bounds))
+
+  def by_hand(self, model, x, lo, hi):
+    return jnp.clip(
+        x @ model.linear.kernel[...] + model.linear.bias[...], lo, hi
+    )
+
+  @parameterized.product(kind=tuple(PYTREES), transform=('jit', 'remat'))
+  def test_as_argument_and_as_callable(self, kind, transform):
+    forms = {
+        'argument': lambda m: (getattr(nnx, transform)(lambda m, x: m(x)),
+                               (m, X)),
+        'callable': lambda m: (m, (X,)),
+        'bound method': lambda m: (m.__call__, (X,)),
+    }
+    for form, make in forms.items():
+      with self.subTest(form):
+        transform_inside = None if form == 'argument' else transform
+        model = Clipped(kind, nnx.Rngs(0), transform=transform_inside)
+        twin = nnx.clone(model)
+        lo, hi = lo_hi(model.bounds)
+        f, args = make(model)
+        for step in range(2):  # the second call starts from the update
+          out, state = nnx.capture(f, nnx.Intermediate)(*args)
+          g, twin_args = make(twin)
+          with self.assertWarns(DeprecationWarning):  # a direct call sows
+            expected_out = g(*twin_args)
+          self.assertTreeClose(out, expected_out)
+          self.assertLikeTwin(model, twin)
+          self.assertCollected(state, {('h',): [self.by_hand(
+              model, X, lo - 0.25 * step, hi + 0.25 * step
+          )]})
+        self.assertTreeEqual(lo_hi(model.bounds)[0], lo - 0.5)
+
+  @parameterized.parameters(*PYTREES)
+  def test_through_scan(self, kind):
+    @nnx.vmap(in_axes=0, out_axes=0)
+    def make_layers(key):
+      return Clipped(kind, nnx.Rngs(key))
+
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+    def over_layers(layer, x):
+      return layer(x)
+
+    layers = make_layers(jax.random.split(jax.random.key(0), 3))
+    kernels, biases = layers.linear.kernel[...], layers.linear.bias[...]
+    out, state = nnx.capture(over_layers, nnx.Intermediate)(layers, X)
+    # By hand: each layer clips to [-0.5, 0.5], then widens its bounds.
+    x, expected = X, []
+    for kernel, bias in zip(kernels, biases):
+      x = jnp.clip(x @ kernel + bias, -0.5, 0.5)
+      expected.append(x)
+    self.assertTreeClose(out, x)
+    self.assertCollected(state, {('h',): [jnp.stack(expected)]})
+    self.assertIs(type(layers.bounds), type(PYTREES[kind](0, 0)))
+    self.assertTreeEqual(lo_hi(layers.bounds)[0], jnp.full((3, 3), -0.75))
+
+    # The module broadcast to every iteration (where it cannot update).
+    @nnx.scan(in_axes=(None, nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+    def over_inputs(layer, carry, x):
+      return carry, layer(x)
+
+    layer = Clipped(kind, nnx.Rngs(1), update=False)
+    xs = jnp.stack([X, 2 * X])
+    (_, out), state = nnx.capture(over_inputs, nnx.Intermediate)(
+        layer, 0.0, xs
+    )
+    expected = jax.vmap(lambda x: self.by_hand(layer, x, -0.5, 0.5))(xs)
+    self.assertTreeClose(out, expected)
+    self.assertCollected(state, {('h',): [expected]})
+    self.assertIs(type(layer.bounds), type(PYTREES[kind](0, 0)))
 
 
 class InstallTest(parameterized.TestCase):

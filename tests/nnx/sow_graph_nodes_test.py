@@ -17,7 +17,9 @@ The oracle is a direct call of the same function on a clone of the model:
 afterwards, outputs, Variables and graph structure must be exactly equal.
 """
 
+import dataclasses
 import threading
+import typing
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -54,11 +56,74 @@ class Model(nnx.Module):
     return sow(self.linear(x), name='features')
 
 
+class Pair(typing.NamedTuple):
+  lo: jax.Array
+  hi: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+  lo: jax.Array
+  hi: jax.Array
+
+
+# Immutable pytrees of arrays, from (lo, hi).
+PYTREES = {
+    'namedtuple': Pair,
+    'tuple': lambda lo, hi: (lo, hi),
+    'frozen dataclass': Bounds,
+}
+
+TRANSFORMS = {
+    'jit': nnx.jit,
+    'remat': nnx.remat,
+}
+
+
+def lo_hi(bounds):
+  if isinstance(bounds, Bounds):
+    return bounds.lo, bounds.hi
+  return bounds
+
+
+def clip(x, lo, hi):
+  # Bounds of one example, for a batch: broadcast explicitly.
+  lo, hi = jnp.broadcast_to(lo, x.shape), jnp.broadcast_to(hi, x.shape)
+  return jnp.clip(x, lo, hi)
+
+
+class Clipped(nnx.Module):
+  """Holds an immutable pytree of arrays (``nnx.data``) that it updates."""
+
+  def __init__(self, kind, rngs, *, transform=None, update=True):
+    self.kind = kind
+    self.transform = transform  # run `forward` under this NNX transform
+    self.update = update
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+    self.bounds = nnx.data(PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)))
+
+  def forward(self, x):
+    lo, hi = lo_hi(self.bounds)
+    h = sow(clip(self.linear(x), lo, hi), name='h')
+    if self.update:  # widen the bounds, as a running statistic would
+      self.bounds = nnx.data(PYTREES[self.kind](lo - 0.25, hi + 0.25))
+    return h
+
+  def __call__(self, x):
+    if self.transform is None:
+      return self.forward(x)
+    return TRANSFORMS[self.transform](Clipped.forward)(self, x)
+
+
 def leaves(node):
-  """Every Variable value of ``node`` as NumPy, keys as raw data."""
+  """Every Variable value (and raw array leaf) of ``node`` as NumPy, keys as
+  raw data."""
   out = []
   for path, var in nnx.to_flat_state(nnx.state(node)):
-    for value in jax.tree.leaves(var.get_value()):
+    if isinstance(var, nnx.Variable):
+      var = var.get_value()
+    for value in jax.tree.leaves(var):
       if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
         value = jax.random.key_data(value)
       out.append((path, np.asarray(value)))
@@ -261,6 +326,94 @@ class GraphNodesTest(parameterized.TestCase):
       expected = (X * i) @ kernel + model.linear.bias[None]
       sow_testing.assert_close(results[i][0], expected)
       sow_testing.assert_close(results[i][1]['features'][0], expected)
+
+
+class ImmutablePytreesTest(parameterized.TestCase):
+  """Modules holding an immutable pytree of arrays, through NNX transforms.
+
+  A transform returns new arrays for the pytree, which cannot be set in it:
+  it is rebuilt, as a direct call of the transform does. The oracle is that
+  direct call on a clone; the sown values are recomputed from the weights.
+  """
+
+  assertSameState = GraphNodesTest.assertSameState
+
+  def assertLikeTwin(self, model, twin):
+    self.assertSameState(model, twin)
+    self.assertIs(type(model.bounds), type(twin.bounds))
+    self.assertEqual(nnx.graphdef(model), nnx.graphdef(twin))
+
+  def by_hand(self, model, x, lo, hi):
+    return clip(x @ model.linear.kernel[...] + model.linear.bias[None], lo, hi)
+
+  @parameterized.product(kind=tuple(PYTREES), transform=tuple(TRANSFORMS))
+  def test_as_argument_and_as_callable(self, kind, transform):
+    forms = {
+        'argument': lambda m: (
+            TRANSFORMS[transform](lambda m, x: m(x)), (m, X)
+        ),
+        'callable': lambda m: (m, (X,)),
+        'bound method': lambda m: (m.__call__, (X,)),
+    }
+    for form, make in forms.items():
+      with self.subTest(form):
+        transform_inside = None if form == 'argument' else transform
+        model = Clipped(kind, nnx.Rngs(0), transform=transform_inside)
+        twin = nnx.clone(model)
+        lo, hi = lo_hi(model.bounds)
+        f, args = make(model)
+        for step in range(2):  # the second call starts from the update
+          out, collected = capture(f)(*args)
+          g, twin_args = make(twin)
+          expected_out = g(*twin_args)  # a direct call
+          np.testing.assert_array_equal(out, expected_out)
+          self.assertLikeTwin(model, twin)
+          sow_testing.assert_close(
+              collected['h'][0],
+              self.by_hand(model, X, lo - 0.25 * step, hi + 0.25 * step),
+          )
+        np.testing.assert_array_equal(lo_hi(model.bounds)[0], lo - 0.5)
+
+  @parameterized.parameters(*PYTREES)
+  def test_through_scan(self, kind):
+    @nnx.vmap(in_axes=0, out_axes=0)
+    def make_layers(key):
+      return Clipped(kind, nnx.Rngs(key))
+
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+    def over_layers(layer, x):
+      return layer(x)
+
+    layers = make_layers(jax.random.split(jax.random.key(0), 3))
+    twin = nnx.clone(layers)
+    kernels, biases = layers.linear.kernel[...], layers.linear.bias[...]
+    out, collected = capture(over_layers)(layers, X)
+    np.testing.assert_array_equal(out, over_layers(twin, X))
+    self.assertLikeTwin(layers, twin)
+    np.testing.assert_array_equal(lo_hi(layers.bounds)[0],
+                                  jnp.full((3, 3), -0.75))
+    # By hand: each layer clips to [-0.5, 0.5], then widens its bounds.
+    x, expected = X, []
+    for kernel, bias in zip(kernels, biases):
+      x = clip(x @ kernel + bias[None], -0.5, 0.5)
+      expected.append(x)
+    sow_testing.assert_close(collected['h'][0], jnp.stack(expected))
+
+    # The module broadcast to every iteration (it cannot update it there).
+    @nnx.scan(in_axes=(None, nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+    def over_inputs(layer, carry, x):
+      return carry, layer(x)
+
+    layer = Clipped(kind, nnx.Rngs(1), update=False)
+    twin = nnx.clone(layer)
+    xs = jnp.stack([X, 2 * X])
+    (_, out), collected = capture(over_inputs)(layer, 0.0, xs)
+    np.testing.assert_array_equal(out, over_inputs(twin, 0.0, xs)[1])
+    self.assertLikeTwin(layer, twin)
+    sow_testing.assert_close(
+        collected['h'][0],
+        jax.vmap(lambda x: self.by_hand(layer, x, -0.5, 0.5))(xs),
+    )
 
 
 if __name__ == '__main__':
