@@ -25,7 +25,6 @@ import functools
 import inspect
 import sys
 import threading
-import typing
 from unittest import mock
 import warnings
 
@@ -41,6 +40,7 @@ from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import sow
 from flax.nnx.sow import tracing
+import sow_pytree_models
 import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
@@ -172,54 +172,16 @@ class Offset(nnx.Module):
     return h
 
 
-class Pair(typing.NamedTuple):
-  lo: jax.Array
-  hi: jax.Array
+class Clipped(sow_pytree_models.Clipped):
+  """Records its features with ``Module.sow``."""
 
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Bounds:
-  lo: jax.Array
-  hi: jax.Array
-
-
-# Immutable pytrees of arrays, from (lo, hi).
-PYTREES = {
-    'namedtuple': Pair,
-    'tuple': lambda lo, hi: (lo, hi),
-    'frozen_dataclass': Bounds,
-}
-
-
-def lo_hi(bounds):
-  if isinstance(bounds, Bounds):
-    return bounds.lo, bounds.hi
-  return bounds
-
-
-class Clipped(nnx.Module):
-  """Holds an immutable pytree of arrays (``nnx.data``) that it updates."""
-
-  def __init__(self, kind, rngs, *, transform=None, update=True):
-    self.kind = kind
-    self.transform = transform  # run `forward` under this NNX transform
-    self.update = update
-    self.linear = nnx.Linear(3, 3, rngs=rngs)
-    self.bounds = nnx.data(PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)))
-
-  def forward(self, x):
-    lo, hi = lo_hi(self.bounds)
-    h = jnp.clip(self.linear(x), lo, hi)
+  def record(self, h):
     self.sow(nnx.Intermediate, 'h', h)
-    if self.update:  # widen the bounds, as a running statistic would
-      self.bounds = nnx.data(PYTREES[self.kind](lo - 0.25, hi + 0.25))
     return h
 
-  def __call__(self, x):
-    if self.transform is None:
-      return self.forward(x)
-    return getattr(nnx, self.transform)(Clipped.forward)(self, x)
+
+PYTREES = sow_pytree_models.PYTREES
+lo_hi = sow_pytree_models.lo_hi
 
 
 class CompatTestCase(parameterized.TestCase):

@@ -17,9 +17,7 @@ The oracle is a direct call of the same function on a clone of the model:
 afterwards, outputs, Variables and graph structure must be exactly equal.
 """
 
-import dataclasses
 import threading
-import typing
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -31,6 +29,7 @@ from flax import nnx
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
 import sow_testing
+from sow_pytree_models import Clipped, PYTREES, TRANSFORMS, clip, lo_hi  # pylint: disable=g-multiple-import
 
 X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32)
 
@@ -54,66 +53,6 @@ class Model(nnx.Module):
 
   def features(self, x):
     return sow(self.linear(x), name='features')
-
-
-class Pair(typing.NamedTuple):
-  lo: jax.Array
-  hi: jax.Array
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Bounds:
-  lo: jax.Array
-  hi: jax.Array
-
-
-# Immutable pytrees of arrays, from (lo, hi).
-PYTREES = {
-    'namedtuple': Pair,
-    'tuple': lambda lo, hi: (lo, hi),
-    'frozen dataclass': Bounds,
-}
-
-TRANSFORMS = {
-    'jit': nnx.jit,
-    'remat': nnx.remat,
-}
-
-
-def lo_hi(bounds):
-  if isinstance(bounds, Bounds):
-    return bounds.lo, bounds.hi
-  return bounds
-
-
-def clip(x, lo, hi):
-  # Bounds of one example, for a batch: broadcast explicitly.
-  lo, hi = jnp.broadcast_to(lo, x.shape), jnp.broadcast_to(hi, x.shape)
-  return jnp.clip(x, lo, hi)
-
-
-class Clipped(nnx.Module):
-  """Holds an immutable pytree of arrays (``nnx.data``) that it updates."""
-
-  def __init__(self, kind, rngs, *, transform=None, update=True):
-    self.kind = kind
-    self.transform = transform  # run `forward` under this NNX transform
-    self.update = update
-    self.linear = nnx.Linear(3, 3, rngs=rngs)
-    self.bounds = nnx.data(PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)))
-
-  def forward(self, x):
-    lo, hi = lo_hi(self.bounds)
-    h = sow(clip(self.linear(x), lo, hi), name='h')
-    if self.update:  # widen the bounds, as a running statistic would
-      self.bounds = nnx.data(PYTREES[self.kind](lo - 0.25, hi + 0.25))
-    return h
-
-  def __call__(self, x):
-    if self.transform is None:
-      return self.forward(x)
-    return TRANSFORMS[self.transform](Clipped.forward)(self, x)
 
 
 def leaves(node):
