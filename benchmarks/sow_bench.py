@@ -19,7 +19,14 @@ them), and each side's figure is the median of its repeats after a warm-up.
 
 Run from the repository root:
 python benchmarks/sow_bench.py [--quick] [--only ITEMS] [--publish]
+    [--models_from PATH]
 (``--publish`` also puts the table into the README and the main guide).
+
+Item 7 runs Flax's examples/gemma from a checkout of google/flax at
+``PATH/flax`` (the layout of ``tests/nnx/sow_external_models.py``), given by
+``--models_from PATH`` or the environment variable ``FLAX_SOW_MODELS_FROM``;
+without it, it is skipped. ``--only`` runs some items and replaces only
+their rows in the results file, keeping the others.
 """
 
 from __future__ import annotations
@@ -383,6 +390,104 @@ def bench_codemod(quick: bool) -> list[Row]:
   return rows
 
 
+# 7. Eager nnx.capture on Flax's examples/gemma -----------------------------
+
+MODELS_FROM_ENV = 'FLAX_SOW_MODELS_FROM'
+_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+
+
+def count_compiles(fn: tp.Callable[[], tp.Any], calls: int) -> int:
+  """XLA compilations during ``calls`` calls of ``fn``."""
+  compiles = []
+
+  def listener(event, duration_secs, **kwargs):
+    del duration_secs, kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    for _ in range(calls):
+      jax.block_until_ready(fn())
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  return len(compiles)
+
+
+def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
+  """Eager nnx.capture of Flax's Gemma, legacy and new; no rows without it.
+
+  Args:
+    quick: fewer calls and repeats.
+    models_from: the directory holding ``flax/`` (else the environment's
+      ``FLAX_SOW_MODELS_FROM``).
+
+  Returns:
+    The ratio of the eager call times, and the new implementation's XLA
+    compiles over repeated calls; nothing when the checkout is missing.
+  """
+  models_from = models_from or os.environ.get(MODELS_FROM_ENV)
+  if not models_from:
+    print(f'[7] skipped: no --models_from PATH or {MODELS_FROM_ENV}')
+    return []
+  tests = os.path.join(ROOT, 'tests', 'nnx')  # the loader of the parity suite
+  if tests not in sys.path:
+    sys.path.insert(0, tests)
+  import sow_external_models as external  # pylint: disable=g-import-not-at-top
+  try:
+    src = external.source('flax', models_from)
+  except external.MissingSource as e:
+    print(f'[7] skipped: {e}')
+    return []
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+
+  gemma = external.load_gemma(src.root)
+  kinds = gemma.modules.AttentionType
+  layers = 4
+  # Small, so that the per-operation cost (which an eager capture adds to)
+  # is not hidden behind the arithmetic; every sow option on.
+  config = gemma.transformer.TransformerConfig(
+      num_layers=layers, num_embed=256, embed_dim=64, hidden_dim=128,
+      num_heads=4, head_dim=16, num_kv_heads=2, final_logit_softcap=30.0,
+      use_post_attn_norm=True, use_post_ffw_norm=True,
+      attention_types=(kinds.LOCAL_SLIDING, kinds.GLOBAL) * (layers // 2),
+      attn_logits_soft_cap=50.0, sliding_window_size=8, use_qk_norm=True)
+  sow_config = external.gemma_sow_config(gemma,
+                                         external.GEMMA_SOW_OPTIONS)
+  batch, length = 2, 32
+  tokens = jax.random.randint(jax.random.key(0), (batch, length), 0, 256)
+  positions = jnp.tile(jnp.arange(length), (batch, 1))
+  mask = jnp.tril(jnp.ones((batch, length, length), jnp.bool_))
+  inputs = (tokens, positions, None, mask)
+
+  with external.gemma_mesh(), capture_compat.install():
+    # One model for both: the same weights, the same input.
+    model = gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0),
+                                          sow_config=sow_config)
+    new = capture_compat.capture(model, nnx.Intermediate)
+    old = capture_compat.legacy(model, nnx.Intermediate)
+    sites = len(jax.tree.leaves(new(*inputs)[1]))
+    jax.block_until_ready((old(*inputs), new(*inputs)))  # the first calls
+    calls = 5 if quick else 20
+    compiles_old = count_compiles(lambda: old(*inputs), calls)
+    compiles_new = count_compiles(lambda: new(*inputs), calls)
+    t_old, t_new = paired(lambda: old(*inputs), lambda: new(*inputs),
+                          repeats=5 if quick else 11, number=3)
+  ratio = t_new / t_old
+  what = (f'Flax examples/gemma, {layers} layers, {sites} sown values, '
+          f'batch {batch} x {length} tokens')
+  return [
+      Row('7', f'eager: new nnx.capture / legacy, {what}', ratio, '<= 1.25',
+          ratio <= 1.25,
+          f'legacy {t_old * 1e3:.1f} ms, new {t_new * 1e3:.1f} ms; '
+          f'{src.repo}@{src.commit[:12]}'),
+      Row('7', f'XLA compiles in {calls} eager calls after the first, new '
+          f'nnx.capture (legacy: {compiles_old})', compiles_new, '0',
+          compiles_new == 0, f'{what}'),
+  ]
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -390,6 +495,12 @@ def machine() -> str:
   return (f'{platform.machine()}, {os.cpu_count()} cores, '
           f'{platform.python_implementation()} {platform.python_version()}, '
           f'jax {jax.__version__}, {jax.devices()[0].platform} backend')
+
+
+def _table_line(r: Row) -> str:
+  met = {True: 'yes', False: '**no**', None: '-'}[r.ok]
+  return (f'| {r.item} | {r.what} | {r.ratio:.2f} | {r.target} | '
+          f'{met} | {r.detail} |')
 
 
 def render(rows: list[Row], quick: bool) -> str:
@@ -405,14 +516,44 @@ def render(rows: list[Row], quick: bool) -> str:
       '| # | measurement | ratio | target | met | detail |',
       '|---|---|---|---|---|---|',
   ]
-  for r in rows:
-    met = {True: 'yes', False: '**no**', None: '-'}[r.ok]
-    lines.append(f'| {r.item} | {r.what} | {r.ratio:.2f} | {r.target} | '
-                 f'{met} | {r.detail} |')
+  lines += [_table_line(r) for r in rows]
   return '\n'.join(lines) + '\n'
 
 
+_RERUN = 'Rows of item '
+
+
+def merge(existing: str, rows: list[Row], items: str, quick: bool) -> str:
+  """``existing`` results with the rows of ``items`` replaced by ``rows``.
+
+  The other rows and the header stay; a line per re-run item, below the
+  machine line, says when and how its rows were produced (on this machine:
+  side by side within the item, as always, but not in the same run as the
+  rest of the table).
+  """
+  lines = existing.rstrip('\n').split('\n')
+  header = lines.index('| # | measurement | ratio | target | met | detail |')
+  table = [line for line in lines[header + 2:] if line.startswith('| ')]
+  kept = [line for line in table if line.split('|')[1].strip() not in items]
+  new = [_table_line(r) for r in rows]
+  order = lambda line: line.split('|')[1].strip()
+  # Stable: the rows of an item stay in the order they were produced.
+  table = sorted(kept + new, key=order)
+  notes = [line for line in lines[:header]
+           if line.startswith(_RERUN) and line[len(_RERUN)] not in items]
+  command = (f'python benchmarks/sow_bench.py --only {items}'
+             f'{" --quick" if quick else ""}')
+  notes += [f'{_RERUN}{item}: `{command}` on {time.strftime("%Y-%m-%d")}, '
+            f'{machine()}.' for item in items]
+  head = [line for line in lines[:header] if not line.startswith(_RERUN)]
+  while head and not head[-1]:
+    head.pop()
+  return '\n'.join([*head, '', *sorted(notes), '', *lines[header:header + 2],
+                    *table]) + '\n'
+
+
 PUBLISHED_IN = ('README.md', 'docs_nnx/guides/sow_transform.md')
+ALL_ITEMS = '1234567'
 _START, _END = '<!-- bench-table:start -->', '<!-- bench-table:end -->'
 
 
@@ -435,18 +576,23 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--quick', action='store_true',
                       help='smaller sizes and fewer repeats')
-  parser.add_argument('--only', default='123456',
-                      help='which items to run, e.g. 12')
+  parser.add_argument('--only', default=ALL_ITEMS,
+                      help='which items to run, e.g. 12; their rows replace '
+                      'those of the same items in the results file')
   parser.add_argument('--out', default=os.path.join(ROOT, 'benchmarks',
                                                      'RESULTS.md'))
   parser.add_argument('--publish', action='store_true',
                       help='also put the table into ' + ', '.join(PUBLISHED_IN))
+  parser.add_argument('--models_from', default=None,
+                      help='a directory with a checkout of google/flax in '
+                      f'flax/, for item 7 (or ${MODELS_FROM_ENV})')
   args = parser.parse_args()
-  if args.publish and (args.quick or args.only != '123456'):
+  if args.publish and (args.quick or args.only != ALL_ITEMS):
     parser.error('--publish needs a full run: no --quick, no --only')
   benches = {'1': bench_eager_jit, '2': bench_trace_lower,
              '3': bench_compiled, '4': bench_nnx, '5': bench_memory,
-             '6': bench_codemod}
+             '6': bench_codemod,
+             '7': lambda quick: bench_gemma(quick, args.models_from)}
   rows = []
   for item in args.only:
     gc.collect()
@@ -456,6 +602,9 @@ def main():
             f'{r.detail}', flush=True)
     rows.extend(new_rows)
   text = render(rows, args.quick)
+  if args.only != ALL_ITEMS and os.path.exists(args.out):
+    with open(args.out) as f:
+      text = merge(f.read(), rows, args.only, args.quick)
   with open(args.out, 'w') as f:
     f.write(text)
   if args.publish:

@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -76,6 +77,40 @@ class SowBenchTest(absltest.TestCase):
       self.assertIn('Machine:', content)
       self.assertIn('| 1 | one thing / another |', content)
       self.assertNotIn('# flax.nnx.sow benchmarks', content)
+
+  def test_merge_replaces_only_the_rows_of_the_items_run(self):
+    full = sow_bench.render([
+        sow_bench.Row('1', 'first', 1.0, 't', True, 'a'),
+        sow_bench.Row('7', 'old seven', 2.0, 't', False, 'b'),
+        sow_bench.Row('3', 'third', 3.0, 't', None, 'c'),
+    ], quick=False)
+    merged = sow_bench.merge(full, [
+        sow_bench.Row('7', 'new seven', 1.1, 't', True, 'd'),
+        sow_bench.Row('7', 'another seven', 0.0, 't', True, 'e'),
+    ], '7', quick=False)
+    table = [line.split(' | ')[1] for line in merged.splitlines()
+             if line.startswith('| ') and not line.startswith('| #')]
+    self.assertEqual(table, ['first', 'third', 'new seven', 'another seven'])
+    self.assertIn('Machine:', merged)  # the header of the full run stays
+    self.assertIn('Rows of item 7: `python benchmarks/sow_bench.py --only 7`',
+                  merged)
+    # Re-running the item replaces its note and rows, not adds to them.
+    again = sow_bench.merge(merged, [
+        sow_bench.Row('7', 'newest seven', 1.0, 't', True, 'f')], '7',
+                            quick=True)
+    self.assertEqual(again.count('Rows of item 7:'), 1)
+    self.assertIn('--only 7 --quick', again)
+    self.assertNotIn('new seven', again)
+
+  def test_gemma_item_is_skipped_without_a_checkout(self):
+    with mock.patch.dict(os.environ):
+      os.environ.pop(sow_bench.MODELS_FROM_ENV, None)
+      self.assertEqual(sow_bench.bench_gemma(quick=True, models_from=None),
+                       [])
+      empty = tempfile.mkdtemp()
+      self.addCleanup(shutil.rmtree, empty)
+      self.assertEqual(sow_bench.bench_gemma(quick=True, models_from=empty),
+                       [])
 
   def enter_context_root(self, root):
     previous = sow_bench.ROOT
