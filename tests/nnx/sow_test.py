@@ -851,7 +851,7 @@ class CompositionTest(parameterized.TestCase):
     out, collected = capture(jax.vmap(f))(xs)
     np.testing.assert_array_equal(plant(jax.vmap(f), collected)(xs), out)
     # A planted value reaches its own example and step only.
-    marked = jnp.zeros((5, 4, 3)).at[2, 3].set(1.0)
+    marked = jnp.zeros((5, 4, 3), jnp.float32).at[2, 3].set(1.0)
     out = plant(jax.vmap(f), {'s': (marked,)})(xs)
     np.testing.assert_array_equal(out[2], 2 * jnp.ones(3))
     np.testing.assert_array_equal(np.delete(np.asarray(out), 2, 0), 0.0)
@@ -866,10 +866,11 @@ class CompositionTest(parameterized.TestCase):
     _, collected = capture(jax.vmap(f))(xs)
     self.assertEqual(collected['p'][0].shape, (2,))
     loss = lambda p: jnp.sum(
-        plant(jax.vmap(f), {'p': (p,)})(xs) ** 2 * jnp.array([[1.0], [3.0]]))
-    grad = jax.grad(loss)(jnp.zeros(2))
+        plant(jax.vmap(f), {'p': (p,)})(xs) ** 2
+        * jnp.array([[1.0], [3.0]], jnp.float32))
+    grad = jax.grad(loss)(jnp.zeros(2, jnp.float32))
     # d/dp_b sum_i w_b (x_bi + p_b)^2 = 2 w_b sum_i x_bi at p = 0
-    want = 2 * jnp.array([1.0, 3.0]) * jnp.sum(xs, axis=1)
+    want = 2 * jnp.array([1.0, 3.0], jnp.float32) * jnp.sum(xs, axis=1)
     sow_testing.assert_close(grad, want)
 
   def test_grad_through_capture_equals_grad(self):
