@@ -49,6 +49,14 @@ class CompatVmapTestCase(absltest.TestCase):
     self.enterContext(warnings.catch_warnings())
     warnings.simplefilter('ignore', DeprecationWarning)
 
+  def assertSameAsLegacy(self, run):
+    """``run(capture)`` returns (model, *States): equal for both captures."""
+    new = run(capture_compat.capture)[1:]
+    with capture_compat.uninstall():
+      old = run(capture_compat.legacy)[1:]
+    for got, want in zip(new, old):
+      self.assertStatesEqual(got, want)
+
   def assertStatesEqual(self, got, want):
     """Same paths, Variable types and, bitwise, values."""
     got, want = flat(got), flat(want)
@@ -116,11 +124,7 @@ class EnsembleTest(CompatVmapTestCase):
     np.testing.assert_array_equal(bias_sown, jnp.ones((MEMBERS, 2)))
 
   def test_same_as_legacy(self):
-    new = self.run_perturbation_gradients(capture_compat.capture)[1:]
-    with capture_compat.uninstall():
-      old = self.run_perturbation_gradients(capture_compat.legacy)[1:]
-    for got, want in zip(new, old):
-      self.assertStatesEqual(got, want)
+    self.assertSameAsLegacy(self.run_perturbation_gradients)
 
 
 class Automaton(nnx.Module):
@@ -246,11 +250,7 @@ class ScanOverLayersTest(CompatVmapTestCase):
                              jnp.stack(want))
 
   def test_same_as_legacy(self):
-    new = self.run_perturbation_gradients(capture_compat.capture)[1:]
-    with capture_compat.uninstall():
-      old = self.run_perturbation_gradients(capture_compat.legacy)[1:]
-    for got, want in zip(new, old):
-      self.assertStatesEqual(got, want)
+    self.assertSameAsLegacy(self.run_perturbation_gradients)
 
 
 class InitMismatchTest(CompatVmapTestCase):
@@ -320,11 +320,7 @@ class FlaxTestCaptureVmapTest(CompatVmapTestCase):
     self.assertEqual(intermediates['y'].get_value()[0].shape, (3,))
 
   def test_same_as_legacy(self):
-    new = self.run_test(nnx.capture)[1:]
-    with capture_compat.uninstall():
-      old = self.run_test(capture_compat.legacy)[1:]
-    for got, want in zip(new, old):
-      self.assertStatesEqual(got, want)
+    self.assertSameAsLegacy(self.run_test)
 
   def test_a_global_module_is_not_the_captured_copy(self):
     # Flax's own version splits the global `model`: as under nnx.jit, its
