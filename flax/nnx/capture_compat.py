@@ -174,7 +174,6 @@ class _Frame:
     self.objects: dict[int, tuple[tp.Any, PathParts]] = {}
     self.tokens: dict[int, tuple[tp.Any, PathParts]] = {}
     self.module_paths: list[PathParts] = []
-    self.init_values: dict[tuple[PathParts, str, type], tp.Any] = {}
     self.sites: dict[tuple[primitive.Name, type], _SiteInfo] = {}
 
   def accepts(self, path: PathParts, var_type: type[Variable]) -> bool:
@@ -1031,12 +1030,10 @@ class _Call:
     for path, _, var_type, _ in init_entries:
       init_types.setdefault(path, set()).add(var_type)
     frame = _Frame(self.var_types, init_types, self.method_outputs)
-    init_values = [value for *_, value in init_entries]
-    prepared = tracing.Prepared(
-        self._traced(frame, init_entries),
-        (root, init_values, args, kwargs),
-        {},
-    )
+    # The init values are not traced: perturbations are planted when the
+    # staged program is evaluated (see `_InitPlanter`), accumulators are
+    # applied to the records after it.
+    prepared = tracing.Prepared(self._traced(frame), (root, args, kwargs), {})
     key = self._cache_key(prepared, init_entries)
     trace = self._lookup(key)
     if trace is not None and not all(g.holds() for g in trace.guards):
@@ -1071,10 +1068,10 @@ class _Call:
       return out, states[0]
     return (out, *states)
 
-  def _traced(self, frame, init_entries):
+  def _traced(self, frame):
     """The function staged: ``call`` on the copies, inside ``frame``."""
 
-    def traced(root, init_values, args, kwargs):
+    def traced(root, args, kwargs):
       # Runs on copies, inside the trace.
       modules = _module_paths(root)
       frame.module_paths = [path for path, _ in modules]
@@ -1083,12 +1080,6 @@ class _Call:
         token = _mark(m)
         if token is not None:
           frame.tokens[id(token)] = (token, path)
-      frame.init_values = {
-          (path, name, var_type): value
-          for (path, name, var_type, _), value in zip(
-              init_entries, init_values
-          )
-      }
       hook = None
       if self.method_outputs is not None:
         hook = _MethodOutputs(frame, _method_entries(m for _, m in modules))
@@ -1106,7 +1097,6 @@ class _Call:
         # Drop every reference to the copies and their tracers.
         frame.objects = {}
         frame.tokens = {}
-        frame.init_values = {}
 
     return traced
 
@@ -1238,20 +1228,13 @@ class _InitPlanter:
     self.values = values
 
   def take(self, site: interpreter.Site) -> list[tp.Any]:
-    value = self.values[(site.name, site.tag)]
-    leaves, tree = jax.tree_util.tree_flatten(value)
-    got = [interpreter.aval_of(jnp.asarray(leaf)) for leaf in leaves]
-    if tree != site.tree or tuple(got) != site.avals:
-      describe = lambda avals: ', '.join(
-          f'{np.dtype(dtype).name}{list(shape)}' for shape, dtype in avals
-      )
-      raise ValueError(
-          f'nnx.capture: init holds the perturbation {site.name!r} as'
-          f' {tree} of {describe(got)}, but Module.perturb there perturbs'
-          f' {site.tree} of {describe(site.avals)} (as the State a capture'
-          ' without init returns it).'
-      )
-    return leaves
+    return interpreter.check_entry(
+        site,
+        self.values[(site.name, site.tag)],
+        where=f'nnx.capture: the init perturbation {site.name!r}',
+        site_has='Module.perturb there (as a capture without init returns'
+        ' it) has',
+    )
 
 
 def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
@@ -1259,7 +1242,7 @@ def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
       selection,
       planted=_FrameSelection(sites=frozenset(planted)) if planted else None,
   )
-  scope = interpreter.Scope(request, _InitPlanter(planted))
+  scope = interpreter.Scope(request, _InitPlanter(planted) if planted else None)
   out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
   return {'out': out_flat, 'records': scope.records}
 

@@ -261,9 +261,9 @@ class InitMismatchTest(CompatVmapTestCase):
     per_layer = jax.tree.map(lambda v: v[0], perturbations)  # (2, 3)
     with self.assertRaisesRegex(
         ValueError,
-        r"init holds the perturbation \('layers', 'h'\) as .* of"
-        r' float32\[2, 3\], but Module.perturb there perturbs .* of'
-        r' float32\[4, 2, 3\]'):
+        r"the init perturbation \('layers', 'h'\) has a leaf of"
+        r' float32\[2, 3\], but Module.perturb there .* has'
+        r' float32\[4, 2, 3\]\.'):
       nnx.capture(model, init=per_layer)(X)
 
 

@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture
-from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
 import sow_fuzz_programs as fp

@@ -18,7 +18,6 @@ jax.numpy outside of any sow machinery, or as an analytic gradient.
 """
 
 import dataclasses
-import functools
 
 from absl.testing import absltest
 from absl.testing import parameterized

@@ -190,6 +190,40 @@ def site_of(eqn: core.JaxprEqn) -> Site:
   )
 
 
+def check_entry(
+    site: Site,
+    entry: tp.Any,
+    *,
+    where: str,
+    site_has: str = 'the sow has',
+) -> list[jax.Array]:
+  """The leaves of ``entry``, a value planted at ``site``, checked against it.
+
+  Raises:
+    ValueError: ``entry`` has another structure, shape or dtype than the
+      values sown at ``site``; the message starts with ``where`` and says
+      what ``site_has``.
+  """
+  leaves, tree = jax.tree_util.tree_flatten(entry)
+  if tree != site.tree:
+    raise ValueError(
+        f'{where} has structure {tree}, but {site_has} structure'
+        f' {site.tree}.'
+    )
+  checked = []
+  for leaf, (shape, dtype) in zip(leaves, site.avals):
+    leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
+    got_shape, got_dtype = aval_of(leaf)
+    if (got_shape, got_dtype) != (shape, dtype):
+      raise ValueError(
+          f'{where} has a leaf of {np.dtype(got_dtype).name}'
+          f'{list(got_shape)}, but {site_has}'
+          f' {np.dtype(dtype).name}{list(shape)}.'
+      )
+    checked.append(leaf)
+  return checked
+
+
 # One executed sow site: its site and its flat leaf values.
 Record = tuple[Site, list[tp.Any]]
 

@@ -19,8 +19,6 @@ import collections
 import functools
 import typing as tp
 
-import jax
-import numpy as np
 
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
@@ -125,7 +123,9 @@ class _ValuesPlanter:
           f' function sows {site.name!r} more often.'
       )
     self.used[site.name] += 1
-    return _check_entry(site, index, entries[index])
+    return interpreter.check_entry(
+        site, entries[index], where=f'plant: values[{site.name!r}][{index}]'
+    )
 
   def check_all_used(self, tag: tp.Hashable):
     for name, entries in self.values.items():
@@ -140,25 +140,3 @@ class _ValuesPlanter:
             f'plant: values[{name!r}] has {len(entries)} entries but the'
             f' function sows {name!r} {used} time{"" if used == 1 else "s"}.'
         )
-
-
-def _check_entry(site: interpreter.Site, index: int, entry: tp.Any):
-  where = f'plant: values[{site.name!r}][{index}]'
-  leaves, tree = jax.tree_util.tree_flatten(entry)
-  if tree != site.tree:
-    raise ValueError(
-        f'{where} has structure {tree}, but the sow has structure'
-        f' {site.tree}.'
-    )
-  checked = []
-  for leaf, (shape, dtype) in zip(leaves, site.avals):
-    leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
-    got_shape, got_dtype = interpreter.aval_of(leaf)
-    if (got_shape, got_dtype) != (shape, dtype):
-      raise ValueError(
-          f'{where} has a leaf of {np.dtype(got_dtype).name}'
-          f'{list(got_shape)}, but the sow has'
-          f' {np.dtype(dtype).name}{list(shape)}.'
-      )
-    checked.append(leaf)
-  return checked

@@ -398,8 +398,8 @@ class Prepared:
       copies = graphlib.unflatten(
           graphdef, list(values_in), index_ref=index_ref
       )
-      for i, copy in zip(self.node_pos, copies):
-        call_leaves[i] = copy
+      for i, node_copy in zip(self.node_pos, copies):
+        call_leaves[i] = node_copy
       node, call_args, call_kwargs = jax.tree_util.tree_unflatten(
           self.treedef, call_leaves
       )
