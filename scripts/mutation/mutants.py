@@ -1,0 +1,465 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Hand-written semantic mutants of ``flax/nnx/sow`` and ``capture_compat``.
+
+Each mutant is one small, plausible bug: a text ``old`` that occurs exactly
+once in ``path``, replaced by ``new``. ``breaks`` says which behaviour the
+mutant changes, so that a surviving mutant reads as a gap in the tests, not
+as a diff. A mutant that changes no observable behaviour carries the reason
+in ``equivalent`` and is left out of the score.
+
+Why not ``mutmut`` or ``cosmic-ray``: both generate operator-level mutants
+(every ``+``, comparison, constant and call), several thousand for these
+~4,400 lines, and each must run the tests that reach the mutated line. Those
+tests trace and compile JAX programs (10-40 s per file here), so even a
+perfect per-line test selection would take days on two cores. The mutants
+below are the bugs a reviewer plants by hand, at the decisions the code makes
+(cache keys, axis positions, orders, refusals, parameters passed through).
+``tests/nnx/mutation_table_test.py`` keeps this table in step with the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+SOW = 'flax/nnx/sow/'
+COMPAT = 'flax/nnx/capture_compat.py'
+
+# The deterministic tests that pin each module's behaviour, fastest-killing
+# first (pytest stops at the first failure). The randomized fuzzer is not
+# among them: what it finds is pinned by deterministic tests.
+CORE_TESTS = (
+    'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/sow_test.py',
+    'tests/nnx/sow_beyond_test.py',
+    'tests/nnx/sow_coverage_test.py',
+    'tests/nnx/sow_reliability_test.py',
+    'tests/nnx/sow_sharding_test.py',
+    'tests/nnx/sow_graph_nodes_test.py',
+    'tests/nnx/sow_doctest_test.py',
+)
+COMPAT_TESTS = (
+    'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/capture_compat_test.py',
+    'tests/nnx/capture_compat_vmap_test.py',
+    'tests/nnx/sow_graph_nodes_test.py',
+    'tests/nnx/sow_parity_test.py',
+    'tests/nnx/sow_doctest_test.py',
+)
+TRACING_TESTS = (
+    'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/sow_graph_nodes_test.py',
+    'tests/nnx/sow_test.py',
+    'tests/nnx/capture_compat_test.py',
+    'tests/nnx/sow_reliability_test.py',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+  """One planted bug.
+
+  Attributes:
+    id: a short, stable identifier.
+    path: the file, relative to the repository root.
+    old: text occurring exactly once in ``path``.
+    new: its replacement.
+    breaks: the behaviour the mutant changes.
+    equivalent: why the mutant changes nothing observable, if it does not.
+  """
+
+  id: str
+  path: str
+  old: str
+  new: str
+  breaks: str
+  equivalent: str | None = None
+
+  @property
+  def tests(self) -> tuple[str, ...]:
+    if self.path == COMPAT:
+      return COMPAT_TESTS
+    if self.path.endswith('tracing.py'):
+      return TRACING_TESTS
+    return CORE_TESTS
+
+
+def _m(id, file, old, new, breaks, equivalent=None):
+  path = file if file == COMPAT else SOW + file
+  return Mutant(id, path, old, new, breaks, equivalent)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- primitive.py ------------------------------------------------------
+    _m('primitive-jvp-drops-sow', 'primitive.py',
+       'return sow_p.bind(*primals, **params), list(tangents)',
+       'return list(primals), list(tangents)',
+       'a sow differentiated by jax.grad/jvp is still collected'),
+    _m('primitive-batch-vmapped-count', 'primitive.py',
+       'out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)',
+       'out = sow_p.bind(*moved, vmapped=vmapped, **params)',
+       'a loop axis goes after the vmap axes applied outside the loop'),
+    _m('primitive-batch-no-broadcast', 'primitive.py',
+       '      jax.numpy.broadcast_to(leaf, (size, *jax.numpy.shape(leaf)))\n'
+       '      if dim is None',
+       '      leaf\n      if dim is None',
+       'an unbatched value sown under vmap gets one entry per member'),
+    _m('primitive-no-effect', 'primitive.py',
+       'sow_effects = {sow_effect} if harvesting.value else effects.no_effects',
+       'sow_effects = effects.no_effects',
+       'a sow whose result is unused survives dead-code elimination'),
+    _m('primitive-bool-name-part', 'primitive.py',
+       '      or (isinstance(part, int) and not isinstance(part, bool))\n'
+       '      for part in name\n  ):\n    return name',
+       '      or isinstance(part, int)\n'
+       '      for part in name\n  ):\n    return name',
+       'a bool is refused as a part of a sow name'),
+    _m('primitive-scalar-not-weak', 'primitive.py',
+       'return leaf if isinstance(leaf, jax.Array) else'
+       ' jax.numpy.asarray(leaf)',
+       'return leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(\n'
+       '      np.asarray(leaf))',
+       'a sown Python number stays weakly typed, as JAX converts it'),
+    _m('primitive-cond-batch-no-refusal', 'primitive.py',
+       '    if names:\n      raise NotImplementedError(',
+       '    if False:\n      raise NotImplementedError(',
+       'capture(vmap(f)) refuses a cond with a batched index over sows'),
+    _m('primitive-mode-unchecked', 'primitive.py',
+       '  if mode not in MODES:',
+       '  if mode is None:',
+       "a sow mode other than 'append'/'clobber' is refused"),
+    _m('primitive-transpose-zero', 'primitive.py',
+       '  del leaves, params\n  return list(cotangents)',
+       '  del leaves, params\n'
+       '  return [c if isinstance(c, ad.Zero) else jax.numpy.zeros_like(c)\n'
+       '          for c in cotangents]',
+       'gradients flow through a sow'),
+    # -- selection.py ------------------------------------------------------
+    _m('selection-str-as-chars', 'selection.py',
+       '    return frozenset([names])',
+       '    return frozenset(names)',
+       "names='hidden' selects the name 'hidden', not its letters"),
+    _m('selection-tag-ignored', 'selection.py',
+       "    if self.tag is not None and params['tag'] != self.tag:",
+       "    if self.tag is None and params['tag'] != self.tag:",
+       'capture(f, tag=...) selects only sows with that tag'),
+    _m('selection-predicate-ignored', 'selection.py',
+       "    return bool(self.names(params['name']))",
+       '    return True',
+       'a name predicate selects only the names it accepts'),
+    # -- interpreter.py ----------------------------------------------------
+    _m('interpreter-plant-needs-collect', 'interpreter.py',
+       '        self.collect or self.plants(params)',
+       '        self.collect',
+       'plant handles sows though it collects nothing'),
+    _m('interpreter-loop-axis-first', 'interpreter.py',
+       '    at = self.outer_vmaps\n',
+       '    at = 0\n',
+       'a loop axis goes after the vmap axes applied outside the loop'),
+    _m('interpreter-vmaps-any-transform', 'interpreter.py',
+       "      if isinstance(part, source_info_util.Transform) and part.name =="
+       " 'vmap'",
+       '      if isinstance(part, source_info_util.Transform)',
+       'only vmaps (not jvp/transpose) count as outer axes'),
+    _m('interpreter-entry-dtype-unchecked', 'interpreter.py',
+       '    if (got_shape, got_dtype) != (shape, dtype):',
+       '    if got_shape != shape:',
+       'a planted value of the wrong dtype is refused'),
+    _m('interpreter-entry-tree-unchecked', 'interpreter.py',
+       '  if tree != site.tree:',
+       '  if tree.num_leaves != site.tree.num_leaves:',
+       'a planted value of another structure is refused'),
+    _m('interpreter-plant-clobber', 'interpreter.py',
+       "    if site.mode == 'clobber':\n      raise ValueError(",
+       "    if site.mode == 'never':\n      raise ValueError(",
+       "planting a sow with mode='clobber' is refused"),
+    _m('interpreter-zero-trip-first-value', 'interpreter.py',
+       '    for record in reversed(self.records):',
+       '    for record in self.records:',
+       'a zero-trip while loop keeps the last value sown before it'),
+    _m('interpreter-no-refusal', 'interpreter.py',
+       '    return higher_order_rules.get(eqn.primitive, _refuse)',
+       '    return higher_order_rules.get(eqn.primitive)',
+       'a higher-order primitive without a rule is refused, naming it'),
+    _m('interpreter-rewrite-order', 'interpreter.py',
+       '  outvars = [read(v) for v in jaxpr.outvars] + sown',
+       '  outvars = [read(v) for v in jaxpr.outvars] + sown[::-1]',
+       'values of several sows of one jit body go to their own names'),
+    _m('interpreter-planter-wrong-site', 'interpreter.py',
+       '        self.leaves[: site.num_leaves],\n'
+       '        self.leaves[site.num_leaves :],',
+       '        self.leaves[len(self.leaves) - site.num_leaves :],\n'
+       '        self.leaves[: len(self.leaves) - site.num_leaves],',
+       'planted values reach their own sites inside one jit body'),
+    _m('interpreter-transform-uncached', 'interpreter.py',
+       '@jax_util.weakref_lru_cache\ndef transform(',
+       'def transform(',
+       'an eager capture(jax.jit(f)) compiles once'),
+    _m('interpreter-rewrite-while-planting', 'interpreter.py',
+       '  if request.planted is not None or jaxpr.is_high:',
+       '  if jaxpr.is_high:',
+       'a planting request (compat init) is planted under jit too'),
+    _m('interpreter-seen-through', 'interpreter.py',
+       '    return dataclasses.replace(self, inner_vmaps=self.inner_vmaps +'
+       ' vmaps)',
+       '    return self',
+       'vmaps on a call equation are inner to the scope holding it'),
+    _m('interpreter-sow-literal', 'interpreter.py',
+       '    if eqn.primitive is primitive.sow_p:  # an identity: it returns'
+       ' literals\n      invals = [as_array(v) for v in invals]',
+       '    pass',
+       'a sown constant is returned as a JAX array'),
+    _m('interpreter-strip-kept', 'interpreter.py',
+       '  if strip and primitive.sow_effect in eqn.effects:',
+       '  if False:',
+       'outside a capture, no sow effect survives (plain jit fast path)'),
+    _m('interpreter-inline-vmaps-lost', 'interpreter.py',
+       '    vmaps = vmaps_of(eqn)\n    self.inline_vmaps += vmaps',
+       '    vmaps = 0\n    self.inline_vmaps += vmaps',
+       'vmaps on a closed_call count for the sows inside its body'),
+    # -- rules.py ----------------------------------------------------------
+    _m('rules-jit-donation-dropped', 'rules.py',
+       "      donated_invars=(*p['donated_invars'], *[False] * n_in),",
+       "      donated_invars=(False,) * (len(p['donated_invars']) + n_in),",
+       'a re-bound jit keeps donating the arguments it donated'),
+    _m('rules-remat-policy-dropped', 'rules.py',
+       "      policy=p['policy'],",
+       '      policy=None,',
+       'a re-bound checkpoint keeps its rematerialization policy'),
+    _m('rules-remat-prevent-cse', 'rules.py',
+       "  prevent_cse = p['prevent_cse']\n",
+       '  prevent_cse = True\n',
+       'a re-bound checkpoint keeps its prevent_cse'),
+    _m('rules-scan-loop-axis-leading', 'rules.py',
+       '          jnp.moveaxis(next(appended), 0, site.outer_vmaps)',
+       '          next(appended)',
+       'inside vmap, a scanned value has its loop axis after the vmap axes'),
+    _m('rules-scan-zero-length-clobber', 'rules.py',
+       '      if length > 0:\n        scope.record(',
+       '      if length >= 0:\n        scope.record(',
+       'a zero-length scan records nothing for clobbered sows'),
+    _m('rules-scan-append-order', 'rules.py',
+       "  append_out = [v for s, vs in per_site if s.mode == 'append' for v in"
+       ' vs]',
+       "  append_out = [v for s, vs in per_site if s.mode == 'append' for v in"
+       ' vs][::-1]',
+       'values of several appended sows of one scan body keep their names'),
+    _m('rules-cond-unchecked', 'rules.py',
+       '  _check_branches_agree(eqn, branches)\n',
+       '',
+       'cond branches that sow differently are refused, listing each'),
+    _m('rules-cond-last-branch', 'rules.py',
+       '  return _finish(scope, eqn, outs, branches[0].sites)',
+       '  return _finish(scope, eqn, outs, branches[-1].sites)',
+       'none',
+       equivalent='_check_branches_agree has made every branch sow the same'
+       ' sites, so branch 0 and the last describe the same outputs'),
+    _m('rules-while-cond-sows', 'rules.py',
+       "  if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):",
+       '  if False:',
+       'a sow in a while condition is refused'),
+    _m('rules-while-prior-unchecked', 'rules.py',
+       '  if prior is None or (prior[0].tree, prior[0].avals) != (site.tree,\n'
+       '                                                         site.avals):',
+       '  if prior is None:',
+       'a prior value of another shape is refused for a zero-trip loop'),
+    _m('rules-custom-plant-ignored', 'rules.py',
+       '    if interpreter.sites_to_plant(body, scope.request):\n'
+       '      return _inline(scope, eqn, invals, body_param)',
+       '    pass',
+       'a value planted inside a custom_vjp/custom_jvp function is used'),
+    _m('rules-derivative-rule-sows', 'rules.py',
+       '    if extra:\n      raise NotImplementedError(',
+       '    if False:\n      raise NotImplementedError(',
+       'a derivative rule sowing a name its function does not is refused'),
+    _m('rules-shard-map-axes-reversed', 'rules.py',
+       "  axes = tuple(a for a in mesh.axis_names if a in"
+       " p['newly_manual_axes'])",
+       "  axes = tuple(a for a in mesh.axis_names if a in"
+       " p['newly_manual_axes'])[::-1]",
+       'per-shard values are stacked along the mesh axes in mesh order'),
+    _m('rules-no-while', 'rules.py',
+       '    prims.while_p: _while,\n',
+       '',
+       'a while loop with clobbered sows is captured'),
+    # -- capture.py --------------------------------------------------------
+    _m('capture-runner-ignores-statics', 'capture.py',
+       '    key = (treedef, traced, static)',
+       '    key = (treedef, traced)',
+       'capture(jax.jit(f)) called with another static value retraces'),
+    _m('capture-runner-ignores-selection', 'capture.py',
+       '    if selection not in per_selection:\n'
+       '      per_selection[selection] = _CompiledRunners(f, selection)\n'
+       '    return per_selection[selection]',
+       '    if None not in per_selection:\n'
+       '      per_selection[None] = _CompiledRunners(f, selection)\n'
+       '    return per_selection[None]',
+       'capture(jax.jit(f), names=...) selects by its own names'),
+    _m('capture-clobber-appends', 'capture.py',
+       "    if site.mode == 'clobber':\n      grouped[key(site)] = [value]",
+       "    if site.mode == 'never':\n      grouped[key(site)] = [value]",
+       "a clobbered sow returns its last value only"),
+    _m('capture-graph-nodes-compiled', 'capture.py',
+       '    if any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(\n'
+       '        (args, kwargs), is_leaf=tracing.is_graph_node))):\n'
+       '      return False',
+       '    pass',
+       'capture(jax.jit(f)) writes graph-node updates back'),
+    _m('capture-numpy-scalar-static', 'capture.py',
+       '_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)',
+       '_ARRAY_TYPES = (jax.Array, np.ndarray)',
+       'NumPy scalars passed to capture(jax.jit(f)) are traced like jit'),
+    # -- plant.py ----------------------------------------------------------
+    _m('plant-unused-silent', 'plant.py',
+       '    planter.check_all_used(tag)\n',
+       '',
+       'plant refuses values for names the function never sows'),
+    _m('plant-too-few-entries', 'plant.py',
+       '    if index >= len(entries):\n      raise ValueError(',
+       '    if index > len(entries):\n      raise ValueError(',
+       'too few planted entries are refused, naming the sow'),
+    _m('plant-tag-ignored', 'plant.py',
+       "  selection = Selection.make(tag=tag, names=None, where='plant')",
+       "  selection = Selection.make(tag=None, names=None, where='plant')",
+       'plant(f, values, tag=...) plants only sows with that tag'),
+    # -- perturb.py --------------------------------------------------------
+    _m('perturb-bwd-not-sown', 'perturb.py',
+       '  return (primitive.sow(cotangent, name=name, tag=tag),)',
+       '  return (cotangent,)',
+       'perturb sows the gradient of the value'),
+    _m('perturb-bwd-tag-dropped', 'perturb.py',
+       '  return (primitive.sow(cotangent, name=name, tag=tag),)',
+       '  return (primitive.sow(cotangent, name=name),)',
+       "perturb's gradient sow carries its tag"),
+    _m('perturb-int-accepted', 'perturb.py',
+       '    if not jnp.issubdtype(leaf.dtype, jnp.inexact):',
+       '    if False:',
+       'perturb refuses integer values, which have no gradient'),
+    # -- tracing.py --------------------------------------------------------
+    _m('tracing-key-without-avals', 'tracing.py',
+       '        self.treedef, self.graphdef, self.state_treedef,'
+       ' tuple(statics),\n        tuple(types),',
+       '        self.treedef, self.graphdef, self.state_treedef,'
+       ' tuple(statics),',
+       'an eager nnx.capture retraces for new shapes or dtypes'),
+    _m('tracing-key-without-statics', 'tracing.py',
+       '        self.treedef, self.graphdef, self.state_treedef,'
+       ' tuple(statics),\n        tuple(types),',
+       '        self.treedef, self.graphdef, self.state_treedef,\n'
+       '        tuple(types),',
+       'an eager nnx.capture retraces for new non-array arguments'),
+    _m('tracing-hijax-traced', 'tracing.py',
+       '    self.traced_graphdef = _without_hijax(self.graphdef)',
+       '    self.traced_graphdef = self.graphdef',
+       'Hijax Variables are traced as ordinary copies'),
+    _m('tracing-write-unchanged', 'tracing.py',
+       '      if after is not before:\n        outcome.updates.append(',
+       '      if True:\n        outcome.updates.append(',
+       'a call that changes nothing writes nothing to the caller'),
+    _m('tracing-innermost-frozen', 'tracing.py',
+       '  while depth > 1 and _is_immutable_node(chain[depth - 1]):\n'
+       '    depth -= 1\n',
+       '',
+       'a leaf in nested immutable pytrees is written back'),
+    _m('tracing-refs-not-traced', 'tracing.py',
+       '  return _is_array(leaf) or variablelib.is_array_ref(leaf)',
+       '  return _is_array(leaf)',
+       'a Variable holding an array reference is updated by reference'),
+    _m('tracing-new-ref-unchecked', 'tracing.py',
+       '    if variablelib.is_array_ref(leaf):\n      raise ValueError(\n'
+       "          f'capture: {what} holds",
+       '    if False:\n      raise ValueError(\n'
+       "          f'capture: {what} holds",
+       'a reference created inside the function is refused'),
+    # -- capture_compat.py -------------------------------------------------
+    _m('compat-name-order', COMPAT,
+       '  for part in (*path, name):',
+       '  for part in (name, *path):',
+       "a Module.sow below the root is named (*path, name) for capture"),
+    _m('compat-keep-last-appends', COMPAT,
+       "      and code.co_code == _KEEP_LAST_CODE\n  ):\n    return 'clobber'",
+       "      and code.co_code == _KEEP_LAST_CODE\n  ):\n    return 'append'",
+       'a keep-last lambda reducer works inside nnx.while_loop'),
+    _m('compat-init-types-ignored', COMPAT,
+       '    return var_type in self.var_types or var_type in'
+       ' self.init_types.get(\n        path, ()\n    )',
+       '    return var_type in self.var_types',
+       "init's types are collected though not returned"),
+    _m('compat-outermost-frame', COMPAT,
+       '  for frame in reversed(_FRAMES.stack):\n    path = frame.path_of(obj)',
+       '  for frame in _FRAMES.stack:\n    path = frame.path_of(obj)',
+       'a sow goes to the innermost capture holding its module'),
+    _m('compat-key-without-method-outputs', COMPAT,
+       '        self.var_types,\n        self.method_outputs,\n',
+       '        self.var_types,\n',
+       'an eager nnx.capture with another method_outputs traces again'),
+    _m('compat-key-without-types', COMPAT,
+       '        self.var_types,\n        self.method_outputs,\n',
+       '        self.method_outputs,\n',
+       'an eager nnx.capture with other types traces again'),
+    _m('compat-closure-consts-reused', COMPAT,
+       '    if key is None or trace.jaxpr.consts:',
+       '    if key is None:',
+       'arrays closed over by the function are read on every call'),
+    _m('compat-guard-always-holds', COMPAT,
+       '    return _fingerprint(value) == self.fingerprint',
+       '    return True',
+       'a NumPy scalar global read by the function is read on every call'),
+    _m('compat-reduce-reversed', COMPAT,
+       '      for value in values[key]:\n'
+       '        accumulated = info.reduce_fn(accumulated, value)',
+       '      for value in reversed(values[key]):\n'
+       '        accumulated = info.reduce_fn(accumulated, value)',
+       'reduce_fn is applied in call order'),
+    _m('compat-perturb-not-added', COMPAT,
+       '  _renew_scope()\n  return perturbation + value',
+       '  _renew_scope()\n  return value',
+       'Module.perturb adds its (planted) perturbation'),
+    _m('compat-loop-context-lost', COMPAT,
+       '      if outer_map is None and tag in _LOOP_BODY_CONTEXTS:',
+       '      if False:',
+       'a Module.sow inside nnx.fori_loop/while_loop keeps its path'),
+    _m('compat-shared-module-last-path', COMPAT,
+       '    if id(module) not in seen:\n      seen.add(id(module))\n'
+       '      out.append((tuple(path), module))',
+       '    seen.add(id(module))\n    out.append((tuple(path), module))',
+       'a module shared by two paths is named by its first path'),
+    _m('compat-dropped-returns-true', COMPAT,
+       '      _renew_scope()\n    return False',
+       '      _renew_scope()\n    return True',
+       'Module.sow returns False when the capture does not collect it'),
+    _m('compat-no-scope-renewal', COMPAT,
+       '  primitive.sow(value, name=sow_name, tag=variable_type,'
+       ' mode=_mode(reduce_fn))\n  _renew_scope()',
+       '  primitive.sow(value, name=sow_name, tag=variable_type,'
+       ' mode=_mode(reduce_fn))',
+       'nnx.jit of two equal submodules is traced per module path'),
+    _m('compat-raising-method-sown', COMPAT,
+       '    if code.co_code[py_frame.f_lasti] not in _RETURN_OPCODES:\n'
+       '      return  # the method raised',
+       '    pass',
+       'method_outputs sows nothing for a method that raised'),
+    _m('compat-init-perturbation-ignored', COMPAT,
+       '    if value is not _NO_VALUE:\n      planted[key] = value',
+       '    pass',
+       'a perturbation given in init is added to the value'),
+    _m('compat-decorator-drops-init', COMPAT,
+       '      return capture(\n'
+       '          actual_fn, *all_types, init=init,'
+       ' method_outputs=method_outputs\n      )',
+       '      return capture(\n'
+       '          actual_fn, *all_types, method_outputs=method_outputs\n'
+       '      )',
+       'the decorator form passes init through'),
+)
