@@ -557,6 +557,19 @@ ALL_ITEMS = '1234567'
 _START, _END = '<!-- bench-table:start -->', '<!-- bench-table:end -->'
 
 
+# Everything after this line of the results file is written by other
+# scripts (the mutation run, the codemod's real-code run) and kept as is.
+OTHERS_MARKER = '<!-- sections below are written by other scripts -->'
+
+
+def split_others(content: str) -> tuple[str, str]:
+  """``content`` split into this script's part and the part it keeps."""
+  at = content.find(OTHERS_MARKER)
+  if at < 0:
+    return content, ''
+  return content[:at].rstrip('\n') + '\n', '\n' + content[at:]
+
+
 def publish(text: str) -> None:
   """Puts the machine line and the table between the markers of each file
   of ``PUBLISHED_IN``."""
@@ -602,11 +615,14 @@ def main():
             f'{r.detail}', flush=True)
     rows.extend(new_rows)
   text = render(rows, args.quick)
-  if args.only != ALL_ITEMS and os.path.exists(args.out):
+  others = ''
+  if os.path.exists(args.out):
     with open(args.out) as f:
-      text = merge(f.read(), rows, args.only, args.quick)
+      existing, others = split_others(f.read())
+    if args.only != ALL_ITEMS:
+      text = merge(existing, rows, args.only, args.quick)
   with open(args.out, 'w') as f:
-    f.write(text)
+    f.write(text + others)
   if args.publish:
     publish(text)
   print(text)

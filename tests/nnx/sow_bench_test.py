@@ -102,6 +102,21 @@ class SowBenchTest(absltest.TestCase):
     self.assertIn('--only 7 --quick', again)
     self.assertNotIn('new seven', again)
 
+  def test_sections_of_other_scripts_are_kept(self):
+    own = sow_bench.render([
+        sow_bench.Row('1', 'first', 1.0, 't', True, 'a')], quick=False)
+    others = (f'\n{sow_bench.OTHERS_MARKER}\n\n## Mutation testing\n\n'
+              '| mutant | status |\n|---|---|\n| x | killed |\n')
+    mine, kept = sow_bench.split_others(own + others)
+    self.assertEqual(mine, own)
+    self.assertEqual(kept, others)
+    # The other sections' tables are not taken for rows of this script's.
+    merged = sow_bench.merge(mine, [
+        sow_bench.Row('1', 'new first', 1.0, 't', True, 'b')], '1',
+                             quick=False)
+    self.assertNotIn('killed', merged)
+    self.assertEqual(sow_bench.split_others(own), (own, ''))
+
   def test_gemma_item_is_skipped_without_a_checkout(self):
     with mock.patch.dict(os.environ):
       os.environ.pop(sow_bench.MODELS_FROM_ENV, None)
