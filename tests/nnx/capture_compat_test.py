@@ -18,7 +18,6 @@ it works), values recomputed directly from the model's parameters, and
 ``jax.grad`` of explicit functions.
 """
 
-import contextlib
 import dataclasses
 import enum
 import functools
@@ -44,27 +43,6 @@ import sow_pytree_models
 import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
-
-# jax.monitoring's event for each XLA compilation (jax._src.dispatch).
-_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
-
-
-@contextlib.contextmanager
-def count_compiles():
-  """Yields a list that gets an entry for each XLA compilation meanwhile."""
-  compiles = []
-
-  def listener(event, duration_secs, **kwargs):
-    del duration_secs, kwargs
-    if event == _BACKEND_COMPILE_EVENT:
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield compiles
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
-
 
 class Block(nnx.Module):
 
@@ -1119,7 +1097,7 @@ class TraceReuseTest(CompatTestCase):
     results = []
     # Only the captures are counted: the oracle's own first operations
     # would compile too, whatever ran before this test.
-    with count_compiles() as compiles:
+    with sow_testing.count_compiles() as compiles:
       for i, x in enumerate(xs):
         results.append(nnx.capture(forward, nnx.Intermediate)(model, x))
         if i == 0:

@@ -140,6 +140,58 @@ class AxesUnderDifferentiationTest(absltest.TestCase):
     sow_testing.assert_close(collected['h'][0], np.sin(np.asarray(xs)))
 
 
+class InlinedCallUnderVmapTest(absltest.TestCase):
+
+  def test_vmap_of_an_inlined_call_inside_a_loop_stays_inside(self):
+    # An inlined jit of a staged capture leaves a closed_call, which the vmap
+    # inside the scan body batches: its axis comes after the loop axis.
+    def f(x):
+      return sow(sow(x * 2, name='a') + 1, name='b')
+
+    inner = jax.jit(capture(f, names='a'), inline=True)
+
+    def g(batch):
+      def step(c, _):
+        return jax.vmap(inner)(c)[0], None
+
+      return lax.scan(step, batch, None, length=4)[0]
+
+    batch = jnp.arange(15.0).reshape(5, 3)
+    _, collected = capture(g, names='b')(batch)
+    self.assertEqual(collected['b'][0].shape, (4, 5, 3))
+    expected, c = [], np.asarray(batch)
+    for _ in range(4):
+      c = c * np.float32(2) + np.float32(1)
+      expected.append(c)
+    np.testing.assert_array_equal(collected['b'][0], np.stack(expected))
+
+
+class PlantIntoCustomDerivativesTest(parameterized.TestCase):
+
+  @parameterized.parameters('custom_vjp', 'custom_jvp')
+  def test_planted_value_is_used_inside_the_function(self, kind):
+    def function(x):
+      return jnp.sin(sow(x * 2, name='h'))
+
+    if kind == 'custom_vjp':
+      custom = jax.custom_vjp(function)
+      custom.defvjp(
+          lambda x: (custom(x), x),
+          lambda x, g: (g * 2 * jnp.cos(2 * x),),
+      )
+    else:
+      custom = jax.custom_jvp(function)
+      custom.defjvp(
+          lambda primals, tangents: (
+              custom(*primals),
+              2 * jnp.cos(2 * primals[0]) * tangents[0],
+          )
+      )
+    planted = jnp.array([0.5, 1.0, -1.5])
+    out = plant(custom, {'h': (planted,)})(X)
+    np.testing.assert_array_equal(out, jnp.sin(planted))
+
+
 class LiteralsTest(absltest.TestCase):
 
   def test_a_sown_constant_is_returned_as_a_jax_array(self):
@@ -201,6 +253,18 @@ class CacheKeyTest(absltest.TestCase):
     for power in (2, 3, 2):
       _, collected = capture(jitted)(X, power)
       sow_testing.assert_close(collected['p'][0], np.asarray(X) ** power)
+
+
+  def test_numpy_scalar_arguments_are_traced_as_jit_traces_them(self):
+    jitted = jax.jit(lambda x, scale: sow(x * scale, name='s'))
+    capture(jitted)(X, np.float32(1.0))  # the one compilation
+    with sow_testing.count_compiles() as compiles:
+      for scale in (2.0, 3.0, 0.5):
+        _, collected = capture(jitted)(X, np.float32(scale))
+        np.testing.assert_array_equal(
+            collected['s'][0], np.asarray(X) * np.float32(scale)
+        )
+    self.assertEmpty(compiles)
 
 
 class _Block(nnx.Module):

@@ -13,6 +13,8 @@
 # limitations under the License.
 """Float comparisons of *different* programs, with tolerances any CPU meets.
 
+(Also :func:`count_compiles`, for tests that pin how often JAX compiles.)
+
 The suite compares floats in two ways, and each assertion says which:
 
 * **Bitwise** (``np.testing.assert_array_equal``), where both sides run the
@@ -51,6 +53,9 @@ value from the wrong site, step or member differs at order 1).
 
 from __future__ import annotations
 
+import contextlib
+
+import jax
 import numpy as np
 
 DEFAULT_ULPS = 64
@@ -89,3 +94,24 @@ def assert_close(actual, expected, *, ulps: float = DEFAULT_ULPS,
       actual, expected, rtol=0.0, atol=ulps * eps * float(scale),
       err_msg=(f'{err_msg} (tolerance: {ulps} ulps of the largest magnitude,'
                f' {scale:.3g})'))
+
+
+# jax.monitoring's event for each XLA compilation (jax._src.dispatch).
+_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+
+
+@contextlib.contextmanager
+def count_compiles():
+  """Yields a list that gets an entry for each XLA compilation meanwhile."""
+  compiles = []
+
+  def listener(event, duration_secs, **kwargs):
+    del duration_secs, kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield compiles
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
