@@ -315,7 +315,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '        (args, kwargs), is_leaf=tracing.is_graph_node))):\n'
        '      return False',
        '    pass',
-       'capture(jax.jit(f)) writes graph-node updates back'),
+       'capture(jax.jit(f)) writes graph-node updates back',
+       equivalent='a jax.jit function never writes a graph node back in a'
+       ' direct call (jit is pure on pytrees: the caller\'s Variables keep'
+       ' their values, returned nodes are new objects), and a compiled runner'
+       ' gives the same values and the same caller objects as the general'
+       ' path; checked with counters, returned nodes and reference'
+       ' Variables. (Hijax Variables differ from a direct call on both paths:'
+       ' a known bug, not this guard.)'),
     _m('capture-numpy-scalar-static', 'capture.py',
        '_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)',
        '_ARRAY_TYPES = (jax.Array, np.ndarray)',
@@ -375,13 +382,23 @@ MUTANTS: tuple[Mutant, ...] = (
     _m('tracing-refs-not-traced', 'tracing.py',
        '  return _is_array(leaf) or variablelib.is_array_ref(leaf)',
        '  return _is_array(leaf)',
-       'a Variable holding an array reference is updated by reference'),
+       'a Variable holding an array reference is updated by reference',
+       equivalent='a reference left out of the traced inputs is closed over'
+       ' by the trace instead: the jaxpr then holds the same reference object'
+       ' as a constant and reads and writes it alike, and a trace with'
+       ' constants is never reused by the compat cache; checked eagerly, in'
+       ' jax.jit(capture(model)) and through nnx.capture.'),
     _m('tracing-new-ref-unchecked', 'tracing.py',
        '    if variablelib.is_array_ref(leaf):\n      raise ValueError(\n'
        "          f'capture: {what} holds",
        '    if False:\n      raise ValueError(\n'
        "          f'capture: {what} holds",
-       'a reference created inside the function is refused'),
+       'a reference created inside the function is refused',
+       equivalent='unreachable with Flax 0.12.8: graphlib.flatten hands'
+       ' _pack the values of references, never references (checked by'
+       ' spying on _pack with new references set into a Variable and held as'
+       ' nnx.data, which come out as references, as in a direct call); the'
+       ' refusal is defensive.'),
     # -- capture_compat.py -------------------------------------------------
     _m('compat-name-order', COMPAT,
        '  for part in (*path, name):',

@@ -32,6 +32,7 @@ import numpy as np
 from flax import nnx
 from flax.nnx import capture_compat
 from flax.nnx.sow import capture
+from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
 import sow_testing
@@ -233,6 +234,20 @@ class CompatInitUnderJitTest(absltest.TestCase):
     np.testing.assert_array_equal(grads['x'].get_value(), np.full(3, 2.0))
 
 
+class PerturbTagTest(absltest.TestCase):
+
+  def test_the_gradient_is_sown_with_the_perturbation_tag(self):
+    def loss(x):
+      x = perturb(x, name='dx', tag='grads')
+      return jnp.sum(sow(x, name='x', tag='values') ** 2)
+
+    _, grads = capture(jax.grad(loss), tag='grads')(X)
+    _, values = capture(jax.grad(loss), tag='values')(X)
+    self.assertEqual(list(grads), ['dx'])
+    self.assertEqual(list(values), ['x'])
+    np.testing.assert_array_equal(grads['dx'][0], 2 * np.asarray(X))
+
+
 class CacheKeyTest(absltest.TestCase):
   """A cache never answers for a call whose result it did not compute."""
 
@@ -342,6 +357,77 @@ class CompatCacheAndNamesTest(absltest.TestCase):
       }
       self.assertLen(nnx.to_flat_state(states[nnx.Intermediate]), 2)
       self.assertEmpty(nnx.to_flat_state(states[nnx.Perturbation]))
+
+
+class _Nested(nnx.Module):
+  """Holds nested immutable pytrees of arrays; a call updates one leaf."""
+
+  def __init__(self):
+    self.pair = nnx.data(((jnp.zeros(3), jnp.ones(3)), jnp.full(3, 2.0)))
+
+  def __call__(self, x):
+    (a, b), c = self.pair
+    self.pair = nnx.data(((a + x, b), c))
+    return sow(a * b + c, name='h')
+
+
+class _Counted(nnx.Module):
+
+  def __init__(self):
+    self.calls = nnx.BatchStat(jnp.array(0))
+    self.w = nnx.Param(jnp.full(3, 2.0))
+
+  def __call__(self, x):
+    self.calls[...] += 1
+    return sow(x * self.w[...], name='h')
+
+
+class WriteBackTest(absltest.TestCase):
+  """After a capture, the caller's objects are as after a direct call."""
+
+  def test_a_leaf_of_nested_immutable_pytrees(self):
+    model, twin = _Nested(), _Nested()
+    for _ in range(2):
+      out, collected = capture(model)(X)
+      np.testing.assert_array_equal(out, twin(X))
+    for got, want in zip(jax.tree.leaves(model.pair),
+                         jax.tree.leaves(twin.pair)):
+      np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(model.pair[0][0], 2 * np.asarray(X))
+
+  def test_reference_variables_under_jit(self):
+    with nnx.var_defaults(ref=True):
+      model = _Counted()
+
+    @jax.jit
+    def run(model, x):
+      return capture(model)(x)
+
+    for i in range(1, 3):
+      out, collected = run(model, X)
+      self.assertEqual(int(model.calls[...]), i)
+      np.testing.assert_array_equal(out, np.asarray(X) * np.float32(2))
+      np.testing.assert_array_equal(collected['h'][0], out)
+
+
+  def test_a_reference_created_inside_comes_out_as_in_a_direct_call(self):
+    class MakesReferences(nnx.Module):
+
+      def __init__(self):
+        self.cache = nnx.Cache(jnp.zeros(3))
+
+      def __call__(self, x):
+        self.cache.set_raw_value(jax.new_ref(x * 2))
+        self.held = nnx.data(jax.new_ref(x + 1))
+        return sow(x * 3, name='h')
+
+    model, twin = MakesReferences(), MakesReferences()
+    out, _ = capture(model)(X)
+    np.testing.assert_array_equal(out, twin(X))
+    for got, want in ((model.cache.get_raw_value(), twin.cache.get_raw_value()),
+                      (model.held, twin.held)):
+      self.assertIs(type(got), type(want))
+      np.testing.assert_array_equal(got[...], want[...])
 
 
 class NamesTest(parameterized.TestCase):
