@@ -446,12 +446,21 @@ MUTANTS: tuple[Mutant, ...] = (
     _m('compat-loop-context-lost', COMPAT,
        '      if outer_map is None and tag in _LOOP_BODY_CONTEXTS:',
        '      if False:',
-       'a Module.sow inside nnx.fori_loop/while_loop keeps its path'),
+       'a Module.sow inside nnx.fori_loop/while_loop keeps its path',
+       equivalent='the identity token a capture gives each module copy'
+       ' (_mark) already resolves the path inside nnx.fori_loop and'
+       ' nnx.while_loop bodies: a submodule below the root sowing in'
+       ' fori_loop (static and traced bounds) and while_loop gets the same'
+       ' path with and without this fallback, which is redundant.'),
     _m('compat-shared-module-last-path', COMPAT,
        '    if id(module) not in seen:\n      seen.add(id(module))\n'
        '      out.append((tuple(path), module))',
        '    seen.add(id(module))\n    out.append((tuple(path), module))',
-       'a module shared by two paths is named by its first path'),
+       'a module shared by two paths is named by its first path',
+       equivalent='nnx.iter_modules already yields a shared module once, at'
+       ' its first path (a block held at (\'a\',), (\'z\',) and'
+       ' (\'l\', 0) is yielded only at (\'a\',)), so this deduplication'
+       ' never drops anything.'),
     _m('compat-dropped-returns-true', COMPAT,
        '      _renew_scope()\n    return False',
        '      _renew_scope()\n    return True',

@@ -430,6 +430,52 @@ class WriteBackTest(absltest.TestCase):
       np.testing.assert_array_equal(got[...], want[...])
 
 
+class CompatTracesPerModuleTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.enterContext(capture_compat.install())
+
+  def test_one_nnx_jit_applied_to_two_equal_submodules(self):
+    # The two blocks have equal graph definitions, so nnx.jit would reuse
+    # the first block's trace, with the first block's sow names.
+    class Stack(nnx.Module):
+
+      def __init__(self, rngs):
+        self.blocks = nnx.List([_Block(rngs), _Block(rngs)])
+
+      def __call__(self, x):
+        apply = nnx.jit(lambda block, x: block(x))
+        for block in self.blocks:
+          x = apply(block, x)
+        return x
+
+    model = Stack(nnx.Rngs(0))
+    _, state = nnx.capture(model, nnx.Intermediate)(X)
+    self.assertEqual(
+        [path for path, _ in nnx.to_flat_state(state)],
+        [('blocks', 0, 'y'), ('blocks', 1, 'y')],
+    )
+    x = X
+    for i, block in enumerate(model.blocks):
+      x = x @ block.linear.kernel.get_value() + block.linear.bias.get_value()
+      (value,) = state['blocks'][i]['y'].get_value()
+      sow_testing.assert_close(value, x)
+
+  def test_the_decorator_form_passes_init(self):
+    model = _Scaled()
+    _, perturbations = nnx.capture(model, nnx.Perturbation)(X)
+    ones = jax.tree.map(jnp.ones_like, perturbations)
+
+    @nnx.capture(nnx.Perturbation, init=ones)
+    def forward(model, x):
+      return model(x)
+
+    out, returned = forward(model, X)
+    np.testing.assert_array_equal(out, 2 * (np.asarray(X) + np.float32(1)))
+    np.testing.assert_array_equal(returned['x'].get_value(), np.ones(3))
+
+
 class NamesTest(parameterized.TestCase):
 
   def test_a_single_string_selects_that_name_not_its_letters(self):
