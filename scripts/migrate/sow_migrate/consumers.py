@@ -159,6 +159,13 @@ def _pair_target(collector, call: cst.CSTNode):
 def analyse_capture(collector, site) -> Consumers:
   """``y, s = nnx.capture(f, T)(x)`` and the reads of ``s``."""
   outer = collector.parent(site.node)
+  if site.decorator and isinstance(outer, cst.Decorator):
+    function = collector.parent(outer)
+    if isinstance(function, cst.FunctionDef) and len(function.decorators) == 1:
+      return _stored_capture(collector, function.name, function)
+  if not site.decorator and isinstance(outer, cst.Assign) and len(
+      outer.targets) == 1 and isinstance(outer.targets[0].target, cst.Name):
+    return _stored_capture(collector, outer.targets[0].target)
   if site.decorator or not (isinstance(outer, cst.Call)
                             and outer.func is site.node):
     return Consumers(None, [], ('unknown-result', 'the wrapped function is '
@@ -170,6 +177,33 @@ def analyse_capture(collector, site) -> Consumers:
                                 'as y, s = nnx.capture(f, T)(x)'), outer)
   names, accesses, reason = state_reads(collector, target)
   return Consumers(names, accesses, reason, outer)
+
+
+def _stored_capture(collector, name: cst.Name,
+                    definition: cst.CSTNode | None = None) -> Consumers:
+  # forward = nnx.capture(m, T); y, s = forward(x); ... (or a decorator)
+  scope = collector.get_metadata(metadata.ScopeProvider, definition or name,
+                                 None)
+  assignments = [a for a in (scope.assignments[name.value] if scope else ())
+                 if isinstance(a, metadata.Assignment)]
+  unknown = Consumers(None, [], ('unknown-result', f'{name.value} is not only '
+                                 f'called as y, s = {name.value}(x)'))
+  if len(assignments) != 1 or not assignments[0].references:
+    return unknown
+  names, accesses = set(), []
+  for reference in assignments[0].references:
+    call = collector.parent(reference.node)
+    if not (isinstance(call, cst.Call) and call.func is reference.node):
+      return unknown
+    target = _pair_target(collector, call)
+    if target is None:
+      return unknown
+    found, reads, reason = state_reads(collector, target)
+    if reason is not None:
+      return Consumers(None, [], reason)
+    names |= found
+    accesses += reads
+  return Consumers(frozenset(names), accesses)
 
 
 def analyse_pop(collector, site, target) -> None:

@@ -173,8 +173,11 @@ def decide(project: Project, target: str) -> dict[int, Decision]:
 
 def _pop_to_capture_reason(project: Project, pop: Site):
   """Why ``nnx.pop`` -> ``nnx.capture`` would change what is collected."""
-  if pop.reasons:
-    return pop.reasons[0]
+  # nnx.pop(m, nnx.Perturbation) -> nnx.capture(m, nnx.Perturbation) keeps
+  # the legacy workflow as it is: 'perturbation' concerns the functional API.
+  reasons = [r for r in pop.reasons if r[0] != 'perturbation']
+  if reasons:
+    return reasons[0]
   if pop.pop_reasons:
     return pop.pop_reasons[0]
   popped = pop.types[0]
@@ -260,17 +263,17 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
       own[id(sow)] = ('subclass', f'sows {sow.types[0].rsplit(".", 1)[-1]}, '
                       "not nnx.Intermediate: use sow(x, name=..., tag='...') "
                       'and capture(f, tag=...)')
-    elif sow.owner is None or project.kind(sow.owner) != 'nnx':
-      own[id(sow)] = ('not-in-module', 'not in a method of a known NNX Module '
-                      'class; rewrite by hand')
+    elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
+      own[id(sow)] = ('not-in-module', 'in a class not known to be an NNX '
+                      'Module (its base is not resolved); rewrite by hand')
     elif sow.name is not None:
       multi = project.multi_instance(sow)
       if multi:
         own[id(sow)] = ('multi-instance', multi)
   for reader in project.readers:
-    if id(reader) in own:
-      continue
-    if reader.kind == 'pop':
+    # A reader with a reason of its own still links the sows it may reach:
+    # they stay legacy with it.
+    if reader.kind == 'pop' and id(reader) not in own:
       if reader.pop_reasons:
         own[id(reader)] = reader.pop_reasons[0]
         if reader.pop_reasons[0][0] == 'pop-discarded':

@@ -337,6 +337,8 @@ class Collector(cst.CSTVisitor):
       return
     positional = [arg for arg in node.args if arg.keyword is None]
     keywords = {arg.keyword.value: arg for arg in node.args if arg.keyword}
+    for arg in keywords.values():
+      self.handled.add(arg.value)  # method_outputs=nnx.Intermediate
     if kind == 'capture' and positional and self._is_variable_type(
         positional[0].value):
       site.decorator = True  # nnx.capture(nnx.Intermediate)(f)
@@ -399,7 +401,14 @@ class Collector(cst.CSTVisitor):
       return None
     if len(assignments) != 1:
       return None
-    assign = self.parent(self.parent(assignments[0].node) or target)
+    node = assignments[0].node
+    if isinstance(node, cst.Param):
+      # def f(model: Model, ...): the annotation names the class.
+      if node.annotation is None:
+        return None
+      names = self.qnames(node.annotation.annotation)
+      return sorted(names)[0] if len(names) == 1 else None
+    assign = self.parent(self.parent(node) or target)
     if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call):
       names = self.qnames(assign.value.func)
       return sorted(names)[0] if names else None

@@ -20,7 +20,6 @@ import dataclasses
 MAX_LINE = 200
 
 REASONS = {
-    'linen': 'a Flax Linen module; out of scope (port it to NNX first)',
     'nested-consumer': 'the captured State is read by module path',
     'to-pure-dict': '.to_pure_dict() over the captured State',
     'to-flat-state': 'the captured State is flattened',
@@ -48,7 +47,8 @@ REASONS = {
     'earlier-call': 'an earlier call may have left intermediates to pop',
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
-    'name-conflict': 'the new name is already used in this scope',
+    'attribute-read': 'a sown value is read as a module attribute',
+    'internal-error': 'the codemod failed on this file',
 }
 
 

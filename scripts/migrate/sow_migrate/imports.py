@@ -60,14 +60,11 @@ def add_import(module: cst.Module, names: dict[str, str]) -> cst.Module:
   while end + 1 < len(body) and _module_of(body[end + 1]) is not None:
     end += 1
   key = MODULE.lower()
-  position = end + 1
-  for index in range(start, end + 1):
-    other = (_module_of(body[index]) or '').lower()
-    if other.startswith('__future__'):
-      continue
-    if other > key:
-      position = index
-      break
+  # After the last import that sorts before it (groups separated by blank
+  # lines stay intact: stdlib `import os` above keeps its place).
+  before = [index for index in range(start, end + 1)
+            if (_module_of(body[index]) or '').lower() <= key]
+  position = before[-1] + 1 if before else start
   if position == start:
     # Take over the comments above the block, which describe the block.
     first = body[start]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 
 import libcst as cst
 from libcst import metadata
@@ -65,7 +66,9 @@ def _chain(edits, node, edit):
 
 
 def _annotation(flag: Flag) -> str:
-  text = f'{flag.code}: {" ".join(flag.message.split())}'
+  # Without line numbers, which the notes themselves shift.
+  message = re.sub(r'(\S+\.(?:py|ipynb|md)):\d+', r'\1', flag.message)
+  text = f'{flag.code}: {" ".join(message.split())}'
   room = MAX_LINE - len(rewrites.TODO) - 8
   return text if len(text) <= room else text[:room - 3] + '...'
 
@@ -104,7 +107,7 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
                    'perturb': lambda: rewrites.PerturbRewrite(
                        aliases['perturb']),
                    'capture': lambda: rewrites.CaptureRewrite(
-                       aliases['capture'])}[site.kind]()
+                       aliases['capture'], site.decorator)}[site.kind]()
         _chain(edits, site.node, rewrite)
       else:
         alias = aliases['capture'] if functional else None

@@ -100,10 +100,12 @@ class PerturbRewrite:
 class CaptureRewrite:
   """``nnx.capture(f, nnx.Intermediate)`` -> ``capture(f)``."""
 
-  def __init__(self, alias: str):
-    self.alias = alias
+  def __init__(self, alias: str, decorator: bool = False):
+    self.alias, self.decorator = alias, decorator
 
-  def __call__(self, call: cst.Call) -> cst.Call:
+  def __call__(self, call: cst.Call) -> cst.BaseExpression:
+    if self.decorator:  # @nnx.capture(nnx.Intermediate) -> @capture
+      return cst.Name(self.alias)
     return call.with_changes(func=cst.Name(self.alias),
                              args=_args([call.args[0]]))
 
@@ -175,7 +177,11 @@ class PopRewrite:
 
 
 class AccessRewrite:
-  """``s['n'].value`` -> ``s['n']``, ``s.n`` -> ``s['n']`` (clobber: ``[0]``)."""
+  """``s['n'].value`` -> ``s['n']``, ``s.n`` -> ``s['n']``.
+
+  For a keep-last sow (``mode='clobber'``), ``s['n'].value`` and ``s['n']``
+  become ``s['n'][0]``.
+  """
 
   def __init__(self, access: Access, mode: str):
     self.access, self.mode = access, mode
@@ -185,7 +191,9 @@ class AccessRewrite:
     if isinstance(base, cst.Attribute):
       base = cst.Subscript(base.value, [cst.SubscriptElement(cst.Index(
           cst.SimpleString(repr(self.access.name))))])
-    if self.access.value and self.mode == 'clobber':
+    if self.mode == 'clobber':
+      # The legacy Variable holds the last value itself; the functional
+      # tuple holds it as its only element.
       base = cst.Subscript(base, [cst.SubscriptElement(
           cst.Index(cst.Integer('0')))])
     return base
@@ -201,10 +209,13 @@ class Annotate:
     self.messages = messages
 
   def __call__(self, statement):
-    present = {line.comment.value for line in statement.leading_lines
-               if line.comment is not None}
+    # One note per code: a rerun (or a note from an older run) adds nothing.
+    present = {line.comment.value[len(TODO):].split(':', 1)[0]
+               for line in statement.leading_lines
+               if line.comment is not None
+               and line.comment.value.startswith(TODO)}
     new = [cst.EmptyLine(comment=cst.Comment(TODO + m))
-           for m in self.messages if TODO + m not in present]
+           for m in self.messages if m.split(':', 1)[0] not in present]
     if not new:
       return statement
     return statement.with_changes(

@@ -44,8 +44,12 @@ _ROOT_MARKERS = ('pyproject.toml', 'setup.py', '.git')
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE = 0, 1, 2
 EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_UNWRITABLE = 3, 4, 5
 _MENTIONS_RE = re.compile(
-    rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|nnx\.pop|capture')
+    rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|\bpop\s*\(|'
+    rb'\bcapture\s*\(')
 _RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
+# What a file that could not be analysed must contain to read sown values.
+_READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
+                        rb'\bsplit\s*\(|\.value\b')
 
 
 @dataclasses.dataclass
@@ -147,33 +151,17 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   project_files = [p for p in find_files([root]) if p not in set(given)]
   analyses: dict[str, FileAnalysis] = {}
   unknown: list[tuple[str, bool]] = []  # files whose facts are missing
-  for path in given + project_files:
-    display = _relative(path, base)
-    try:
-      data = _read(path)
-    except OSError as e:
-      if path in given:
-        summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
-      continue
-    if not _MENTIONS_RE.search(data):
-      continue
-    try:
-      analysis = analyse(display, data, root)
-    except Exception as e:  # pylint: disable=broad-except
-      line = _internal(display, e, verbose, err)
-      if path in given:
-        summary.internal.append(line)
-      unknown.append((display, bool(_RISKY_RE.search(data))))
-      continue
-    if analysis.error:
-      if path in given:
-        summary.errors.append(_one_line(analysis.error))
-      unknown.append((display, bool(_RISKY_RE.search(data))))
-      continue
-    if path in given:
-      summary.errors += [_one_line(e) for e in analysis.unit_errors]
-      summary.analysed += 1
-    analyses[path] = analysis
+  skipped: list[str] = []
+  todo = given + project_files
+  for round_ in range(2):
+    _analyse_all(todo, given, base, root, verbose, err, summary, analyses,
+                 unknown, skipped, None if round_ == 0 else _attribute_re(
+                     analyses))
+    # Files that mention none of the APIs may still read a sown value as
+    # an attribute (model.features.value): a second look at those.
+    todo, skipped = skipped, []
+    if not todo:
+      break
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
@@ -225,6 +213,53 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   return EXIT_OK, summary
 
 
+def _attribute_re(analyses):
+  names = {site.name for a in analyses.values() for u in a.units
+           for site in u.facts.sites if site.name and site.kind == 'sow'}
+  if not names:
+    return re.compile(rb'(?!)')
+  alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
+  return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
+                    rb'\b|\[)')
+
+
+def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
+                 unknown, skipped, pattern) -> None:
+  given = set(given)
+  for path in paths:
+    display = _relative(path, base)
+    try:
+      data = _read(path)
+    except OSError as e:
+      if path in given:
+        summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
+      continue
+    if pattern is None and not _MENTIONS_RE.search(data):
+      skipped.append(path)
+      continue
+    if pattern is not None and not pattern.search(data):
+      continue
+    try:
+      analysis = analyse(display, data, root)
+    except Exception as e:  # pylint: disable=broad-except
+      line = _internal(display, e, verbose, err)
+      if path in given:
+        summary.internal.append(line)
+      unknown.append((display, bool(_RISKY_RE.search(data)),
+                      bool(_READER_RE.search(data))))
+      continue
+    if analysis.error:
+      if path in given:
+        summary.errors.append(_one_line(analysis.error))
+      unknown.append((display, bool(_RISKY_RE.search(data)),
+                      bool(_READER_RE.search(data))))
+      continue
+    if path in given:
+      summary.errors += [_one_line(e) for e in analysis.unit_errors]
+      summary.analysed += 1
+    analyses[path] = analysis
+
+
 def _project(analyses, failed) -> decide_lib.Project:
   sites, classes, others = [], [], []
   state_names = collections.defaultdict(set)
@@ -248,12 +283,12 @@ def _block_unknown(project, decisions, unknown, target) -> None:
   # affect.
   if not unknown:
     return
-  for path, risky in unknown:
+  for path, risky, reads in unknown:
     for site in project.sites:
       decision = decisions[id(site)]
       if decision.action != decide_lib.REWRITE:
         continue
-      if target == 'functional' or (risky and site.kind == 'pop'):
+      if (target == 'functional' and reads) or (risky and site.kind == 'pop'):
         decisions[id(site)] = decide_lib.Decision(
             'flag', 'legacy-reader', f'{path} could not be analysed and may '
             'read or affect it; fix that file and run again')
