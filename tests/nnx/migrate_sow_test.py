@@ -381,6 +381,146 @@ class CommandLineTest(absltest.TestCase):
     self.assertIn('migrate_sow: 3 files, 2 analysed', err.getvalue())
 
 
+
+class ProjectTest(absltest.TestCase):
+  """Runs over small projects shaped like the real ones that broke before."""
+
+  def setUp(self):
+    super().setUp()
+    self.dir = self.enter_context(tempfile.TemporaryDirectory())
+    _write(self.dir, 'pyproject.toml', '[project]\nname = "p"\n')
+
+  def _model(self, relative, name='Model', sown='y'):
+    return _write(self.dir, relative, f'''\
+        from flax import nnx
+
+
+        class {name}(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, '{sown}', x)
+            return x
+        ''')
+
+  def test_partial_run_leaves_a_sow_whose_reader_stays_legacy(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          model(x)
+          state = nnx.pop(model, nnx.Intermediate)
+          return state.to_pure_dict()
+        ''')
+    before = (_read(model), _read(train))
+    code, summary, _, err = _run([model], mode='write')
+    self.assertEqual(code, 0)
+    self.assertEqual((_read(model), _read(train)), before)
+    self.assertIn('model.py:7:5: legacy-reader', err)
+    self.assertEqual(summary.changed, 0)
+
+  def test_re_export_of_intermediate_is_not_a_filter(self):
+    _write(self.dir, 'pkg/__init__.py', '''\
+        from flax.nnx import Intermediate as Intermediate
+        ''')
+    model = self._model('pkg/model.py')
+    code, summary, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn("sow(x, name='y')", _read(model))
+    self.assertNotIn('filter-use', err)
+
+  def test_same_named_classes_in_two_files_are_two_classes(self):
+    for name, read in (('a', "state.to_pure_dict()"), ('b', "state['h'][0]")):
+      self._model(f'pkg/{name}.py', name='Foo', sown='h')
+      _write(self.dir, f'pkg/use_{name}.py', f'''\
+          from flax import nnx
+          from pkg.{name} import Foo
+
+
+          def run(x):
+            foo = Foo()
+            _, state = nnx.capture(foo, nnx.Intermediate)(x)
+            return {read}
+          ''')
+    code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn('self.sow(', _read(os.path.join(self.dir, 'pkg/a.py')))
+    self.assertIn("sow(x, name='h')", _read(os.path.join(self.dir, 'pkg/b.py')))
+    self.assertIn('capture(foo)(x)',
+                  _read(os.path.join(self.dir, 'pkg/use_b.py')))
+    self.assertIn('pkg/a.py:7:5: legacy-reader', err)
+
+  def test_read_only_file_stops_the_run_before_any_write(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          _, state = nnx.capture(model, nnx.Intermediate)(x)
+          return state['y'][0]
+        ''')
+    os.chmod(train, 0o444)
+    before = (_read(model), _read(train))
+    code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, ms.EXIT_UNWRITABLE)
+    self.assertEqual((_read(model), _read(train)), before)
+    self.assertIn('train.py: cannot write', err)
+
+  def test_crlf_line_ends_are_kept(self):
+    model = self._model('pkg/model.py')
+    with open(model, 'rb') as f:
+      data = f.read().replace(b'\n', b'\r\n')
+    with open(model, 'wb') as f:
+      f.write(data)
+    code, _, _, _ = _run([model], mode='write')
+    self.assertEqual(code, 0)
+    with open(model, 'rb') as f:
+      new = f.read()
+    self.assertIn(b"sow(x, name='y')\r\n", new)
+    self.assertEqual(new.count(b'\n'), new.count(b'\r\n'))
+
+  def test_internal_error_is_one_line_and_leaves_linked_files_alone(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          _, state = nnx.capture(model, nnx.Intermediate)(x)
+          return state['y'][0]
+        ''')
+    before = (_read(model), _read(train))
+    runner = sys.modules['sow_migrate.runner']
+    original = runner.plan.rewrite_file
+
+    def failing(analysis, *args):
+      if analysis.path.endswith('model.py'):
+        raise RuntimeError('boom')
+      return original(analysis, *args)
+
+    with absltest.mock.patch.object(runner.plan, 'rewrite_file', failing):
+      code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, ms.EXIT_INTERNAL)
+    self.assertEqual((_read(model), _read(train)), before)
+    [line] = [l for l in err.splitlines() if 'internal error' in l]
+    self.assertEqual(line, 'pkg/model.py: internal error: RuntimeError: boom'
+                     if not line.startswith('/') else line)
+    self.assertIn('model.py: internal error: RuntimeError: boom', line)
+    self.assertNotIn('Traceback', err)
+
+  def test_linen_perturb_is_never_rewritten(self):
+    path = _write(self.dir, 'tests/linen_test.py', _read(os.path.join(
+        _DATA, 'capture', 'linen_perturb.input.py')))
+    before = _read(path)
+    for target in ('functional', 'capture'):
+      code, summary, _, err = _run([path], mode='write', target=target)
+      self.assertEqual((code, err), (0, ''))
+      self.assertEqual(summary.linen, 2)
+    self.assertEqual(_read(path), before)
+
+
 def _generated_tree(directory, count):
   """Writes ``count`` files: models, consumers, flagged code and others."""
   expected = {'sow': 0, 'capture': 0, 'flagged_files': 0}

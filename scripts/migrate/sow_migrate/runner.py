@@ -317,6 +317,10 @@ def _tally(summary, project, decisions, given, analyses, results, err):
 
 
 def _writable(path: str) -> bool:
+  # A file without write permission bits is read-only on purpose, even for
+  # a user (root) whom the system would let write it.
+  if not os.stat(path).st_mode & 0o222:
+    return False
   return os.access(path, os.W_OK) and os.access(
       os.path.dirname(os.path.abspath(path)), os.W_OK)
 
