@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
 
 import libcst as cst
 from libcst import metadata
@@ -47,6 +48,10 @@ class FileAnalysis:
   mentions: str = ''  # the text, kept for failed files' textual checks
 
 
+_WORTH_RE = re.compile(r'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|'
+                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s', re.M)
+
+
 def module_name(root: str, path: str) -> ModuleNameAndPackage:
   """The dotted module name of ``path`` below ``root`` (notebooks too)."""
   relative = os.path.relpath(path, root)
@@ -60,7 +65,8 @@ def module_name(root: str, path: str) -> ModuleNameAndPackage:
   return ModuleNameAndPackage(stem, package)
 
 
-def analyse(path: str, data: bytes, root: str) -> FileAnalysis:
+def analyse(path: str, data: bytes, root: str,
+            real_path: str | None = None) -> FileAnalysis:
   """Reads, parses and collects ``path``; parse errors are per unit.
 
   Raises:
@@ -73,7 +79,7 @@ def analyse(path: str, data: bytes, root: str) -> FileAnalysis:
     result.error = f'cannot read: {type(e).__name__}: {e}'
     return result
   result.doc = doc
-  names = module_name(root, path)
+  names = module_name(root, os.path.abspath(real_path or path))
   parsed = []
   for index, unit in enumerate(doc.units):
     try:
@@ -91,6 +97,9 @@ def analyse(path: str, data: bytes, root: str) -> FileAnalysis:
   # in one unit resolves in the others.
   shared = _imports(parsed, names.name) if doc.kind != 'py' else {}
   for index, unit, module in parsed:
+    if doc.kind != 'py' and not _WORTH_RE.search(unit.code):
+      continue  # a cell with no API and no class: nothing to learn, and
+      # resolving its names is the slow part
     unit_names = names
     if doc.kind != 'py':
       unit_names = ModuleNameAndPackage(f'{names.name}.unit{index}',
@@ -106,6 +115,15 @@ def analyse(path: str, data: bytes, root: str) -> FileAnalysis:
         global_scope is not None) else frozenset()
     result.units.append(ParsedUnit(index, unit, module, unit_facts,
                                    global_names))
+  doc_imports = None
+  if doc.kind != 'py':
+    doc_imports = frozenset(v.rsplit('.', 1)[0] if '.' in v else v
+                            for k, v in shared.items() if not k.startswith('='))
+    doc_imports |= frozenset(v for k, v in shared.items()
+                             if not k.startswith('='))
+  for parsed_unit in result.units:
+    for site in parsed_unit.facts.sites:
+      site.module, site.imports = names.name, doc_imports
   by_index = {u.index: u for u in result.units}
   for parsed_unit in result.units:
     for site in parsed_unit.facts.sites:

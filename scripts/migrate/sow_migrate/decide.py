@@ -60,14 +60,21 @@ class Project:
   def kind(self, qualified: str | None, depth: int = 0) -> str:
     """'nnx', 'linen' or 'other' for a class."""
     fact = self.classes.get(qualified) if qualified else None
-    if fact is None or depth > 20:
+    if fact is None or depth > 20 or (
+        qualified.startswith('flax.nnx.')
+        and qualified.rsplit('.', 1)[-1] in nm.NOT_MODULES):
       return 'other'
     kinds = set()
     for base in fact.bases:
       if nm.is_linen(base):
         kinds.add('linen')
-      elif base.startswith('flax.nnx.'):
+      elif base == nm.MODULE:
         kinds.add('nnx')
+      elif base.startswith('flax.nnx.') and base not in self.classes:
+        # A class of the installed flax.nnx: a Module unless it is one of
+        # the Variable or Pytree classes.
+        if base.rsplit('.', 1)[-1] not in nm.NOT_MODULES:
+          kinds.add('nnx')
       else:
         kinds.add(self.kind(base, depth + 1))
     for kind in ('linen', 'nnx'):
@@ -79,7 +86,10 @@ class Project:
     if site.kind in ('capture', 'pop'):
       # A reader of sown values: it names nnx.Intermediate or a subclass
       # (nnx.pop(m, nnx.RngState) and the library's own calls are not).
-      return any(self.is_subclass(t, nm.INTERMEDIATE) for t in site.types)
+      return any(self.is_subclass(t, nm.INTERMEDIATE) for t in site.types) or (
+          site.kind == 'capture' and any(
+              code in ('perturbation', 'method-outputs')
+              for code, _ in site.reasons))
     kind = self.kind(site.owner)
     if kind == 'linen':
       return False
@@ -117,8 +127,12 @@ class Project:
         continue
       if fact.opaque:
         return None
-      todo.extend(b for b in fact.bases if b in self.classes)
-      todo.extend(q for q, _ in fact.calls if q in self.classes)
+      # Submodules: the NNX Module classes it calls (a Variable or helper
+      # class made in a method holds no sow).
+      todo.extend(b for b in fact.bases if b in self.classes
+                  and b != nm.MODULE)  # flax's own Module, when run on flax
+      todo.extend(q for q, _ in fact.calls
+                  if q in self.classes and self.kind(q) == 'nnx')
     return frozenset(seen)
 
   def reached(self, reader: Site) -> list[Site]:
@@ -159,9 +173,20 @@ class Project:
     return None
 
 
+_DOCS = ('.ipynb', '.md')
+
+
 def _importable(sow: Site, reader: Site) -> bool:
-  # What a notebook or a Markdown page defines is seen only inside it.
-  return sow.path == reader.path or not sow.path.endswith(('.ipynb', '.md'))
+  # What a notebook or a Markdown page defines is seen only inside it; a
+  # notebook or page sees the modules it imports (and their submodules).
+  if sow.path == reader.path:
+    return True
+  if sow.path.endswith(_DOCS):
+    return False
+  if reader.path.endswith(_DOCS) and reader.imports is not None:
+    return any(sow.module == m or sow.module.startswith(m + '.')
+               for m in reader.imports)
+  return True
 
 
 def decide(project: Project, target: str) -> dict[int, Decision]:
@@ -181,6 +206,10 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   if pop.pop_reasons:
     return pop.pop_reasons[0]
   popped = pop.types[0]
+  for other in project.others_reached(pop):
+    if other.code == 'direct-intermediate' and other.owner is not None:
+      return ('direct-intermediate', f'it may pop the Variable created at '
+              f'{other.path}:{other.line}, which nnx.capture does not collect')
   for sow in project.reached(pop):
     if sow.types == (popped,):
       continue
@@ -192,8 +221,12 @@ def _pop_to_capture_reason(project: Project, pop: Site):
       return ('perturbation', f'{pop.node and "nnx.pop"} also collects the '
               f'Perturbation of perturb() at {sow.where}; nnx.capture(m, '
               f'{popped.rsplit(".", 1)[-1]}) would not')
-    return ('subclass', f'it may pop {short} sown at {sow.where}, a subclass '
-            'nnx.capture of the exact type would not collect')
+    if project.is_subclass(sown, popped):
+      return ('subclass', f'it may pop {short} sown at {sow.where}, a '
+              f'subclass of {popped.rsplit(".", 1)[-1]}: nnx.capture of the '
+              'exact type would not collect it')
+    return ('unknown-type', f'it may pop the values sown at {sow.where} with '
+            f'type {short}, which the codemod cannot resolve')
   for other in project.others_reached(pop):
     if other.code == 'direct-intermediate':
       return ('direct-intermediate', f'it may pop the Variable created at '

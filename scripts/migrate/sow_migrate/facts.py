@@ -58,6 +58,8 @@ class Site:
   pop_call: cst.CSTNode | None = None  # the statement calling the model
   pop_statement: cst.CSTNode | None = None
   decorator: bool = False
+  module: str = ''  # dotted module name of the file
+  imports: frozenset[str] | None = None  # a notebook's imported modules
   # A pop that opens a notebook cell: the call may end the previous cell.
   cross_unit: str | None = None
   pop_statement_candidate: cst.CSTNode | None = None
@@ -129,6 +131,7 @@ class Collector(cst.CSTVisitor):
                shared: dict[str, str] | None = None):
     super().__init__()
     self.shared = shared or {}
+    self.called: set[str] = set()
     self.path, self.unit, self.unit_label = path, unit, unit_label
     self.first_line = first_line
     self.facts = UnitFacts()
@@ -218,6 +221,7 @@ class Collector(cst.CSTVisitor):
   def visit_Call(self, node: cst.Call) -> None:
     if not isinstance(node.func, (cst.Name, cst.Attribute)):
       return  # f(...)(x): the inner call is visited on its own
+    self.called.add(_code(node.func))
     qualified = self.qnames(node.func)
     if self._classes:
       for name in qualified:
@@ -526,4 +530,10 @@ def collect(wrapper: metadata.MetadataWrapper, path: str, unit: int,
             shared: dict[str, str] | None = None) -> UnitFacts:
   collector = Collector(path, unit, unit_label, first_line, shared)
   wrapper.visit(collector)
+  # An attribute read of a sown value needs the object to have been called
+  # (model(x); model.y.value): `cursor.y[1]` on an object never called is
+  # something else.
+  collector.facts.others = [
+      o for o in collector.facts.others if o.code != 'attribute-read'
+      or o.receiver in collector.called]
   return collector.facts

@@ -31,6 +31,7 @@ REASONS = {
     'transform': 'the sow runs under an NNX transform',
     'filter-use': 'nnx.Intermediate used as a filter',
     'subclass': 'a Variable type other than nnx.Intermediate',
+    'unknown-type': 'a Variable type the codemod cannot resolve',
     'custom-reducer': 'custom reduce_fn/init_fn',
     'kwargs': '*args/**kwargs hide the arguments',
     'method-outputs': 'method_outputs= captures method results implicitly',

@@ -30,6 +30,12 @@ _KNOWN = frozenset({
     'to_pure_dict', 'merge_state', 'iter_graph', 'List', 'Sequential',
     'Dict', 'Variable',
 })
+# flax.nnx classes that are not Modules (subclassing them makes no Module).
+NOT_MODULES = frozenset({
+    'Variable', 'Param', 'BatchStat', 'Cache', 'Intermediate', 'Perturbation',
+    'VariableState', 'RngState', 'RngKey', 'RngCount', 'RngStream', 'Rngs',
+    'Pytree', 'Object', 'State', 'GraphDef', 'Optimizer', 'Metric',
+})
 INTERMEDIATE = 'flax.nnx.Intermediate'
 PERTURBATION = 'flax.nnx.Perturbation'
 MODULE = 'flax.nnx.Module'

@@ -240,7 +240,7 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
     if pattern is not None and not pattern.search(data):
       continue
     try:
-      analysis = analyse(display, data, root)
+      analysis = analyse(display, data, root, path)
     except Exception as e:  # pylint: disable=broad-except
       line = _internal(display, e, verbose, err)
       if path in given:

@@ -37,6 +37,6 @@ def earlier_call(model, x):
 
 def with_subclass(model, x):
   y = model(x)
-  # TODO(migrate_sow): subclass: it may pop Scores sown at flag_pop.py, a subclass nnx.capture of the exact type would not collect
+  # TODO(migrate_sow): subclass: it may pop Scores sown at flag_pop.py, a subclass of Intermediate: nnx.capture of the exact type would not collect it
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
