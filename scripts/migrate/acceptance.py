@@ -211,8 +211,8 @@ def run_repo(repo: str, target: str) -> dict:
   rewritten = re.search(r'rewritten: (\d+)', summary.get('line', ''))
   ok = re.search(r'already fine: (\d+)', summary.get('line', ''))
   sites = re.search(r'NNX sites: (\d+)', summary.get('line', ''))
-  crashes = sum('internal error' in l for l in first.stderr.splitlines())
-  crashes += first.returncode not in (0, 3) or 'Traceback' in first.stderr
+  crashes = sum(': internal error: ' in l for l in first.stderr.splitlines())
+  crashes += int(first.returncode not in (0, 3) or 'Traceback' in first.stderr)
   return {
       'target': target,
       'files': len(before),

@@ -98,8 +98,13 @@ def analyse(path: str, data: bytes, root: str,
   shared = _imports(parsed, names.name) if doc.kind != 'py' else {}
   for index, unit, module in parsed:
     if doc.kind != 'py' and not _WORTH_RE.search(unit.code):
-      continue  # a cell with no API and no class: nothing to learn, and
-      # resolving its names is the slow part
+      # A cell with no API and no class: nothing to learn, and resolving
+      # its names is the slow part. It is kept (with no facts) because an
+      # edit may still land in it: the call before a pop opening the next
+      # cell.
+      result.units.append(ParsedUnit(index, unit, module,
+                                     facts_lib.UnitFacts(), frozenset()))
+      continue
     unit_names = names
     if doc.kind != 'py':
       unit_names = ModuleNameAndPackage(f'{names.name}.unit{index}',

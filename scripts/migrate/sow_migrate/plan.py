@@ -80,6 +80,7 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
   edits: dict[cst.CSTNode, rewrites.Edit] = {}
   used = collections.defaultdict(dict)
   notes = collections.defaultdict(list)
+  headers = {}
   functional = target == 'functional'
   for unit in analysis.units:
     aliases = _aliases(unit)
@@ -96,6 +97,8 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
                     metadata.ParentNodeProvider)
           statement = _statement_of(parents, site.node)
           notes[statement].append(_annotation(site_flag(site, decision)))
+          if unit.module.body and statement is unit.module.body[0]:
+            headers[statement] = unit.module.header
         continue
       if decision.action != decide_lib.REWRITE:
         continue
@@ -123,7 +126,8 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
           _chain(edits, access.node, rewrites.AccessRewrite(access, mode))
   for statement, messages in notes.items():
     if statement is not None:
-      _chain(edits, statement, rewrites.Annotate(sorted(set(messages))))
+      _chain(edits, statement, rewrites.Annotate(
+          sorted(set(messages)), headers.get(statement, ())))
   return edits, used
 
 

@@ -205,13 +205,15 @@ TODO = '# TODO(migrate_sow): '
 class Annotate:
   """Adds ``# TODO(migrate_sow): code: reason`` above a statement, once."""
 
-  def __init__(self, messages: list[str]):
-    self.messages = messages
+  def __init__(self, messages: list[str], header=()):
+    # header: the module's header lines when the statement comes first
+    # (libcst keeps the comments above the first statement there).
+    self.messages, self.header = messages, list(header)
 
   def __call__(self, statement):
     # One note per code: a rerun (or a note from an older run) adds nothing.
     present = {line.comment.value[len(TODO):].split(':', 1)[0]
-               for line in statement.leading_lines
+               for line in list(statement.leading_lines) + self.header
                if line.comment is not None
                and line.comment.value.startswith(TODO)}
     new = [cst.EmptyLine(comment=cst.Comment(TODO + m))
