@@ -59,7 +59,7 @@ _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 _START, _END = ('<!-- migrate-acceptance:start -->',
                 '<!-- migrate-acceptance:end -->')
 _FENCE = re.compile(r'^```(?:python|py|python3|ipython3|\{code-cell\}\s*'
-                    r'ipython3)\s*\n(.*?)^```', re.M | re.S)
+                    r'ipython3)\s*\n(.*?)^```', re.MULTILINE | re.DOTALL)
 _FLAG = re.compile(r'^\S+:\d+:\d+: ([a-z-]+): ')
 
 
@@ -79,7 +79,7 @@ def _units(path: str) -> list[str]:
 
 
 def _parse(code: str):
-  code = re.sub(r'^(\s*)([%!].*)$', r'\1pass', code, flags=re.M)
+  code = re.sub(r'^(\s*)([%!].*)$', r'\1pass', code, flags=re.MULTILINE)
   try:
     return ast.parse(code)
   except SyntaxError:

@@ -44,10 +44,18 @@ if __package__ in (None, ''):
 from sow_migrate import analysis as _analysis
 from sow_migrate import decide as _decide
 from sow_migrate import plan as _plan
-from sow_migrate.flags import Flag, REASONS  # noqa: F401 (re-exported)
-from sow_migrate.runner import EXIT_CHANGES, EXIT_INTERNAL, EXIT_OK  # noqa: F401
-from sow_migrate.runner import EXIT_UNREADABLE, EXIT_UNWRITABLE, EXIT_USAGE  # noqa: F401
-from sow_migrate.runner import main, run, Summary  # noqa: F401
+from sow_migrate.flags import REASONS, Flag  # noqa: F401 (re-exported)
+from sow_migrate.runner import (  # noqa: F401  # noqa: F401  # noqa: F401
+  EXIT_CHANGES,
+  EXIT_INTERNAL,
+  EXIT_OK,
+  EXIT_UNREADABLE,
+  EXIT_UNWRITABLE,
+  EXIT_USAGE,
+  Summary,
+  main,
+  run,
+)
 
 
 def migrate_source(source: str, *, target: str = 'functional',

@@ -30,22 +30,23 @@ import re
 import shutil
 import sys
 import tempfile
-import textwrap
 import warnings
 
-from absl.testing import absltest
 import jax
 import jax.numpy as jnp
-import flax
 import numpy as np
+from absl.testing import absltest
+
+import flax
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.append(os.path.join(_ROOT, 'scripts', 'migrate'))
 import migrate_sow as ms  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 sys.path.remove(os.path.join(_ROOT, 'scripts', 'migrate'))
 
-_FENCE = re.compile(r'^```python\n(.*?)^```', re.M | re.S)
+_FENCE = re.compile(r'^```python\n(.*?)^```', re.MULTILINE | re.DOTALL)
 
 
 def _repo(name):
@@ -152,8 +153,9 @@ class TunixAllHiddenStatesTest(absltest.TestCase):
       migrated = f.read()
     self.assertIn("nnx.capture(self.transformer, nnx.Intermediate)(*args, "
                   "**kwargs, output_hidden_states=True)[1]", migrated)
-    from flax import nnx  # pylint: disable=g-import-not-at-top
     import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from flax import nnx  # pylint: disable=g-import-not-at-top
     scores = []
     # tunix runs its models with flax_always_shard_variable off (its own
     # setting, as sow_external_models explains).

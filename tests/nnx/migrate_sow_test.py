@@ -23,11 +23,10 @@ import tempfile
 import textwrap
 import warnings
 
-from absl.testing import absltest
-from absl.testing import parameterized
 import jax.numpy as jnp
 import numpy as np
 import sow_testing
+from absl.testing import absltest, parameterized
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -363,15 +362,13 @@ class CommandLineTest(absltest.TestCase):
     self.assertNotEqual(_read(path), before)
 
   def test_main_usage_errors_exit_two(self):
-    with self.assertRaises(SystemExit) as raised:
-      with open(os.devnull, 'w') as devnull:
-        with absltest.mock.patch('sys.stderr', devnull):
-          ms.main(['--target', 'other', self.dir])
+    with self.assertRaises(SystemExit) as raised, open(os.devnull, 'w') as devnull:
+      with absltest.mock.patch('sys.stderr', devnull):
+        ms.main(['--target', 'other', self.dir])
     self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
-    with self.assertRaises(SystemExit) as raised:
-      with open(os.devnull, 'w') as devnull:
-        with absltest.mock.patch('sys.stderr', devnull):
-          ms.main([os.path.join(self.dir, 'missing.py')])
+    with self.assertRaises(SystemExit) as raised, open(os.devnull, 'w') as devnull:
+      with absltest.mock.patch('sys.stderr', devnull):
+        ms.main([os.path.join(self.dir, 'missing.py')])
     self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
 
   def test_main_check(self):
@@ -425,7 +422,7 @@ class ProjectTest(absltest.TestCase):
         from flax.nnx import Intermediate as Intermediate
         ''')
     model = self._model('pkg/model.py')
-    code, summary, _, err = _run([self.dir], mode='write')
+    code, _, _, err = _run([self.dir], mode='write')
     self.assertEqual(code, 0, msg=err)
     self.assertIn("sow(x, name='y')", _read(model))
     self.assertNotIn('filter-use', err)

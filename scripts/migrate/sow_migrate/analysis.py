@@ -24,8 +24,7 @@ import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-from . import consumers
-from . import documents
+from . import consumers, documents
 from . import facts as facts_lib
 
 
@@ -49,15 +48,14 @@ class FileAnalysis:
 
 
 _WORTH_RE = re.compile(r'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|'
-                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s', re.M)
+                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s', re.MULTILINE)
 
 
 def module_name(root: str, path: str) -> ModuleNameAndPackage:
   """The dotted module name of ``path`` below ``root`` (notebooks too)."""
   relative = os.path.relpath(path, root)
   stem = relative.rsplit('.', 1)[0].replace(os.sep, '.').replace('-', '_')
-  if stem.startswith('src.'):
-    stem = stem[len('src.'):]  # the src layout: src/pkg/mod.py is pkg.mod
+  stem = stem.removeprefix('src.')  # the src layout: src/pkg/mod.py is pkg.mod
   if stem.endswith('.__init__'):
     stem = stem[:-len('.__init__')]
     return ModuleNameAndPackage(stem, stem)

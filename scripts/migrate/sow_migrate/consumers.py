@@ -294,9 +294,7 @@ def _call_on(statement, target: str):
           and len(statement.body) == 1):
     return None
   small = statement.body[0]
-  if isinstance(small, cst.Expr):
-    value = small.value
-  elif isinstance(small, cst.Assign) and len(small.targets) == 1:
+  if isinstance(small, cst.Expr) or isinstance(small, cst.Assign) and len(small.targets) == 1:
     value = small.value
   else:
     return None

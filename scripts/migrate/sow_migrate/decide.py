@@ -27,9 +27,9 @@ import collections
 import dataclasses
 import functools
 
+from . import names as nm
 from .facts import ClassFact, OtherUse, Site
 from .flags import shorten
-from . import names as nm
 
 OK, REWRITE = 'ok', 'rewrite'
 
@@ -56,7 +56,7 @@ class Project:
     self.sows = [s for s in self.sites if s.kind in ('sow', 'perturb')]
     self.readers = [s for s in self.sites if s.kind in ('capture', 'pop')]
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def kind(self, qualified: str | None, depth: int = 0) -> str:
     """'nnx', 'linen' or 'other' for a class."""
     fact = self.classes.get(qualified) if qualified else None
@@ -100,7 +100,7 @@ class Project:
       return any(t.startswith('flax.nnx.') for t in site.types)
     return False
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def is_subclass(self, qualified: str, base: str, depth: int = 0) -> bool:
     if qualified == base:
       return True
@@ -111,7 +111,7 @@ class Project:
       return False
     return any(self.is_subclass(b, base, depth + 1) for b in fact.bases)
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def closure(self, root: str | None) -> frozenset[str] | None:
     """The classes an instance of ``root`` may contain (None: unknown)."""
     if root is None or root not in self.classes:
@@ -145,7 +145,7 @@ class Project:
     return [o for o in self.others
             if classes is None or o.owner is None or o.owner in classes]
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def instance_counts(self, root: str) -> dict[str, int]:
     """How many instances of each class one ``root`` may hold (2 = many)."""
     counts = collections.Counter({root: 1})

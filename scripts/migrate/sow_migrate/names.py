@@ -28,7 +28,7 @@ _KNOWN = frozenset({
     'RNN', 'fori_loop', 'while_loop', 'cond', 'switch', 'split_rngs',
     'jit', 'grad', 'value_and_grad', 'shard_map', 'to_flat_state',
     'to_pure_dict', 'merge_state', 'iter_graph', 'List', 'Sequential',
-    'Dict', 'Variable',
+    'Dict',
 })
 # flax.nnx classes that are not Modules (subclassing them makes no Module).
 NOT_MODULES = frozenset({

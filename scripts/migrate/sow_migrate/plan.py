@@ -22,11 +22,10 @@ import re
 import libcst as cst
 from libcst import metadata
 
-from .analysis import FileAnalysis, ParsedUnit
 from . import decide as decide_lib
-from .flags import Flag, MAX_LINE
-from . import imports
-from . import rewrites
+from . import imports, rewrites
+from .analysis import FileAnalysis, ParsedUnit
+from .flags import MAX_LINE, Flag
 
 FUNCTIONS = ('sow', 'perturb', 'capture')
 
@@ -105,12 +104,12 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
       counts[site.kind] += 1
       if site.kind in ('sow', 'perturb', 'capture'):
         used[unit.index][site.kind] = aliases[site.kind]
-        rewrite = {'sow': lambda: rewrites.SowRewrite(aliases['sow'],
-                                                      site.mode),
-                   'perturb': lambda: rewrites.PerturbRewrite(
-                       aliases['perturb']),
-                   'capture': lambda: rewrites.CaptureRewrite(
-                       aliases['capture'], site.decorator)}[site.kind]()
+        if site.kind == 'sow':
+          rewrite = rewrites.SowRewrite(aliases['sow'], site.mode)
+        elif site.kind == 'perturb':
+          rewrite = rewrites.PerturbRewrite(aliases['perturb'])
+        else:
+          rewrite = rewrites.CaptureRewrite(aliases['capture'], site.decorator)
         _chain(edits, site.node, rewrite)
       else:
         alias = aliases['capture'] if functional else None

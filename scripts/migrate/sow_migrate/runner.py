@@ -32,10 +32,10 @@ import tempfile
 import time
 import traceback
 
-from .analysis import analyse, FileAnalysis
 from . import decide as decide_lib
-from .flags import Flag, MAX_LINE
 from . import plan
+from .analysis import FileAnalysis, analyse
+from .flags import MAX_LINE, Flag
 
 EXTENSIONS = ('.py', '.ipynb', '.md')
 _SKIP_DIRS = frozenset({'__pycache__', 'node_modules', 'site-packages',
@@ -179,7 +179,7 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
       try:
         results[path] = plan.rewrite_file(analysis, decisions, target,
                                           annotate, modes)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
         summary.internal.append(_internal(analysis.path, e, verbose, err))
         failed.add(path)
         new_failure = True
@@ -241,7 +241,7 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
       continue
     try:
       analysis = analyse(display, data, root, path)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
       line = _internal(display, e, verbose, err)
       if path in given:
         summary.internal.append(line)
