@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import RemoveImportsVisitor
@@ -84,8 +86,22 @@ def _is_docstring_or_future(statement) -> bool:
       '__future__')
 
 
+def _maybe_unused(code: str, name: str) -> bool:
+  # A cheap test before the (slow) scope analysis: is `name` mentioned only
+  # on import lines?
+  uses = len(re.findall(rf'\b{name}\b', code))
+  on_imports = sum(len(re.findall(rf'\b{name}\b', line))
+                   for line in code.splitlines()
+                   if line.lstrip().startswith(('import ', 'from ')))
+  return uses > 0 and uses == on_imports
+
+
 def remove_unused(module: cst.Module) -> cst.Module:
   """Drops the legacy imports that no longer have a use."""
+  code = module.code
+  if not any(_maybe_unused(code, name)
+             for name in ('nnx', 'Intermediate', 'Perturbation')):
+    return module
   context = CodemodContext()
   for module_name, obj in (('flax', 'nnx'), ('flax.nnx', 'Intermediate'),
                            ('flax.nnx', 'Perturbation')):
