@@ -518,6 +518,75 @@ class ProjectTest(absltest.TestCase):
     self.assertEqual(_read(path), before)
 
 
+
+def _notebook(cells):
+  return json.dumps({
+      'cells': [{'cell_type': 'code', 'execution_count': None,
+                 'metadata': {}, 'outputs': [],
+                 'source': textwrap.dedent(c).splitlines(keepends=True)}
+                for c in cells],
+      'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, indent=1) + '\n'
+
+
+class NotebookTest(absltest.TestCase):
+
+  CELLS = ("""\
+      from flax import nnx
+      import jax.numpy as jnp
+
+
+      class Model(nnx.Module):
+
+        def __call__(self, x):
+          self.sow(nnx.Intermediate, 'h', 2 * x)
+          return x + 1
+
+
+      model = Model()
+      x = jnp.arange(3.0)
+      """, """\
+      y = model(x)
+      """, """\
+      intermediates = nnx.pop(model, nnx.Intermediate)
+      h = intermediates['h'].value[0]
+      """, """\
+      nnx.pop(model, nnx.Intermediate)
+      """)
+
+  def _run_cells(self, path):
+    with open(path, encoding='utf-8') as f:
+      cells = json.load(f)['cells']
+    namespace = {}
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      for cell in cells:
+        exec(''.join(cell['source']), namespace)  # noqa: S102  pylint: disable=exec-used
+    return namespace['y'], namespace['h']
+
+  def test_pop_opening_a_cell_pairs_with_the_call_ending_the_previous(self):
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = _write(directory, 'nb.ipynb', _notebook(self.CELLS))
+    expected = self._run_cells(path)
+    code, summary, _, err = _run([path], mode='write', target='capture',
+                                 annotate=True)
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1)
+    with open(path, encoding='utf-8') as f:
+      cells = [''.join(c['source']) for c in json.load(f)['cells']]
+    self.assertEqual(
+        cells[1], 'y, intermediates = nnx.capture(model, nnx.Intermediate)(x)\n')
+    self.assertEqual(cells[2], "h = intermediates['h'].value[0]\n")
+    # The pop that only clears the module is flagged, in its cell, once.
+    self.assertTrue(cells[3].startswith('# TODO(migrate_sow): pop-discarded:'))
+    migrated = self._run_cells(path)
+    for a, b in zip(expected, migrated):
+      np.testing.assert_array_equal(a, b)
+    before = _read(path)
+    code, _, _, _ = _run([path], mode='write', target='capture',
+                         annotate=True)
+    self.assertEqual((code, _read(path)), (0, before))
+
+
 def _generated_tree(directory, count):
   """Writes ``count`` files: models, consumers, flagged code and others."""
   expected = {'sow': 0, 'capture': 0, 'flagged_files': 0}
