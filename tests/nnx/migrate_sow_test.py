@@ -586,6 +586,19 @@ class NotebookTest(absltest.TestCase):
                          annotate=True)
     self.assertEqual((code, _read(path)), (0, before))
 
+  def test_a_call_in_an_earlier_cell_keeps_the_pop(self):
+    # The pop collects what both calls sowed; a capture of the second call
+    # alone would not.
+    cells = list(self.CELLS)
+    cells.insert(1, 'warmup = model(x)\n')
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = _write(directory, 'nb.ipynb', _notebook(cells))
+    before = _read(path)
+    code, summary, _, err = _run([path], mode='write', target='capture')
+    self.assertEqual((code, _read(path)), (0, before))
+    self.assertIn('earlier-call: model is also called in an earlier cell', err)
+    self.assertEqual(summary.rewritten['pop'], 0)
+
 
 def _generated_tree(directory, count):
   """Writes ``count`` files: models, consumers, flagged code and others."""

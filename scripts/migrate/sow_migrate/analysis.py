@@ -134,6 +134,12 @@ def analyse(path: str, data: bytes, root: str,
         previous = by_index.get(parsed_unit.index - 1)
         consumers.link_across_units(
             site, previous.module if previous else None)
+      if site.kind == 'pop' and doc.kind != 'py':
+        # Cells before the one holding the call.
+        first = (site.pop_call_unit if site.pop_call_unit is not None
+                 else parsed_unit.index)
+        consumers.earlier_call_in_cells(site, [
+            u.module for u in result.units if u.index < first])
   return result
 
 

@@ -319,6 +319,8 @@ def _earlier_call(collector, statement, target: str) -> int | None:
         code = _full(earlier)
         if f'pop({target},' in code.replace(' ', '').replace('nnx.', ''):
           return None
+        if _assigns(earlier, target):
+          return None  # a new object: nothing sown on it yet
         if _calls(earlier, target):
           return collector.position(earlier)[0]
     current = block
@@ -329,6 +331,12 @@ def _calls(node: cst.CSTNode, target: str) -> bool:
   found = []
 
   class Finder(cst.CSTVisitor):
+
+    def visit_Lambda(self, node) -> bool:
+      return False  # runs later, if ever, with its own parameters
+
+    def visit_FunctionDef(self, node) -> bool:
+      return False
 
     def visit_Call(self, call: cst.Call) -> None:
       func = _full(call.func)
@@ -367,3 +375,33 @@ def link_across_units(site, previous_module: cst.Module | None) -> None:
                                        'follow'))
   site.pop_call, site.pop_statement = last, statement
   site.pop_call_unit = site.unit - 1
+
+
+def earlier_call_in_cells(site, previous_modules) -> None:
+  """A notebook or page: an earlier cell may have called the model too."""
+  if site.pop_call is None or site.pop_reasons:
+    return
+  target = _full(site.node.args[0].value)
+  for module in reversed(previous_modules):
+    for statement in reversed(list(module.body)):
+      if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        continue  # defining a function calls nothing
+      code = _full(statement)
+      if f'pop({target},' in code.replace(' ', '').replace('nnx.', ''):
+        return
+      if _assigns(statement, target):
+        return  # a new object: nothing sown on it yet
+      if _calls(statement, target):
+        site.pop_reasons[:] = [('earlier-call', f'{target} is also called in '
+                                'an earlier cell; its intermediates would be '
+                                'popped too')]
+        site.pop_call = site.pop_statement = None
+        return
+
+
+def _assigns(statement, target: str) -> bool:
+  if not isinstance(statement, cst.SimpleStatementLine):
+    return False
+  return any(isinstance(small, cst.Assign) and any(
+      _full(t.target) == target for t in small.targets)
+             for small in statement.body)
