@@ -23,11 +23,10 @@ import tempfile
 import textwrap
 import warnings
 
-from absl.testing import absltest
-from absl.testing import parameterized
 import jax.numpy as jnp
 import numpy as np
 import sow_testing
+from absl.testing import absltest, parameterized
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -62,31 +61,36 @@ def _fixtures():
 EXPECTED_FLAGS = {
     'flag_attribute_read.py': {'attribute-read'},
     'flag_custom_reducer.py': {'custom-reducer'},
-    'flag_direct_intermediate.py': {'direct-intermediate', 'legacy-consumer'},
-    'flag_escaping_state.py': {'escaping-state', 'legacy-consumer'},
+    'flag_direct_intermediate.py': {'direct-intermediate', 'legacy-reader'},
+    'flag_escaping_state.py': {'escaping-state', 'legacy-reader'},
     'flag_kwargs.py': {'kwargs'},
-    'flag_linen.py': {'linen-sow', 'capture-intermediates'},
-    'flag_method_outputs.py': {'method-outputs', 'legacy-consumer'},
+    'flag_method_outputs.py': {'method-outputs', 'legacy-reader'},
     'flag_multi_instance.py': {'multi-instance'},
-    'flag_multi_instance_two_classes.py': {'multi-instance'},
-    'flag_nested_consumer.py': {'nested-consumer', 'legacy-consumer'},
+    'flag_nested_consumer.py': {'no-sow-found', 'legacy-reader'},
     'flag_no_sow_found.py': {'no-sow-found'},
     'flag_nonliteral_name.py': {'nonliteral-name'},
-    'flag_perturbation_workflow.py': {'perturbation', 'legacy-consumer'},
-    'flag_pop_not_adjacent.py': {'pop-not-adjacent', 'legacy-consumer'},
+    'flag_perturbation_workflow.py': {'perturbation'},
+    'flag_pop_not_adjacent.py': {'pop-not-adjacent', 'legacy-reader'},
     'flag_sow_result_used.py': {'sow-result-used'},
-    'flag_split_not.py': {'filter-use', 'legacy-consumer'},
-    'flag_state_axes.py': {'filter-use', 'legacy-consumer'},
+    'flag_split_not.py': {'filter-use'},
+    'flag_state_axes.py': {'filter-use'},
     'flag_subclass.py': {'subclass'},
-    'flag_suffix_consumer.py': {'to-flat-state'},
-    'flag_to_flat_state.py': {'to-flat-state'},
-    'flag_to_pure_dict.py': {'to-pure-dict'},
+    'flag_suffix_consumer.py': {'to-flat-state', 'legacy-reader'},
+    'flag_to_flat_state.py': {'to-flat-state', 'legacy-reader'},
+    'flag_to_pure_dict.py': {'to-pure-dict', 'legacy-reader'},
     'flag_transform.py': {'transform'},
-    'flag_tree_leaves.py': {'tree-leaves'},
-    'flag_variable_use.py': {'variable-use'},
-    'mixed_partial.py': {'nested-consumer', 'legacy-consumer'},
-    'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass'},
+    'flag_tree_leaves.py': {'tree-leaves', 'legacy-reader'},
+    'flag_variable_use.py': {'state-use', 'legacy-reader'},
+    'mixed_partial.py': {'nested-consumer', 'legacy-reader', 'legacy-sow'},
+    'flag_unknown_result.py': {'unknown-result', 'legacy-reader'},
+    'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass',
+                    'legacy-reader'},
 }
+
+
+# Linen code is never touched and never flagged: it is not an NNX site (the
+# summary counts it as 'Linen sites left alone').
+UNTOUCHED = {'flag_linen.py', 'linen_perturb.py'}
 
 
 def _write(directory, relative, text):
@@ -120,7 +124,9 @@ class FixtureTest(parameterized.TestCase):
         source, target=target, annotate=True, path=name)
     self.assertEqual(new, _read(expected_path))
     codes = {flag.code for flag in flags}
-    if name in EXPECTED_FLAGS:
+    if name in UNTOUCHED:
+      self.assertEqual((new, flags), (source, []))
+    elif name in EXPECTED_FLAGS:
       self.assertContainsSubset(EXPECTED_FLAGS[name], codes)
     else:
       self.assertEmpty(flags, msg=f'{name} should rewrite without flags')
@@ -139,10 +145,10 @@ class FixtureTest(parameterized.TestCase):
         'nested-consumer', 'to-pure-dict', 'to-flat-state', 'tree-leaves',
         'multi-instance', 'transform', 'filter-use', 'subclass',
         'custom-reducer', 'kwargs', 'method-outputs', 'perturbation',
-        'direct-intermediate', 'attribute-read', 'linen-sow',
-        'capture-intermediates', 'pop-not-adjacent', 'earlier-call',
-        'escaping-state', 'variable-use', 'nonliteral-name',
-        'sow-result-used', 'no-sow-found', 'legacy-consumer',
+        'direct-intermediate', 'attribute-read', 'pop-not-adjacent',
+        'earlier-call', 'escaping-state', 'state-use', 'nonliteral-name',
+        'sow-result-used', 'no-sow-found', 'legacy-reader', 'legacy-sow',
+        'unknown-result',
     }
     covered = set().union(*EXPECTED_FLAGS.values())
     self.assertContainsSubset(required, covered)
@@ -173,7 +179,8 @@ class RewriteDetailsTest(absltest.TestCase):
     self.assertEqual(new, source)
     self.assertEqual(
         [str(flag) for flag in flags],
-        ['model.py:5:5: custom-reducer: custom reduce_fn/init_fn'])
+        ['model.py:5:5: custom-reducer: custom reduce_fn/init_fn: sow every '
+         'value and reduce after capturing'])
 
   def test_without_annotate_flagged_code_is_untouched(self):
     path = os.path.join(_DATA, 'functional', 'flag_nested_consumer.input.py')
@@ -188,38 +195,6 @@ class RewriteDetailsTest(absltest.TestCase):
     new, flags = ms.migrate_source(source, target='capture', path='m.py')
     self.assertEqual(new, source)
     self.assertEmpty(flags)
-
-  def test_files_that_mention_no_api_are_not_parsed(self):
-    self.assertFalse(ms.mentions_api('def f(:\n  broken syntax'))
-    self.assertTrue(ms.mentions_api('self.sow(nnx.Intermediate, "a", 1)'))
-    self.assertTrue(ms.mentions_api('from flax import nnx\nnnx.capture(m)'))
-    self.assertFalse(ms.mentions_api('subprocess.run(cmd, capture_output=1)'))
-
-  def test_positions_match_libcst(self):
-    source = _read(os.path.join(_DATA, 'functional', 'aliases.input.py'))
-    module = ms.cst.parse_module(source)
-    wrapper = ms.cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
-    reference = wrapper.resolve(ms.cst.metadata.PositionProvider)
-    calls = []
-
-    class Calls(ms.cst.CSTVisitor):
-
-      def visit_Call(self, node):
-        calls.append(node)
-
-    module.visit(Calls())
-    found = ms.positions(module, calls)
-    for call in calls:
-      start = reference[call].start
-      self.assertEqual(found[call], (start.line, start.column + 1))
-
-  def test_progress_bar(self):
-    stream = io.StringIO()
-    bar = ms.Progress(40, enabled=True, stream=stream)
-    for _ in range(40):
-      bar.advance('analysing')
-    self.assertIn('[' + '#' * 30 + '] 40/40 analysing', stream.getvalue())
-    self.assertFalse(ms.Progress(5, enabled=True).enabled)
 
 
 class CommandLineTest(absltest.TestCase):
@@ -258,7 +233,7 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(_read(self.model), before)
     self.assertIn("+    sow(y, name='y')", out)
     self.assertIn("+  return y, state['y'][0]", out)
-    self.assertEqual((summary.scanned, summary.parsed, summary.changed),
+    self.assertEqual((summary.files, summary.analysed, summary.changed),
                      (3, 2, 2))
 
   def test_write_then_check_is_clean(self):
@@ -287,9 +262,9 @@ class CommandLineTest(absltest.TestCase):
         ''')
     code, summary, out, err = _run([self.dir], mode='check')
     self.assertEqual((code, out, summary.changed), (0, '', 0))
-    self.assertIn('model.py:11:5: legacy-consumer', err)
+    self.assertIn('model.py:11:5: legacy-reader', err)
     self.assertIn('report.py:5:14: to-pure-dict', err)
-    self.assertIn('train.py:5:14: legacy-sow-reached', err)
+    self.assertIn('train.py:5:14: legacy-sow', err)
 
   def test_attribute_read_in_a_file_without_the_api(self):
     _write(self.dir, 'pkg/eval.py', '''\
@@ -299,7 +274,9 @@ class CommandLineTest(absltest.TestCase):
         ''')
     code, summary, _, err = _run([self.dir], mode='check')
     self.assertEqual(code, 0)
-    self.assertIn('eval.py:3:10: attribute-read', err)
+    self.assertIn('model.py:11:5: attribute-read: read as an attribute, '
+                  'model.y.value, at ', err)
+    self.assertIn('eval.py:3', err)
     self.assertEqual(summary.changed, 0)
 
   def test_unparsable_files_are_reported_and_untouched(self):
@@ -310,18 +287,17 @@ class CommandLineTest(absltest.TestCase):
         ''')
     before = _read(broken)
     code, summary, _, err = _run([self.dir], mode='write')
-    self.assertEqual(code, ms.EXIT_UNPARSABLE)
+    self.assertEqual(code, ms.EXIT_UNREADABLE)
     self.assertEqual(_read(broken), before)
-    self.assertIn('broken.py: does not parse', err)
+    self.assertRegex(err, r'broken.py:\d: does not parse')
     self.assertEqual(summary.changed, 2)
 
   def test_summary_counts_rewrites_and_flags(self):
     _, summary, _, _ = _run([self.dir])
-    self.assertEqual(summary.rewritten, {'sow': 1, 'capture': 1,
-                                         'consumer': 1})
+    self.assertEqual(summary.rewritten, {'sow': 1, 'capture': 1})
     lines = summary.lines()
-    self.assertIn('3 files scanned, 2 parsed, 2 changed', lines[0])
-    self.assertIn('sites rewritten: 3', lines[1])
+    self.assertIn('3 files, 2 analysed, 2 changed', lines[0])
+    self.assertIn('NNX sites: 2; rewritten: 2', lines[1])
 
   def test_annotate_writes_todo_comments_once(self):
     path = _write(self.dir, 'flagged/m.py', '''\
@@ -365,7 +341,11 @@ class CommandLineTest(absltest.TestCase):
   def test_markdown_with_an_unparsable_block_is_untouched(self):
     path = _write(self.dir, 'docs/bad.md', '''\
         ```python
-        self.sow(nnx.Intermediate, 'x', x)
+        from flax import nnx
+        class M(nnx.Module):
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'x', x)
+            return x
         ```
 
         ```python
@@ -374,33 +354,250 @@ class CommandLineTest(absltest.TestCase):
         ''')
     before = _read(path)
     code, _, _, err = _run([path], mode='write')
-    self.assertEqual(code, ms.EXIT_UNPARSABLE)
-    self.assertEqual(_read(path), before)
-    self.assertIn('bad.md: does not parse', err)
-
-  def test_jobs_give_the_same_result(self):
-    _, summary1, out1, err1 = _run([self.dir], jobs=1)
-    _, summary2, out2, err2 = _run([self.dir], jobs=2)
-    self.assertEqual((out1, err1), (out2, err2))
-    self.assertEqual(summary1.rewritten, summary2.rewritten)
+    # The fence that parses is migrated; the other is reported with its line
+    # in the .md file and left as it is.
+    self.assertEqual(code, ms.EXIT_UNREADABLE)
+    self.assertIn('bad.md:10: does not parse', err)
+    self.assertIn('>>> doctest style', _read(path))
+    self.assertNotEqual(_read(path), before)
 
   def test_main_usage_errors_exit_two(self):
-    with self.assertRaises(SystemExit) as raised:
-      with open(os.devnull, 'w') as devnull:
-        with absltest.mock.patch('sys.stderr', devnull):
-          ms.main(['--jobs', '0', self.dir])
+    with self.assertRaises(SystemExit) as raised, open(os.devnull, 'w') as devnull:
+      with absltest.mock.patch('sys.stderr', devnull):
+        ms.main(['--target', 'other', self.dir])
     self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
-    with self.assertRaises(SystemExit) as raised:
-      with open(os.devnull, 'w') as devnull:
-        with absltest.mock.patch('sys.stderr', devnull):
-          ms.main([os.path.join(self.dir, 'missing.py')])
+    with self.assertRaises(SystemExit) as raised, open(os.devnull, 'w') as devnull:
+      with absltest.mock.patch('sys.stderr', devnull):
+        ms.main([os.path.join(self.dir, 'missing.py')])
     self.assertEqual(raised.exception.code, ms.EXIT_USAGE)
 
   def test_main_check(self):
     with absltest.mock.patch('sys.stderr', io.StringIO()) as err:
       code = ms.main(['--check', '--no-progress', self.dir])
     self.assertEqual(code, ms.EXIT_CHANGES)
-    self.assertIn('migrate_sow: 3 files scanned', err.getvalue())
+    self.assertIn('migrate_sow: 3 files, 2 analysed', err.getvalue())
+
+
+
+class ProjectTest(absltest.TestCase):
+  """Runs over small projects shaped like the real ones that broke before."""
+
+  def setUp(self):
+    super().setUp()
+    self.dir = self.enter_context(tempfile.TemporaryDirectory())
+    _write(self.dir, 'pyproject.toml', '[project]\nname = "p"\n')
+
+  def _model(self, relative, name='Model', sown='y'):
+    return _write(self.dir, relative, f'''\
+        from flax import nnx
+
+
+        class {name}(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, '{sown}', x)
+            return x
+        ''')
+
+  def test_partial_run_leaves_a_sow_whose_reader_stays_legacy(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          model(x)
+          state = nnx.pop(model, nnx.Intermediate)
+          return state.to_pure_dict()
+        ''')
+    before = (_read(model), _read(train))
+    code, summary, _, err = _run([model], mode='write')
+    self.assertEqual(code, 0)
+    self.assertEqual((_read(model), _read(train)), before)
+    self.assertIn('model.py:7:5: legacy-reader', err)
+    self.assertEqual(summary.changed, 0)
+
+  def test_re_export_of_intermediate_is_not_a_filter(self):
+    _write(self.dir, 'pkg/__init__.py', '''\
+        from flax.nnx import Intermediate as Intermediate
+        ''')
+    model = self._model('pkg/model.py')
+    code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn("sow(x, name='y')", _read(model))
+    self.assertNotIn('filter-use', err)
+
+  def test_same_named_classes_in_two_files_are_two_classes(self):
+    for name, read in (('a', "state.to_pure_dict()"), ('b', "state['h'][0]")):
+      self._model(f'pkg/{name}.py', name='Foo', sown='h')
+      _write(self.dir, f'pkg/use_{name}.py', f'''\
+          from flax import nnx
+          from pkg.{name} import Foo
+
+
+          def run(x):
+            foo = Foo()
+            _, state = nnx.capture(foo, nnx.Intermediate)(x)
+            return {read}
+          ''')
+    code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn('self.sow(', _read(os.path.join(self.dir, 'pkg/a.py')))
+    self.assertIn("sow(x, name='h')", _read(os.path.join(self.dir, 'pkg/b.py')))
+    self.assertIn('capture(foo)(x)',
+                  _read(os.path.join(self.dir, 'pkg/use_b.py')))
+    self.assertIn('pkg/a.py:7:5: legacy-reader', err)
+
+  def test_read_only_file_stops_the_run_before_any_write(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          _, state = nnx.capture(model, nnx.Intermediate)(x)
+          return state['y'][0]
+        ''')
+    os.chmod(train, 0o444)
+    before = (_read(model), _read(train))
+    code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, ms.EXIT_UNWRITABLE)
+    self.assertEqual((_read(model), _read(train)), before)
+    self.assertIn('train.py: cannot write', err)
+
+  def test_crlf_line_ends_are_kept(self):
+    model = self._model('pkg/model.py')
+    with open(model, 'rb') as f:
+      data = f.read().replace(b'\n', b'\r\n')
+    with open(model, 'wb') as f:
+      f.write(data)
+    code, _, _, _ = _run([model], mode='write')
+    self.assertEqual(code, 0)
+    with open(model, 'rb') as f:
+      new = f.read()
+    self.assertIn(b"sow(x, name='y')\r\n", new)
+    self.assertEqual(new.count(b'\n'), new.count(b'\r\n'))
+
+  def test_internal_error_is_one_line_and_leaves_linked_files_alone(self):
+    model = self._model('pkg/model.py')
+    train = _write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+
+
+        def step(model, x):
+          _, state = nnx.capture(model, nnx.Intermediate)(x)
+          return state['y'][0]
+        ''')
+    before = (_read(model), _read(train))
+    runner = sys.modules['sow_migrate.runner']
+    original = runner.plan.rewrite_file
+
+    def failing(analysis, *args):
+      if analysis.path.endswith('model.py'):
+        raise RuntimeError('boom')
+      return original(analysis, *args)
+
+    with absltest.mock.patch.object(runner.plan, 'rewrite_file', failing):
+      code, _, _, err = _run([self.dir], mode='write')
+    self.assertEqual(code, ms.EXIT_INTERNAL)
+    self.assertEqual((_read(model), _read(train)), before)
+    [line] = [l for l in err.splitlines() if 'internal error' in l]
+    self.assertEqual(line, 'pkg/model.py: internal error: RuntimeError: boom'
+                     if not line.startswith('/') else line)
+    self.assertIn('model.py: internal error: RuntimeError: boom', line)
+    self.assertNotIn('Traceback', err)
+
+  def test_linen_perturb_is_never_rewritten(self):
+    path = _write(self.dir, 'tests/linen_test.py', _read(os.path.join(
+        _DATA, 'capture', 'linen_perturb.input.py')))
+    before = _read(path)
+    for target in ('functional', 'capture'):
+      code, summary, _, err = _run([path], mode='write', target=target)
+      self.assertEqual((code, err), (0, ''))
+      self.assertEqual(summary.linen, 2)
+    self.assertEqual(_read(path), before)
+
+
+
+def _notebook(cells):
+  return json.dumps({
+      'cells': [{'cell_type': 'code', 'execution_count': None,
+                 'metadata': {}, 'outputs': [],
+                 'source': textwrap.dedent(c).splitlines(keepends=True)}
+                for c in cells],
+      'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, indent=1) + '\n'
+
+
+class NotebookTest(absltest.TestCase):
+
+  CELLS = ("""\
+      from flax import nnx
+      import jax.numpy as jnp
+
+
+      class Model(nnx.Module):
+
+        def __call__(self, x):
+          self.sow(nnx.Intermediate, 'h', 2 * x)
+          return x + 1
+
+
+      model = Model()
+      x = jnp.arange(3.0)
+      """, """\
+      y = model(x)
+      """, """\
+      intermediates = nnx.pop(model, nnx.Intermediate)
+      h = intermediates['h'].value[0]
+      """, """\
+      nnx.pop(model, nnx.Intermediate)
+      """)
+
+  def _run_cells(self, path):
+    with open(path, encoding='utf-8') as f:
+      cells = json.load(f)['cells']
+    namespace = {}
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      for cell in cells:
+        exec(''.join(cell['source']), namespace)  # noqa: S102  pylint: disable=exec-used
+    return namespace['y'], namespace['h']
+
+  def test_pop_opening_a_cell_pairs_with_the_call_ending_the_previous(self):
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = _write(directory, 'nb.ipynb', _notebook(self.CELLS))
+    expected = self._run_cells(path)
+    code, summary, _, err = _run([path], mode='write', target='capture',
+                                 annotate=True)
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1)
+    with open(path, encoding='utf-8') as f:
+      cells = [''.join(c['source']) for c in json.load(f)['cells']]
+    self.assertEqual(
+        cells[1], 'y, intermediates = nnx.capture(model, nnx.Intermediate)(x)\n')
+    self.assertEqual(cells[2], "h = intermediates['h'].value[0]\n")
+    # The pop that only clears the module is flagged, in its cell, once.
+    self.assertTrue(cells[3].startswith('# TODO(migrate_sow): pop-discarded:'))
+    migrated = self._run_cells(path)
+    for a, b in zip(expected, migrated):
+      np.testing.assert_array_equal(a, b)
+    before = _read(path)
+    code, _, _, _ = _run([path], mode='write', target='capture',
+                         annotate=True)
+    self.assertEqual((code, _read(path)), (0, before))
+
+  def test_a_call_in_an_earlier_cell_keeps_the_pop(self):
+    # The pop collects what both calls sowed; a capture of the second call
+    # alone would not.
+    cells = list(self.CELLS)
+    cells.insert(1, 'warmup = model(x)\n')
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = _write(directory, 'nb.ipynb', _notebook(cells))
+    before = _read(path)
+    code, summary, _, err = _run([path], mode='write', target='capture')
+    self.assertEqual((code, _read(path)), (0, before))
+    self.assertIn('earlier-call: model is also called in an earlier cell', err)
+    self.assertEqual(summary.rewritten['pop'], 0)
 
 
 def _generated_tree(directory, count):
@@ -464,8 +661,8 @@ class GeneratedTreeTest(absltest.TestCase):
     expected = _generated_tree(directory, 160)
     code, summary, _, _ = _run([directory], mode='write', jobs=2)
     self.assertEqual(code, 0)
-    self.assertEqual(summary.scanned, 160)
-    self.assertEqual(summary.parsed, 80)
+    self.assertEqual(summary.files, 160)
+    self.assertEqual(summary.analysed, 80)
     self.assertEqual(summary.changed, expected['sow'])
     self.assertEqual(summary.rewritten['sow'], expected['sow'])
     self.assertEqual(summary.rewritten['capture'], expected['capture'])

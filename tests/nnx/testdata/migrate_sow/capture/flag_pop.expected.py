@@ -1,7 +1,6 @@
 from flax import nnx
 
 
-# TODO(migrate_sow): subclass: Intermediate subclass (Scores)
 class Scores(nnx.Intermediate):
   pass
 
@@ -13,7 +12,9 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 2 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(nnx.Intermediate, 'x', x)
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 2 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(Scores, 'scores', x)
     return x
 
@@ -21,8 +22,7 @@ class Model(nnx.Module):
 def not_adjacent(model, x):
   y = model(x)
   print(y)
-  # TODO(migrate_sow): pop-not-adjacent: nnx.pop of intermediates is not right after a call on the same object
-  # TODO(migrate_sow): subclass: Intermediate subclass (Scores)
+  # TODO(migrate_sow): pop-not-adjacent: the statement before nnx.pop is not a single call of model
   intermediates = nnx.pop(model, nnx.Intermediate)
   return intermediates
 
@@ -30,13 +30,13 @@ def not_adjacent(model, x):
 def earlier_call(model, x):
   warmup = model(x)
   y = model(x)
-  # TODO(migrate_sow): earlier-call: an earlier call on the same object may have left intermediates
+  # TODO(migrate_sow): earlier-call: model is also called at line 28; its intermediates would be popped too
   scores = nnx.pop(model, Scores)
   return warmup, y, scores
 
 
 def with_subclass(model, x):
   y = model(x)
-  # TODO(migrate_sow): subclass: Intermediate subclass (Scores)
+  # TODO(migrate_sow): subclass: it may pop Scores sown at flag_pop.py, a subclass of Intermediate: nnx.capture of the exact type would not collect it
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates

@@ -1,5 +1,7 @@
+import flax
 import flax.nnx as nn
-from flax.nnx.sow import sow, capture
+from flax.nnx import capture
+from flax.nnx.sow import capture as functional_capture, sow
 
 
 class A(nn.Module):
@@ -28,5 +30,5 @@ class C(nn.Module):
 
 
 def run(model, x):
-  _, s = capture(model)(x)
+  _, s = functional_capture(model)(x)
   return s['c'][0]

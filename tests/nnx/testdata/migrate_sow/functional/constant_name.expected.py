@@ -1,5 +1,5 @@
 from flax import nnx
-from flax.nnx.sow import sow, capture
+from flax.nnx.sow import capture, sow
 
 ROOT_NAME = 'embedding'
 

@@ -8,12 +8,11 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): attribute-read: attribute read of a sown value (features)
+    # TODO(migrate_sow): attribute-read: read as an attribute, model.features.value, at flag_attribute_read.py; capture it instead
     self.sow(nnx.Intermediate, 'features', x)
     return x
 
 
 def run(model, x):
   y = model(x)
-  # TODO(migrate_sow): attribute-read: attribute read of a sown value (features)
   return y, model.features.value[0]

@@ -8,7 +8,7 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): multi-instance: one name sown by several module instances; flat names would merge (Block is instantiated several times)
+    # TODO(migrate_sow): multi-instance: 'block_out' is sown by several instances in Model (Block); flat names would merge them: add an index to the name
     self.sow(nnx.Intermediate, 'block_out', x)
     return x
 

@@ -8,7 +8,7 @@ class Attention(nnx.Module):
 
   def __call__(self, x):
     weights = nnx.softmax(self.proj(x))
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 36)
+    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_nested_consumer.py, which stays (no-sow-found); both must migrate together
     self.sow(nnx.Intermediate, 'attention_weights', weights)
     return weights @ x
 
@@ -34,7 +34,6 @@ class Model(nnx.Module):
 
 
 def first_attention_map(model, x):
-  # TODO(migrate_sow): nested-consumer: intermediates read by module path; functional names are flat (line 37)
+  # TODO(migrate_sow): no-sow-found: reads layers, which no sow it may reach makes (a module path, or a library's sow?)
   _, st = nnx.capture(model, nnx.Intermediate)(x)
-  # TODO(migrate_sow): nested-consumer: intermediates read by module path; functional names are flat (layers/attn/attention_weights)
   return st['layers'][0]['attn']['attention_weights'][0]

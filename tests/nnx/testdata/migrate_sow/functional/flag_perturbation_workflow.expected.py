@@ -8,19 +8,19 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 17)
+    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_perturbation_workflow.py, which stays (perturbation); both must migrate together
     x = self.perturb('hidden', x)
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 20)
+    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_perturbation_workflow.py, which stays (perturbation); both must migrate together
     self.sow(nnx.Intermediate, 'hidden_value', x)
     return x.sum()
 
 
 def gradients(model, x):
-  # TODO(migrate_sow): perturbation: perturbation two-phase workflow (init=, nnx.Perturbation)
+  # TODO(migrate_sow): perturbation: the two-phase perturbation workflow; with perturb(v, name=...) capture around jax.grad instead
   _, perturbations = nnx.capture(model, nnx.Perturbation)(x)
 
   def loss(model, perturbations, x):
-    # TODO(migrate_sow): perturbation: perturbation two-phase workflow (init=, nnx.Perturbation)
+    # TODO(migrate_sow): perturbation: the two-phase perturbation workflow; with perturb(v, name=...) capture around jax.grad instead
     return nnx.capture(model, nnx.Intermediate, init=perturbations)(x)
 
   (_, perturb_grads), sown = nnx.grad(

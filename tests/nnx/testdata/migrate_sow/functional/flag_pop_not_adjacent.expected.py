@@ -4,7 +4,7 @@ from flax import nnx
 class Model(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 14)
+    # TODO(migrate_sow): legacy-reader: linked to the pop at flag_pop_not_adjacent.py, which stays (pop-not-adjacent); both must migrate together
     self.sow(nnx.Intermediate, 'x', x)
     return x
 
@@ -12,6 +12,6 @@ class Model(nnx.Module):
 def run(model, x):
   y = model(x)
   print('ran the model')
-  # TODO(migrate_sow): pop-not-adjacent: nnx.pop of intermediates is not right after a call on the same object
+  # TODO(migrate_sow): pop-not-adjacent: the statement before nnx.pop is not a single call of model
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates['x'][0]

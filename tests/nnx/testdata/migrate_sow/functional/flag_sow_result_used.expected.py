@@ -4,7 +4,7 @@ from flax import nnx
 class Model(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): sow-result-used: the return value of .sow() is used
+    # TODO(migrate_sow): sow-result-used: the bool returned by .sow() is used; the functional sow returns the value
     if not self.sow(nnx.Intermediate, 'x', x):
       print('not captured')
     return x

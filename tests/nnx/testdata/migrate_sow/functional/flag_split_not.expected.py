@@ -7,15 +7,13 @@ class Model(nnx.Module):
     self.linear = nnx.Linear(2, 2, rngs=rngs)
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 16; line 17)
+    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.split at flag_split_not.py may select it; delete that filter once the values are captured
     self.sow(nnx.Intermediate, 'inputs', x)
     return self.linear(x)
 
 
 def parts(model):
-  # TODO(migrate_sow): filter-use: Intermediate used as a filter (StateAxes, nnx.split, nnx.Not, ...) (nnx.split)
   graphdef, params, intermediates = nnx.split(
       model, nnx.Param, nnx.Intermediate)
-  # TODO(migrate_sow): filter-use: Intermediate used as a filter (StateAxes, nnx.split, nnx.Not, ...) (nnx.Not)
   rest = nnx.state(model, nnx.Not(nnx.Intermediate))
   return graphdef, params, intermediates, rest

@@ -7,13 +7,12 @@ class Block(nnx.Module):
     self.linear = nnx.Linear(4, 4, rngs=rngs)
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 15)
+    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.StateAxes at flag_state_axes.py may select it; delete that filter once the values are captured
     self.sow(nnx.Intermediate, 'inputs', x)
     return self.linear(x)
 
 
 def run(model, x):
-  # TODO(migrate_sow): filter-use: Intermediate used as a filter (StateAxes, nnx.split, nnx.Not, ...) (nnx.StateAxes)
   state_axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
 
   @nnx.vmap(in_axes=(state_axes, 0))

@@ -1,7 +1,6 @@
 from flax import nnx
 
 
-# TODO(migrate_sow): subclass: Intermediate subclass (AttentionWeights)
 class AttentionWeights(nnx.Intermediate):
   pass
 
@@ -9,13 +8,12 @@ class AttentionWeights(nnx.Intermediate):
 class Attention(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): subclass: Intermediate subclass (AttentionWeights)
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 16)
+    # TODO(migrate_sow): subclass: sows AttentionWeights, not nnx.Intermediate: use sow(x, name=..., tag='...') and capture(f, tag=...)
     self.sow(AttentionWeights, 'weights', x)
     return x
 
 
 def weights(model, x):
-  # TODO(migrate_sow): subclass: Intermediate subclass (AttentionWeights)
+  # TODO(migrate_sow): subclass: captures flag_subclass.AttentionWeights: use capture(f, tag='...') with sow(..., tag='...')
   _, state = nnx.capture(model, AttentionWeights)(x)
   return state['weights'][0]

@@ -1,4 +1,5 @@
 from flax import nnx
+from flax.nnx.sow import sow
 
 
 class Block(nnx.Module):
@@ -8,8 +9,7 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): transform: sow under an NNX transform (nnx.scan/vmap/remat/RNN/...) (nnx.vmap over Block)
-    self.sow(nnx.Intermediate, 'block_out', x)
+    sow(x, name='block_out')
     return x
 
 
@@ -34,8 +34,7 @@ class Model(nnx.Module):
 class Cell(nnx.Module):
 
   def __call__(self, carry, x):
-    # TODO(migrate_sow): transform: sow under an NNX transform (nnx.scan/vmap/remat/RNN/...) (nnx.RNN over Cell)
-    self.sow(nnx.Intermediate, 'carry', carry)
+    sow(carry, name='carry')
     return carry, x
 
 
@@ -46,6 +45,6 @@ class Recurrent(nnx.Module):
 
   @nnx.remat
   def __call__(self, x):
-    # TODO(migrate_sow): transform: sow under an NNX transform (nnx.scan/vmap/remat/RNN/...) (nnx.remat)
+    # TODO(migrate_sow): transform: runs under nnx.remat: values are carried through the transform; rewrite by hand
     self.sow(nnx.Intermediate, 'rematerialised', x)
     return self.rnn(x)

@@ -7,7 +7,5 @@ class Model(nnx.Module):
   def __call__(self, x):
     sow(x, name='inputs')
     sow(
-        2 * x,  # twice
-        name='doubled',
-    )
+        2 * x, name='doubled')
     return x

@@ -1,5 +1,4 @@
 from flax import nnx
-from flax.nnx.sow import sow, capture
 
 
 class Block(nnx.Module):
@@ -9,7 +8,7 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-consumer: a consumer that stays legacy may read it (line 34)
+    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
     self.sow(nnx.Intermediate, 'block_out', x)
     return x
 
@@ -21,25 +20,27 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.block(x)
-    sow(x, name='model_out')
+    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+    self.sow(nnx.Intermediate, 'model_out', x)
     return x
 
 
 class Other(nnx.Module):
 
   def __call__(self, x):
-    sow(x, name='other_out')
+    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+    self.sow(nnx.Intermediate, 'other_out', x)
     return x
 
 
 def block_features(model, x):
-  # TODO(migrate_sow): nested-consumer: intermediates read by module path; functional names are flat (line 35)
+  # TODO(migrate_sow): nested-consumer: st['block']['block_out'] reads by module path; functional names are flat
   _, st = nnx.capture(model, nnx.Intermediate)(x)
-  # TODO(migrate_sow): nested-consumer: intermediates read by module path; functional names are flat (block/block_out)
   return st['block']['block_out'][0]
 
 
 def other_features(x):
   other = Other()
-  _, st = capture(other)(x)
+  # TODO(migrate_sow): legacy-sow: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+  _, st = nnx.capture(other, nnx.Intermediate)(x)
   return st['other_out'][0]

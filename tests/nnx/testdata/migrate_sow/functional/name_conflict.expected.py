@@ -1,5 +1,5 @@
 from flax import nnx
-from flax.nnx.sow import sow, capture as functional_capture
+from flax.nnx.sow import capture, sow
 
 
 class Model(nnx.Module):
@@ -11,6 +11,6 @@ class Model(nnx.Module):
 
 def run(model, x, capture=True):
   if capture:
-    _, state = functional_capture(model)(x)
+    _, state = capture(model)(x)
     return state['x'][0]
   return model(x)

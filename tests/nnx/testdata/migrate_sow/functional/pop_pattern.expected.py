@@ -1,6 +1,6 @@
 from flax import nnx
+from flax.nnx.sow import capture, sow
 import jax.numpy as jnp
-from flax.nnx.sow import sow, capture
 
 
 class Model(nnx.Module):

@@ -1,0 +1,184 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Parsing a document and collecting its facts, unit by unit."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import re
+
+import libcst as cst
+from libcst import metadata
+from libcst.helpers import ModuleNameAndPackage
+
+from . import consumers, documents
+from . import facts as facts_lib
+
+
+@dataclasses.dataclass(eq=False)
+class ParsedUnit:
+  index: int
+  unit: documents.Unit
+  module: cst.Module
+  facts: facts_lib.UnitFacts
+  global_names: frozenset[str]
+
+
+@dataclasses.dataclass(eq=False)
+class FileAnalysis:
+  path: str
+  doc: documents.Document | None = None
+  units: list[ParsedUnit] = dataclasses.field(default_factory=list)
+  error: str | None = None  # the file could not be read or parsed
+  unit_errors: list[str] = dataclasses.field(default_factory=list)
+  mentions: str = ''  # the text, kept for failed files' textual checks
+
+
+_WORTH_RE = re.compile(r'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|'
+                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s', re.MULTILINE)
+
+
+def module_name(root: str, path: str) -> ModuleNameAndPackage:
+  """The dotted module name of ``path`` below ``root`` (notebooks too)."""
+  relative = os.path.relpath(path, root)
+  stem = relative.rsplit('.', 1)[0].replace(os.sep, '.').replace('-', '_')
+  stem = stem.removeprefix('src.')  # the src layout: src/pkg/mod.py is pkg.mod
+  if stem.endswith('.__init__'):
+    stem = stem[:-len('.__init__')]
+    return ModuleNameAndPackage(stem, stem)
+  package = stem.rsplit('.', 1)[0] if '.' in stem else ''
+  return ModuleNameAndPackage(stem, package)
+
+
+def analyse(path: str, data: bytes, root: str,
+            real_path: str | None = None) -> FileAnalysis:
+  """Reads, parses and collects ``path``; parse errors are per unit.
+
+  Raises:
+    Exception: only for bugs of the codemod (the caller reports them).
+  """
+  result = FileAnalysis(path)
+  try:
+    doc = documents.read_document(path, data)
+  except (UnicodeDecodeError, SyntaxError, ValueError, LookupError) as e:
+    result.error = f'cannot read: {type(e).__name__}: {e}'
+    return result
+  result.doc = doc
+  names = module_name(root, os.path.abspath(real_path or path))
+  parsed = []
+  for index, unit in enumerate(doc.units):
+    try:
+      parsed.append((index, unit, cst.parse_module(unit.code)))
+    except cst.ParserSyntaxError as e:
+      line = unit.first_line + e.raw_line - 1
+      where = f'{path}:{line}'
+      message = f'{where}: does not parse ({e.message.splitlines()[0]})'
+      if doc.kind == 'py':
+        result.error = message
+        return result
+      result.unit_errors.append(f'{message}; that {unit.label.split()[0]} '
+                                'is left as it is')
+  # Notebook cells and Markdown fences share one namespace: a name imported
+  # in one unit resolves in the others.
+  shared = _imports(parsed, names.name) if doc.kind != 'py' else {}
+  for index, unit, module in parsed:
+    if doc.kind != 'py' and not _WORTH_RE.search(unit.code):
+      # A cell with no API and no class: nothing to learn, and resolving
+      # its names is the slow part. It is kept (with no facts) because an
+      # edit may still land in it: the call before a pop opening the next
+      # cell.
+      result.units.append(ParsedUnit(index, unit, module,
+                                     facts_lib.UnitFacts(), frozenset()))
+      continue
+    unit_names = names
+    if doc.kind != 'py':
+      unit_names = ModuleNameAndPackage(f'{names.name}.unit{index}',
+                                        names.package)
+    wrapper = metadata.MetadataWrapper(
+        module, unsafe_skip_copy=True,
+        cache={metadata.FullyQualifiedNameProvider: unit_names})
+    unit_facts = facts_lib.collect(wrapper, path, index, unit.label,
+                                   unit.first_line, shared)
+    scopes = wrapper.resolve(metadata.ScopeProvider)
+    global_scope = scopes.get(module)
+    global_names = frozenset(a.name for a in global_scope.assignments) if (
+        global_scope is not None) else frozenset()
+    result.units.append(ParsedUnit(index, unit, module, unit_facts,
+                                   global_names))
+  doc_imports = None
+  if doc.kind != 'py':
+    doc_imports = frozenset(v.rsplit('.', 1)[0] if '.' in v else v
+                            for k, v in shared.items() if not k.startswith('='))
+    doc_imports |= frozenset(v for k, v in shared.items()
+                             if not k.startswith('='))
+  for parsed_unit in result.units:
+    for site in parsed_unit.facts.sites:
+      site.module, site.imports = names.name, doc_imports
+  by_index = {u.index: u for u in result.units}
+  for parsed_unit in result.units:
+    for site in parsed_unit.facts.sites:
+      if site.cross_unit and site.pop_call is None:
+        previous = by_index.get(parsed_unit.index - 1)
+        consumers.link_across_units(
+            site, previous.module if previous else None)
+      if site.kind == 'pop' and doc.kind != 'py':
+        # Cells before the one holding the call.
+        first = (site.pop_call_unit if site.pop_call_unit is not None
+                 else parsed_unit.index)
+        consumers.earlier_call_in_cells(site, [
+            u.module for u in result.units if u.index < first])
+  return result
+
+
+def _imports(parsed, module_name: str) -> dict[str, str]:
+  """Local name -> qualified name, for what the units define at top level.
+
+  Imports, classes, and ``x = Cls(...)`` assignments made once (so that a
+  cell's ``nnx.pop(cs, ...)`` knows the class of ``cs`` made in another).
+  """
+  found, assigned = {}, collections.Counter()
+  for index, _, module in parsed:
+    for statement in module.body:
+      if isinstance(statement, cst.ClassDef):
+        found[statement.name.value] = (
+            f'{module_name}.unit{index}.{statement.name.value}')
+      if not isinstance(statement, cst.SimpleStatementLine):
+        continue
+      for small in statement.body:
+        if isinstance(small, cst.Import):
+          for alias in small.names:
+            name = cst.Module([]).code_for_node(alias.name)
+            local = (alias.asname.name.value if alias.asname
+                     else name.split('.')[0])
+            found[local] = name if alias.asname else name.split('.')[0]
+        elif (isinstance(small, cst.ImportFrom) and small.module is not None
+              and not small.relative
+              and not isinstance(small.names, cst.ImportStar)):
+          base = cst.Module([]).code_for_node(small.module)
+          for alias in small.names:
+            name = cst.Module([]).code_for_node(alias.name)
+            local = alias.asname.name.value if alias.asname else name
+            found[local] = f'{base}.{name}'
+        elif isinstance(small, cst.Assign):
+          for target in small.targets:
+            if isinstance(target.target, cst.Name):
+              assigned[target.target.value] += 1
+              if isinstance(small.value, cst.Call):
+                found['=' + target.target.value] = cst.Module(
+                    []).code_for_node(small.value.func)
+  # `=cs` -> the class called to make cs, when cs is assigned once.
+  return {k: v for k, v in found.items()
+          if not k.startswith('=') or assigned[k[1:]] == 1}

@@ -1,0 +1,370 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Phase 2: the decision for every site, from the facts of the whole project.
+
+Who reads what: a reader (``nnx.capture``/``nnx.pop``) reaches the sows of
+the classes its object may be an instance of (the class it is constructed
+from, and every class that class instantiates); when the object's class is
+not known, it may reach every sow of the project. Sows made outside any
+class (``module.sow(...)`` in a helper function) may be reached by every
+reader.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+
+from . import names as nm
+from .facts import ClassFact, OtherUse, Site
+from .flags import shorten
+
+OK, REWRITE = 'ok', 'rewrite'
+
+
+@dataclasses.dataclass
+class Decision:
+  action: str  # OK (nothing to do), REWRITE, or 'flag'
+  code: str = ''
+  detail: str = ''
+
+
+class Project:
+  """The classes, sites and other uses of a whole project."""
+
+  def __init__(self, sites: list[Site], classes: list[ClassFact],
+               others: list[OtherUse],
+               state_names: dict[str, set[str]] | None = None):
+    state_names = state_names or {}
+    self.classes = {c.qualified: c for c in classes}
+    self.others = [o for o in others if o.code != 'attribute-read'
+                   or o.receiver not in state_names.get(o.path, ())]
+    self.sites = [s for s in sites if self.is_nnx(s)]
+    self.linen = [s for s in sites if not self.is_nnx(s)]
+    self.sows = [s for s in self.sites if s.kind in ('sow', 'perturb')]
+    self.readers = [s for s in self.sites if s.kind in ('capture', 'pop')]
+
+  @functools.cache
+  def kind(self, qualified: str | None, depth: int = 0) -> str:
+    """'nnx', 'linen' or 'other' for a class."""
+    fact = self.classes.get(qualified) if qualified else None
+    if fact is None or depth > 20 or (
+        qualified.startswith('flax.nnx.')
+        and qualified.rsplit('.', 1)[-1] in nm.NOT_MODULES):
+      return 'other'
+    kinds = set()
+    for base in fact.bases:
+      if nm.is_linen(base):
+        kinds.add('linen')
+      elif base == nm.MODULE:
+        kinds.add('nnx')
+      elif base.startswith('flax.nnx.') and base not in self.classes:
+        # A class of the installed flax.nnx: a Module unless it is one of
+        # the Variable or Pytree classes.
+        if base.rsplit('.', 1)[-1] not in nm.NOT_MODULES:
+          kinds.add('nnx')
+      else:
+        kinds.add(self.kind(base, depth + 1))
+    for kind in ('linen', 'nnx'):
+      if kind in kinds:
+        return kind
+    return 'other'
+
+  def is_nnx(self, site: Site) -> bool:
+    if site.kind in ('capture', 'pop'):
+      # A reader of sown values: it names nnx.Intermediate or a subclass
+      # (nnx.pop(m, nnx.RngState) and the library's own calls are not).
+      return any(self.is_subclass(t, nm.INTERMEDIATE) for t in site.types) or (
+          site.kind == 'capture' and any(
+              code in ('perturbation', 'method-outputs')
+              for code, _ in site.reasons))
+    kind = self.kind(site.owner)
+    if kind == 'linen':
+      return False
+    if kind == 'nnx':
+      return True
+    # A sow outside an NNX class: NNX if it names an NNX Variable type.
+    if site.kind == 'sow':
+      return any(t.startswith('flax.nnx.') for t in site.types)
+    return False
+
+  @functools.cache
+  def is_subclass(self, qualified: str, base: str, depth: int = 0) -> bool:
+    if qualified == base:
+      return True
+    if qualified == nm.PERTURBATION and base == nm.INTERMEDIATE:
+      return True
+    fact = self.classes.get(qualified)
+    if fact is None or depth > 20:
+      return False
+    return any(self.is_subclass(b, base, depth + 1) for b in fact.bases)
+
+  @functools.cache
+  def closure(self, root: str | None) -> frozenset[str] | None:
+    """The classes an instance of ``root`` may contain (None: unknown)."""
+    if root is None or root not in self.classes:
+      return None
+    seen, todo = set(), [root]
+    while todo:
+      current = todo.pop()
+      if current in seen:
+        continue
+      seen.add(current)
+      fact = self.classes.get(current)
+      if fact is None:
+        continue
+      if fact.opaque:
+        return None
+      # Submodules: the NNX Module classes it calls (a Variable or helper
+      # class made in a method holds no sow).
+      todo.extend(b for b in fact.bases if b in self.classes
+                  and b != nm.MODULE)  # flax's own Module, when run on flax
+      todo.extend(q for q, _ in fact.calls
+                  if q in self.classes and self.kind(q) == 'nnx')
+    return frozenset(seen)
+
+  def reached(self, reader: Site) -> list[Site]:
+    classes = self.closure(reader.root)
+    return [s for s in self.sows if _importable(s, reader) and (
+        classes is None or s.owner is None or s.owner in classes)]
+
+  def others_reached(self, reader: Site) -> list[OtherUse]:
+    classes = self.closure(reader.root)
+    return [o for o in self.others
+            if classes is None or o.owner is None or o.owner in classes]
+
+  @functools.cache
+  def instance_counts(self, root: str) -> dict[str, int]:
+    """How many instances of each class one ``root`` may hold (2 = many)."""
+    counts = collections.Counter({root: 1})
+    for member in self.closure(root) or ():
+      fact = self.classes.get(member)
+      for called, in_loop in (fact.calls if fact else ()):
+        if called in self.classes:
+          counts[called] += 2 if in_loop else 1
+    return counts
+
+  def multi_instance(self, sow: Site) -> str | None:
+    """Where the code shows several instances sowing ``sow.name`` in one model."""
+    for root in self.classes:
+      classes = self.closure(root)
+      if not classes or sow.owner not in classes:
+        continue
+      counts = self.instance_counts(root)
+      same = [s for s in self.sows if s.name == sow.name and s.owner in classes]
+      owners = {s.owner for s in same}
+      if len(owners) > 1 or counts.get(sow.owner, 0) > 1:
+        return (f"'{sow.name}' is sown by several instances in "
+                f"{root.rsplit('.', 1)[-1]} "
+                f"({shorten(sorted(o.rsplit('.', 1)[-1] for o in owners))}); "
+                'flat names would merge them: add an index to the name')
+    return None
+
+
+_DOCS = ('.ipynb', '.md')
+
+
+def _importable(sow: Site, reader: Site) -> bool:
+  # What a notebook or a Markdown page defines is seen only inside it; a
+  # notebook or page sees the modules it imports (and their submodules).
+  if sow.path == reader.path:
+    return True
+  if sow.path.endswith(_DOCS):
+    return False
+  if reader.path.endswith(_DOCS) and reader.imports is not None:
+    return any(sow.module == m or sow.module.startswith(m + '.')
+               for m in reader.imports)
+  return True
+
+
+def decide(project: Project, target: str) -> dict[int, Decision]:
+  """The decision for every NNX site, keyed by ``id(site)``."""
+  if target == 'capture':
+    return _decide_capture(project)
+  return _decide_functional(project)
+
+
+def _pop_to_capture_reason(project: Project, pop: Site):
+  """Why ``nnx.pop`` -> ``nnx.capture`` would change what is collected."""
+  # nnx.pop(m, nnx.Perturbation) -> nnx.capture(m, nnx.Perturbation) keeps
+  # the legacy workflow as it is: 'perturbation' concerns the functional API.
+  reasons = [r for r in pop.reasons if r[0] != 'perturbation']
+  if reasons:
+    return reasons[0]
+  if pop.pop_reasons:
+    return pop.pop_reasons[0]
+  popped = pop.types[0]
+  for other in project.others_reached(pop):
+    if other.code == 'direct-intermediate' and other.owner is not None:
+      return ('direct-intermediate', f'it may pop the Variable created at '
+              f'{other.path}:{other.line}, which nnx.capture does not collect')
+  for sow in project.reached(pop):
+    if sow.types == (popped,):
+      continue
+    sown = sow.types[0] if sow.types else '?'
+    if not project.is_subclass(sown, popped) and sown in project.classes:
+      continue  # neither pop nor capture collects it
+    short = sown.rsplit('.', 1)[-1]
+    if sow.kind == 'perturb':
+      return ('perturbation', f'{pop.node and "nnx.pop"} also collects the '
+              f'Perturbation of perturb() at {sow.where}; nnx.capture(m, '
+              f'{popped.rsplit(".", 1)[-1]}) would not')
+    if project.is_subclass(sown, popped):
+      return ('subclass', f'it may pop {short} sown at {sow.where}, a '
+              f'subclass of {popped.rsplit(".", 1)[-1]}: nnx.capture of the '
+              'exact type would not collect it')
+    return ('unknown-type', f'it may pop the values sown at {sow.where} with '
+            f'type {short}, which the codemod cannot resolve')
+  for other in project.others_reached(pop):
+    if other.code == 'direct-intermediate':
+      return ('direct-intermediate', f'it may pop the Variable created at '
+              f'{other.path}:{other.line}, which nnx.capture does not collect')
+  return None
+
+
+def _decide_capture(project: Project) -> dict[int, Decision]:
+  decisions = {}
+  for reader in project.readers:
+    if reader.kind == 'capture':
+      decisions[id(reader)] = Decision(OK)
+      continue
+    reason = _pop_to_capture_reason(project, reader)
+    decisions[id(reader)] = (Decision(REWRITE) if reason is None
+                             else Decision('flag', *reason))
+  attribute_reads = collections.defaultdict(list)
+  for other in project.others:
+    if other.code == 'attribute-read':
+      attribute_reads[other.name].append(other)
+  legacy = collections.defaultdict(list)
+  for reader in project.readers:
+    if decisions[id(reader)].action == 'flag':
+      for sow in project.reached(reader):
+        legacy[id(sow)].append(reader)
+  for sow in project.sows:
+    readers = legacy.get(id(sow))
+    if sow.name in attribute_reads and not readers:
+      other = attribute_reads[sow.name][0]
+      decisions[id(sow)] = Decision('flag', 'attribute-read', (
+          f'{other.detail} at {other.path}:{other.line}: the model runs '
+          'outside nnx.capture there; capture it instead'))
+      continue
+    if not readers:
+      decisions[id(sow)] = Decision(OK)
+      continue
+    first = readers[0]
+    more = f' and {len(readers) - 1} more' if len(readers) > 1 else ''
+    decisions[id(sow)] = Decision('flag', 'legacy-reader', (
+        f'may be read by nnx.pop at {first.where}{more}, which stays '
+        f'({decisions[id(first)].code}); the model runs outside nnx.capture'))
+  return decisions
+
+
+def _decide_functional(project: Project) -> dict[int, Decision]:
+  decisions: dict[int, Decision] = {}
+  parent = {id(s): id(s) for s in project.sites}
+  by_id = {id(s): s for s in project.sites}
+
+  def find(key):
+    while parent[key] != key:
+      parent[key] = parent[parent[key]]
+      key = parent[key]
+    return key
+
+  def union(a, b):
+    parent[find(a)] = find(b)
+
+  own: dict[int, tuple[str, str]] = {}
+  for site in project.sites:
+    if site.reasons:
+      own[id(site)] = site.reasons[0]
+  for sow in project.sows:
+    if id(sow) in own:
+      continue
+    if sow.kind == 'sow' and sow.types != (nm.INTERMEDIATE,):
+      own[id(sow)] = ('subclass', f'sows {sow.types[0].rsplit(".", 1)[-1]}, '
+                      "not nnx.Intermediate: use sow(x, name=..., tag='...') "
+                      'and capture(f, tag=...)')
+    elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
+      own[id(sow)] = ('not-in-module', 'in a class not known to be an NNX '
+                      'Module (its base is not resolved); rewrite by hand')
+    elif sow.name is not None:
+      multi = project.multi_instance(sow)
+      if multi:
+        own[id(sow)] = ('multi-instance', multi)
+  for reader in project.readers:
+    # A reader with a reason of its own still links the sows it may reach:
+    # they stay legacy with it.
+    if reader.kind == 'pop' and id(reader) not in own:
+      if reader.pop_reasons:
+        own[id(reader)] = reader.pop_reasons[0]
+        if reader.pop_reasons[0][0] == 'pop-discarded':
+          continue  # it reads nothing: the sows it clears may still migrate
+      elif (reason := _pop_to_capture_reason(project, reader)):
+        own[id(reader)] = reason
+    if reader.types and reader.types[0] != nm.INTERMEDIATE and id(
+        reader) not in own:
+      own[id(reader)] = ('subclass', f'captures {reader.types[0]}: use '
+                         "capture(f, tag='...') with sow(..., tag='...')")
+    consumer = reader.consumer
+    if consumer is not None and consumer.reason and id(reader) not in own:
+      own[id(reader)] = consumer.reason
+    names = consumer.names if consumer is not None else None
+    reached = project.reached(reader)
+    # Every sow the reader may reach migrates with it: the legacy State
+    # holds them all, whatever names the reader reads.
+    for sow in reached:
+      union(id(reader), id(sow))
+    if names is not None and id(reader) not in own:
+      missing = sorted(n for n in names
+                       if not any(s.name == n for s in reached))
+      if missing:
+        own[id(reader)] = ('no-sow-found', f'reads {shorten(missing)}, which '
+                           'no sow it may reach makes (a module path, or a '
+                           "library's sow?)")
+  for other in project.others:
+    if other.code == 'attribute-read':
+      for sow in project.sows:
+        if sow.name == other.name and id(sow) not in own:
+          own[id(sow)] = ('attribute-read', f'{other.detail} at {other.path}:'
+                          f'{other.line}; capture it instead')
+      continue
+    if other.code != 'filter-use':
+      continue
+    for sow in project.sows:
+      if other.owner is None or sow.owner == other.owner:
+        if id(sow) not in own:
+          own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
+                          f'{other.line} may select it; delete that filter '
+                          'once the values are captured')
+  blocked = collections.defaultdict(list)
+  for key, reason in own.items():
+    blocked[find(key)].append(key)
+  for site in project.sites:
+    key = id(site)
+    if key in own:
+      decisions[key] = Decision('flag', *own[key])
+      continue
+    culprits = blocked.get(find(key))
+    if not culprits:
+      decisions[key] = Decision(REWRITE)
+      continue
+    culprit = by_id[culprits[0]]
+    code = 'legacy-reader' if site.kind in ('sow', 'perturb') else 'legacy-sow'
+    if culprit.kind in ('sow', 'perturb'):
+      code = 'legacy-sow' if site.kind in ('capture', 'pop') else code
+    decisions[key] = Decision('flag', code, (
+        f'linked to the {culprit.kind} at {culprit.where}, which stays '
+        f'({own[culprits[0]][0]}); both must migrate together'))
+  return decisions

@@ -1,0 +1,539 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Phase 1: the facts of one file, from libcst metadata.
+
+One visitor per code unit records every sow/perturb call, every
+``nnx.capture``/``nnx.pop`` (a reader), every other use of
+``nnx.Intermediate`` and the classes with what they instantiate. Names are
+resolved with ``FullyQualifiedNameProvider``: a class is known by its fully
+qualified name, so two classes ``Foo`` in two files are two classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as tp
+
+import libcst as cst
+from libcst import metadata
+
+from . import consumers as consumers_lib
+from . import names as nm
+
+_REDUCER_KEYWORDS = ('reduce_fn', 'init_fn')
+
+
+@dataclasses.dataclass(eq=False)
+class Site:
+  """A sow, perturb, capture or pop call, with what the analysis found."""
+
+  kind: str  # 'sow', 'perturb', 'capture' or 'pop'
+  path: str
+  unit: int
+  unit_label: str
+  line: int
+  col: int
+  node: cst.Call
+  owner: str | None = None  # qualified name of the enclosing class
+  types: tuple[str, ...] = ()  # canonical Variable types named in the call
+  name: str | None = None  # the literal name of a sow/perturb
+  mode: str = 'append'  # or 'clobber' (keep-last reducer)
+  root: str | None = None  # class of the captured/popped object, if known
+  reasons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+  # Readers: which names they read (None: unknown), and how to rewrite them.
+  names_read: frozenset[str] | None = None
+  consumer: consumers_lib.Consumers | None = None
+  pop_reasons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+  pop_call: cst.CSTNode | None = None  # the statement calling the model
+  pop_statement: cst.CSTNode | None = None
+  decorator: bool = False
+  module: str = ''  # dotted module name of the file
+  imports: frozenset[str] | None = None  # a notebook's imported modules
+  # A pop that opens a notebook cell: the call may end the previous cell.
+  cross_unit: str | None = None
+  pop_statement_candidate: cst.CSTNode | None = None
+  pop_call_unit: int | None = None
+
+  @property
+  def where(self) -> str:
+    return f'{self.path}:{self.line}'
+
+  def block(self, code: str, detail: str = '') -> None:
+    self.reasons.append((code, detail))
+
+
+@dataclasses.dataclass
+class ClassFact:
+  qualified: str
+  path: str
+  line: int
+  bases: tuple[str, ...]
+  # Qualified names called in the class body (instantiations among them),
+  # with whether the call is in a loop or comprehension.
+  calls: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
+  # Attributes assigned something that is not a call (a module passed in).
+  opaque: bool = False
+
+
+@dataclasses.dataclass
+class OtherUse:
+  """nnx.Intermediate used outside a sow/capture/pop (a filter, a Variable)."""
+
+  code: str  # 'filter-use', 'direct-intermediate' or 'attribute-read'
+  path: str
+  line: int
+  owner: str | None
+  detail: str
+  name: str | None = None  # the attribute read
+  receiver: str | None = None  # `model` in model.features.value
+
+
+@dataclasses.dataclass
+class UnitFacts:
+  sites: list[Site] = dataclasses.field(default_factory=list)
+  classes: list[ClassFact] = dataclasses.field(default_factory=list)
+  others: list[OtherUse] = dataclasses.field(default_factory=list)
+  # Module-level string constants, for names given as constants.
+  constants: dict[str, str] = dataclasses.field(default_factory=dict)
+  # Names a captured or popped State is assigned to (`s` in y, s = ...).
+  state_names: set[str] = dataclasses.field(default_factory=set)
+
+
+def string_value(node: cst.CSTNode) -> str | None:
+  if isinstance(node, cst.SimpleString):
+    value = node.evaluated_value
+    return value if isinstance(value, str) else None
+  return None
+
+
+class Collector(cst.CSTVisitor):
+  """Records the facts of one code unit."""
+
+  METADATA_DEPENDENCIES = (
+      metadata.PositionProvider,
+      metadata.ParentNodeProvider,
+      metadata.FullyQualifiedNameProvider,
+      metadata.ScopeProvider,
+  )
+
+  def __init__(self, path: str, unit: int, unit_label: str, first_line: int,
+               shared: dict[str, str] | None = None):
+    super().__init__()
+    self.shared = shared or {}
+    self.called: set[str] = set()
+    self.path, self.unit, self.unit_label = path, unit, unit_label
+    self.first_line = first_line
+    self.facts = UnitFacts()
+    self._classes: list[ClassFact] = []
+    self._class_nodes: list[cst.ClassDef] = []
+    self._loops = 0
+    self.handled: set[cst.CSTNode] = set()
+
+  # Helpers -----------------------------------------------------------------
+
+  def qnames(self, node: cst.CSTNode) -> set[str]:
+    found = nm.qualified_names(self.metadata, node)
+    if found or not self.shared:
+      return found
+    # A name imported in another cell of the notebook.
+    parts = []
+    while isinstance(node, cst.Attribute):
+      parts.append(node.attr.value)
+      node = node.value
+    if isinstance(node, cst.Name) and node.value in self.shared:
+      return {nm.canonical('.'.join([self.shared[node.value]]
+                                    + parts[::-1]))}
+    return found
+
+  def is_(self, node: cst.CSTNode, qualified: str) -> bool:
+    return qualified in self.qnames(node)
+
+  def position(self, node: cst.CSTNode) -> tuple[int, int]:
+    start = self.get_metadata(metadata.PositionProvider, node).start
+    return start.line + self.first_line - 1, start.column + 1
+
+  def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    return self.get_metadata(metadata.ParentNodeProvider, node, None)
+
+  def owner(self) -> str | None:
+    return self._classes[-1].qualified if self._classes else None
+
+  def new_site(self, kind: str, node: cst.Call) -> Site:
+    line, col = self.position(node)
+    site = Site(kind, self.path, self.unit, self.unit_label, line, col, node,
+                owner=self.owner())
+    self.facts.sites.append(site)
+    return site
+
+  # Classes and loops -------------------------------------------------------
+
+  def visit_ClassDef(self, node: cst.ClassDef) -> None:
+    qualified = sorted(self.qnames(node.name) or {node.name.value})[0]
+    bases = tuple(sorted(q for arg in node.bases for q in self.qnames(arg.value)))
+    fact = ClassFact(qualified, self.path, self.position(node)[0], bases)
+    self._classes.append(fact)
+    self._class_nodes.append(node)
+    self.facts.classes.append(fact)
+
+  def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+    self._classes.pop()
+    self._class_nodes.pop()
+
+  def visit_For(self, node) -> None:
+    self._loops += 1
+
+  def leave_For(self, original_node) -> None:
+    self._loops -= 1
+
+  visit_While, leave_While = visit_For, leave_For
+  visit_ListComp, leave_ListComp = visit_For, leave_For
+  visit_GeneratorExp, leave_GeneratorExp = visit_For, leave_For
+  visit_DictComp, leave_DictComp = visit_For, leave_For
+  visit_SetComp, leave_SetComp = visit_For, leave_For
+
+  def visit_Assign(self, node: cst.Assign) -> None:
+    if not self._classes:
+      if (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+          and string_value(node.value) is not None):
+        self.facts.constants[node.targets[0].target.value] = string_value(
+            node.value)
+      return
+    for target in node.targets:
+      if (isinstance(target.target, cst.Attribute)
+          and isinstance(target.target.value, cst.Name)
+          and target.target.value.value == 'self'
+          and isinstance(node.value, (cst.Name, cst.Attribute))):
+        self._classes[-1].opaque = True
+
+  # Calls -------------------------------------------------------------------
+
+  def visit_Call(self, node: cst.Call) -> None:
+    if not isinstance(node.func, (cst.Name, cst.Attribute)):
+      return  # f(...)(x): the inner call is visited on its own
+    self.called.add(_code(node.func))
+    qualified = self.qnames(node.func)
+    if self._classes:
+      for name in qualified:
+        self._classes[-1].calls.append((name, self._loops > 0))
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+        'sow', 'perturb') and not qualified & {nm.CAPTURE, nm.POP}:
+      self._sow_or_perturb(node, node.func.attr.value)
+    elif nm.CAPTURE in qualified:
+      self._reader(node, 'capture')
+    elif nm.POP in qualified:
+      self._reader(node, 'pop')
+
+  def _arg_types(self, args) -> tuple[str, ...]:
+    types = []
+    values = []
+    for arg in args:
+      if isinstance(arg.value, cst.Tuple):
+        values += [element.value for element in arg.value.elements]
+      else:
+        values.append(arg.value)
+    for value in values:
+      names = self.qnames(value)
+      types.append(sorted(names)[0] if names else cst.Module([]).code_for_node(
+          value))
+      self.handled.add(value)
+    return tuple(types)
+
+  def _sow_or_perturb(self, node: cst.Call, kind: str) -> None:
+    site = self.new_site(kind, node)
+    if any(arg.star for arg in node.args):
+      site.block('kwargs', f'*args/**kwargs in .{kind}() hide its arguments')
+      return
+    params = (('variable_type', 'name', 'value', 'reduce_fn', 'init_fn')
+              if kind == 'sow' else ('name', 'value', 'variable_type'))
+    bound = _bind(node.args, params)
+    if bound is None:
+      site.block('kwargs', f'unrecognised .{kind}() arguments')
+      return
+    if kind == 'sow':
+      type_node = bound.get('variable_type')
+    else:
+      type_node = bound.get('variable_type')
+    if type_node is not None:
+      site.types = self._arg_types([cst.Arg(type_node)])
+      if string_value(type_node) is not None:
+        site.types = ('str:' + string_value(type_node),)
+    else:
+      site.types = (nm.PERTURBATION,)
+    name_node = bound.get('name')
+    site.name = string_value(name_node) if name_node is not None else None
+    if site.name is None and name_node is not None:
+      site.name = self._constant(name_node)
+    if site.name is None:
+      site.block('nonliteral-name',
+                 f'the name {_code(name_node)} is computed; functional names '
+                 'must be spelled out, e.g. a tuple')
+    if kind == 'sow':
+      reducers = {k: bound[k] for k in _REDUCER_KEYWORDS if k in bound}
+      mode = _reducer_mode(reducers)
+      if mode is None:
+        site.block('custom-reducer', 'custom reduce_fn/init_fn: sow every '
+                   'value and reduce after capturing')
+      else:
+        site.mode = mode
+      if not isinstance(self.parent(node), cst.Expr):
+        site.block('sow-result-used', 'the bool returned by .sow() is used; '
+                   'the functional sow returns the value')
+    transform = self._enclosing_transform(node)
+    if transform:
+      site.block('transform', f'runs under {transform}: values are carried '
+                 'through the transform; rewrite by hand')
+
+  def _constant(self, node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.Name):
+      return self.facts.constants.get(node.value)
+    if (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+        and node.value.value == 'self' and self._classes):
+      return self._class_constants().get(node.attr.value)
+    return None
+
+  def _class_constants(self) -> dict[str, str]:
+    # Class-level `TAG = 'name'` constants of the enclosing class.
+    found = {}
+    for statement in self._class_nodes[-1].body.body:
+      if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+          if (isinstance(small, cst.Assign) and len(small.targets) == 1
+              and isinstance(small.targets[0].target, cst.Name)
+              and string_value(small.value) is not None):
+            found[small.targets[0].target.value] = string_value(small.value)
+    return found
+
+  def _enclosing_transform(self, node: cst.CSTNode) -> str | None:
+    # A sow inside a function or lambda passed to an nnx transform, or in a
+    # method decorated with one.
+    current = node
+    while current is not None:
+      parent = self.parent(current)
+      if isinstance(current, cst.FunctionDef):
+        for decorator in current.decorators:
+          target = decorator.decorator
+          if isinstance(target, cst.Call):
+            target = target.func
+          if self.qnames(target) & nm.TRANSFORMS:
+            return _code(decorator.decorator)
+      if (isinstance(current, cst.Lambda) and isinstance(parent, cst.Arg)):
+        call = self.parent(parent)
+        if isinstance(call, cst.Call) and self.qnames(call.func) & nm.TRANSFORMS:
+          return _code(call.func)
+      current = parent
+    return None
+
+  def _reader(self, node: cst.Call, kind: str) -> None:
+    site = self.new_site(kind, node)
+    if any(arg.star for arg in node.args):
+      site.block('kwargs', f'*args/**kwargs in nnx.{kind}() hide the filters')
+      return
+    positional = [arg for arg in node.args if arg.keyword is None]
+    keywords = {arg.keyword.value: arg for arg in node.args if arg.keyword}
+    for arg in keywords.values():
+      self.handled.add(arg.value)  # method_outputs=nnx.Intermediate
+    if kind == 'capture' and positional and self._is_variable_type(
+        positional[0].value):
+      site.decorator = True  # nnx.capture(nnx.Intermediate)(f)
+      site.types = self._arg_types(positional)
+      target = None
+    else:
+      target = positional[0].value if positional else None
+      site.types = self._arg_types(positional[1:])
+    if 'method_outputs' in keywords:
+      site.block('method-outputs', 'method_outputs= sows every method output '
+                 'implicitly; add explicit sows in the methods you need')
+    if 'init' in keywords or nm.PERTURBATION in site.types:
+      site.block('perturbation', 'the two-phase perturbation workflow; with '
+                 'perturb(v, name=...) capture around jax.grad instead')
+    if len(site.types) > 1 or any(isinstance(arg.value, cst.Tuple)
+                                  for arg in positional[1:]):
+      site.block('several-types', 'several variable types in one call: one '
+                 'capture per tag')
+    if target is not None:
+      site.root = self._root_class(target)
+    self._record_state_names(node)
+    if kind == 'capture':
+      site.consumer = consumers_lib.analyse_capture(self, site)
+    else:
+      consumers_lib.analyse_pop(self, site, target)
+
+  def _record_state_names(self, node: cst.CSTNode) -> None:
+    current = self.parent(node)
+    while isinstance(current, (cst.Call, cst.Subscript, cst.Attribute,
+                               cst.Index, cst.SubscriptElement)):
+      current = self.parent(current)
+    if isinstance(current, cst.Assign):
+      for target in current.targets:
+        for name in _names_in(target.target):
+          self.facts.state_names.add(name)
+
+  def _is_variable_type(self, node: cst.CSTNode) -> bool:
+    return bool(self.qnames(node) & {nm.INTERMEDIATE, nm.PERTURBATION})
+
+  def _root_class(self, target: cst.CSTNode) -> str | None:
+    # The class of `model` when the scope assigns it once, `model = Cls(...)`.
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+      target = target.value  # model.method
+    if not isinstance(target, cst.Name):
+      return None
+    scope = self.get_metadata(metadata.ScopeProvider, target, None)
+    if scope is None:
+      return None
+    assignments = [a for a in scope[target.value]
+                   if isinstance(a, metadata.Assignment)]
+    if not assignments and '=' + target.value in self.shared:
+      # Made in another notebook cell: resolve the class name there.
+      func = cst.parse_expression(self.shared['=' + target.value])
+      parts = []
+      while isinstance(func, cst.Attribute):
+        parts.append(func.attr.value)
+        func = func.value
+      if isinstance(func, cst.Name) and func.value in self.shared:
+        return nm.canonical('.'.join([self.shared[func.value]] + parts[::-1]))
+      return None
+    if len(assignments) != 1:
+      return None
+    node = assignments[0].node
+    if isinstance(node, cst.Param):
+      # def f(model: Model, ...): the annotation names the class.
+      if node.annotation is None:
+        return None
+      names = self.qnames(node.annotation.annotation)
+      return sorted(names)[0] if len(names) == 1 else None
+    assign = self.parent(self.parent(node) or target)
+    if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call):
+      names = self.qnames(assign.value.func)
+      return sorted(names)[0] if names else None
+    return None
+
+  # Other uses of nnx.Intermediate -------------------------------------------
+
+  def visit_Name(self, node: cst.Name) -> None:
+    self._other_use(node)
+
+  def visit_Attribute(self, node: cst.Attribute) -> None:
+    self._other_use(node)
+    self._attribute_read(node)
+
+  def _attribute_read(self, node: cst.Attribute) -> None:
+    # `model.features.value`, `model.features[0]`: a sown value left on the
+    # module by a call outside nnx.capture, read as an attribute. The name
+    # is matched against the sows later.
+    if node in self.handled or (isinstance(node.value, cst.Name)
+                                and node.value.value == 'self'):
+      return
+    parent = self.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+      if parent.attr.value not in ('value', 'get_value'):
+        return
+    elif isinstance(parent, cst.Subscript) and parent.value is node:
+      index = parent.slice[0].slice if len(parent.slice) == 1 else None
+      if not (isinstance(index, cst.Index) and isinstance(
+          index.value, (cst.Integer, cst.UnaryOperation))):
+        return
+    else:
+      return
+    line, _ = self.position(node)
+    self.facts.others.append(OtherUse(
+        'attribute-read', self.path, line, self.owner(),
+        f'read as an attribute, {_code(parent)},', node.attr.value,
+        _code(node.value)))
+
+  def _other_use(self, node: cst.CSTNode) -> None:
+    if node in self.handled:
+      return
+    names = self.qnames(node)
+    if nm.INTERMEDIATE not in names:
+      return
+    parent = self.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+      return  # the prefix of a longer name
+    current = parent
+    while current is not None:
+      if isinstance(current, (cst.Import, cst.ImportFrom)):
+        return
+      if isinstance(current, cst.Arg) and isinstance(
+          self.parent(current), cst.ClassDef):
+        return  # a base class: a subclass is recorded with the class
+      if isinstance(current, cst.Call):
+        break
+      current = self.parent(current)
+    line, _ = self.position(node)
+    if (isinstance(parent, cst.Call) and parent.func is node):
+      self.facts.others.append(OtherUse(
+          'direct-intermediate', self.path, line, self.owner(),
+          'an nnx.Intermediate Variable is created directly; nnx.pop collects '
+          'it, capture does not'))
+      return
+    call = current if isinstance(current, cst.Call) else None
+    context = _code(call.func) if call is not None else 'an expression'
+    self.facts.others.append(OtherUse(
+        'filter-use', self.path, line, self.owner(),
+        f'nnx.Intermediate used in {context}'))
+
+
+def _names_in(node: cst.CSTNode) -> list[str]:
+  if isinstance(node, cst.Name):
+    return [node.value]
+  if isinstance(node, (cst.Tuple, cst.List)):
+    return [n for e in node.elements for n in _names_in(e.value)]
+  return []
+
+
+def _bind(args: tp.Sequence[cst.Arg], params: tuple[str, ...]):
+  bound = {}
+  for index, arg in enumerate(args):
+    if arg.keyword is None:
+      if index >= len(params):
+        return None
+      bound[params[index]] = arg.value
+    elif arg.keyword.value in params:
+      bound[arg.keyword.value] = arg.value
+    else:
+      return None
+  return bound
+
+
+def _reducer_mode(reducers: dict[str, cst.CSTNode]) -> str | None:
+  if not reducers:
+    return 'append'
+  reduce_fn = reducers.get('reduce_fn')
+  if set(reducers) == {'reduce_fn'} and isinstance(reduce_fn, cst.Lambda):
+    params = reduce_fn.params.params
+    if (len(params) == 2 and isinstance(reduce_fn.body, cst.Name)
+        and reduce_fn.body.value == params[1].name.value):
+      return 'clobber'
+  return None
+
+
+def _code(node: cst.CSTNode | None) -> str:
+  if node is None:
+    return '?'
+  text = cst.Module([]).code_for_node(node)
+  return text if len(text) <= 40 else text[:37] + '...'
+
+
+def collect(wrapper: metadata.MetadataWrapper, path: str, unit: int,
+            unit_label: str, first_line: int,
+            shared: dict[str, str] | None = None) -> UnitFacts:
+  collector = Collector(path, unit, unit_label, first_line, shared)
+  wrapper.visit(collector)
+  # An attribute read of a sown value needs the object to have been called
+  # (model(x); model.y.value): `cursor.y[1]` on an object never called is
+  # something else.
+  collector.facts.others = [
+      o for o in collector.facts.others if o.code != 'attribute-read'
+      or o.receiver in collector.called]
+  return collector.facts

@@ -1,0 +1,402 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The command line: find files, analyse the project, plan, then write.
+
+Nothing is written until every file's new text is known and every file to
+write is known to be writable. A bug of the codemod on one file becomes one
+line, ``path: internal error: ...``; that file is left as it is, and so are
+the sites of other files linked to its sites.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import difflib
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+
+from . import decide as decide_lib
+from . import plan
+from .analysis import FileAnalysis, analyse
+from .flags import MAX_LINE, Flag
+
+EXTENSIONS = ('.py', '.ipynb', '.md')
+_SKIP_DIRS = frozenset({'__pycache__', 'node_modules', 'site-packages',
+                        '.venv', 'venv', 'build', 'dist'})
+_ROOT_MARKERS = ('pyproject.toml', 'setup.py', '.git')
+EXIT_OK, EXIT_CHANGES, EXIT_USAGE = 0, 1, 2
+EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_UNWRITABLE = 3, 4, 5
+_MENTIONS_RE = re.compile(
+    rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|\bpop\s*\(|'
+    rb'\bcapture\s*\(')
+_RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
+# What a file that could not be analysed must contain to read sown values.
+_READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
+                        rb'\bsplit\s*\(|\.value\b')
+
+
+@dataclasses.dataclass
+class Summary:
+  files: int = 0
+  analysed: int = 0
+  changed: int = 0
+  sites: int = 0
+  linen: int = 0
+  unchanged_ok: int = 0
+  rewritten: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+  flagged: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+  errors: list[str] = dataclasses.field(default_factory=list)
+  internal: list[str] = dataclasses.field(default_factory=list)
+  flags: list[Flag] = dataclasses.field(default_factory=list)
+  seconds: float = 0.0
+
+  def lines(self) -> list[str]:
+    out = [f'migrate_sow: {self.files} files, {self.analysed} analysed, '
+           f'{self.changed} changed, {len(self.errors)} unreadable, '
+           f'{len(self.internal)} internal errors ({self.seconds:.1f} s)']
+    detail = ', '.join(f'{k}: {v}' for k, v in sorted(self.rewritten.items()))
+    out.append(f'  NNX sites: {self.sites}; rewritten: '
+               f'{sum(self.rewritten.values())}' + (f' ({detail})' if detail
+                                                    else '')
+               + f'; already fine: {self.unchanged_ok}; flagged: '
+               f'{sum(self.flagged.values())}; Linen sites left alone: '
+               f'{self.linen}')
+    for code, count in sorted(self.flagged.items(), key=lambda i: (-i[1],
+                                                                  i[0])):
+      out.append(f'    {code}: {count}')
+    return out
+
+
+def find_files(paths: list[str]) -> list[str]:
+  found = []
+  for path in paths:
+    if os.path.isfile(path):
+      found.append(os.path.abspath(path))
+      continue
+    for directory, subdirs, files in os.walk(path):
+      subdirs[:] = sorted(d for d in subdirs
+                          if d not in _SKIP_DIRS and not d.startswith('.'))
+      found += [os.path.abspath(os.path.join(directory, f))
+                for f in sorted(files) if f.endswith(EXTENSIONS)]
+  return list(dict.fromkeys(found))
+
+
+def project_root(paths: list[str]) -> str:
+  """The nearest folder above the first path holding a project marker."""
+  start = os.path.abspath(paths[0])
+  start = start if os.path.isdir(start) else os.path.dirname(start)
+  current = start
+  while True:
+    if any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS):
+      return current
+    parent = os.path.dirname(current)
+    if parent == current:
+      return start
+    current = parent
+
+
+def _read(path: str) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def _one_line(text: str) -> str:
+  text = ' '.join(str(text).split())
+  return text if len(text) <= MAX_LINE else text[:MAX_LINE - 3] + '...'
+
+
+def _internal(path: str, error: BaseException, verbose: bool, err) -> str:
+  line = _one_line(f'{path}: internal error: {type(error).__name__}: {error}')
+  if verbose:
+    err.write(''.join(traceback.format_exception(error)))
+  return line
+
+
+def _relative(path: str, base: str) -> str:
+  relative = os.path.relpath(path, base)
+  return path if relative.startswith('..') else relative
+
+
+def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
+        annotate: bool = False, root: str | None = None,
+        verbose: bool = False, out=None, err=None, **_unused):
+  """Runs the codemod over ``paths``; returns (exit code, Summary)."""
+  out, err = out or sys.stdout, err or sys.stderr
+  start = time.perf_counter()
+  summary = Summary()
+  given = find_files(paths)
+  summary.files = len(given)
+  root = os.path.abspath(root or project_root(paths))
+  base = os.getcwd()
+  # Consumers are searched in the whole project, even on a partial run.
+  project_files = [p for p in find_files([root]) if p not in set(given)]
+  analyses: dict[str, FileAnalysis] = {}
+  unknown: list[tuple[str, bool]] = []  # files whose facts are missing
+  skipped: list[str] = []
+  todo = given + project_files
+  for round_ in range(2):
+    _analyse_all(todo, given, base, root, verbose, err, summary, analyses,
+                 unknown, skipped, None if round_ == 0 else _attribute_re(
+                     analyses))
+    # Files that mention none of the APIs may still read a sown value as
+    # an attribute (model.features.value): a second look at those.
+    todo, skipped = skipped, []
+    if not todo:
+      break
+  failed: set[str] = set()
+  results = {}
+  # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
+  # out and the decisions are made again without it.
+  for _ in range(10):
+    project = _project(analyses, failed)
+    decisions = decide_lib.decide(project, target)
+    _block_unknown(project, decisions, unknown, target)
+    modes = {s.name: s.mode for s in project.sows if s.name}
+    results, new_failure = {}, False
+    for path in given:
+      analysis = analyses.get(path)
+      if analysis is None or path in failed:
+        continue
+      try:
+        results[path] = plan.rewrite_file(analysis, decisions, target,
+                                          annotate, modes)
+      except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
+        summary.internal.append(_internal(analysis.path, e, verbose, err))
+        failed.add(path)
+        new_failure = True
+    if not new_failure:
+      break
+  _tally(summary, project, decisions, given, analyses, results, err)
+  changed = [r for r in results.values() if r.new is not None]
+  summary.changed = len(changed)
+  if mode == 'write':
+    unwritable = [r.path for r in changed if not _writable(r.path)]
+    if unwritable:
+      for path in unwritable:
+        err.write(_one_line(f'{path}: cannot write (permission denied); '
+                            'nothing was written') + '\n')
+      summary.seconds = time.perf_counter() - start
+      return EXIT_UNWRITABLE, summary
+    for result in changed:
+      _write(result.path, result.new)
+  elif mode == 'diff':
+    for result in changed:
+      out.write(_diff(result))
+  for line in summary.errors + summary.internal:
+    err.write(line + '\n')
+  summary.seconds = time.perf_counter() - start
+  if summary.internal:
+    return EXIT_INTERNAL, summary
+  if summary.errors:
+    return EXIT_UNREADABLE, summary
+  if mode == 'check' and changed:
+    return EXIT_CHANGES, summary
+  return EXIT_OK, summary
+
+
+def _attribute_re(analyses):
+  names = {site.name for a in analyses.values() for u in a.units
+           for site in u.facts.sites if site.name and site.kind == 'sow'}
+  if not names:
+    return re.compile(rb'(?!)')
+  alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
+  return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
+                    rb'\b|\[)')
+
+
+def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
+                 unknown, skipped, pattern) -> None:
+  given = set(given)
+  for path in paths:
+    display = _relative(path, base)
+    try:
+      data = _read(path)
+    except OSError as e:
+      if path in given:
+        summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
+      continue
+    if pattern is None and not _MENTIONS_RE.search(data):
+      skipped.append(path)
+      continue
+    if pattern is not None and not pattern.search(data):
+      continue
+    try:
+      analysis = analyse(display, data, root, path)
+    except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
+      line = _internal(display, e, verbose, err)
+      if path in given:
+        summary.internal.append(line)
+      unknown.append((display, bool(_RISKY_RE.search(data)),
+                      bool(_READER_RE.search(data))))
+      continue
+    if analysis.error:
+      if path in given:
+        summary.errors.append(_one_line(analysis.error))
+      unknown.append((display, bool(_RISKY_RE.search(data)),
+                      bool(_READER_RE.search(data))))
+      continue
+    if path in given:
+      summary.errors += [_one_line(e) for e in analysis.unit_errors]
+      summary.analysed += 1
+    analyses[path] = analysis
+
+
+def _project(analyses, failed) -> decide_lib.Project:
+  sites, classes, others = [], [], []
+  state_names = collections.defaultdict(set)
+  for path, analysis in analyses.items():
+    for unit in analysis.units:
+      state_names[analysis.path] |= unit.facts.state_names
+      classes += unit.facts.classes
+      others += unit.facts.others
+      if path in failed:
+        for site in unit.facts.sites:
+          if not any(code == 'internal-error' for code, _ in site.reasons):
+            site.block('internal-error', 'the codemod failed on this file; '
+                       'it is left as it is')
+      sites += unit.facts.sites
+  return decide_lib.Project(sites, classes, others, state_names)
+
+
+def _block_unknown(project, decisions, unknown, target) -> None:
+  # A file that could not be analysed may read any sow (functional) or sow
+  # types nnx.capture would not collect (capture): keep the sites it may
+  # affect.
+  if not unknown:
+    return
+  for path, risky, reads in unknown:
+    for site in project.sites:
+      decision = decisions[id(site)]
+      if decision.action != decide_lib.REWRITE:
+        continue
+      if (target == 'functional' and reads) or (risky and site.kind == 'pop'):
+        decisions[id(site)] = decide_lib.Decision(
+            'flag', 'legacy-reader', f'{path} could not be analysed and may '
+            'read or affect it; fix that file and run again')
+
+
+def _tally(summary, project, decisions, given, analyses, results, err):
+  given_paths = {analyses[p].path for p in given if p in analyses}
+  flags = []
+  for site in project.sites:
+    if site.path not in given_paths:
+      continue
+    summary.sites += 1
+    decision = decisions[id(site)]
+    if decision.action == 'flag':
+      flags.append(plan.site_flag(site, decision))
+    elif decision.action == decide_lib.OK:
+      summary.unchanged_ok += 1
+  summary.linen = sum(1 for s in project.linen if s.path in given_paths)
+  for result in results.values():
+    summary.rewritten.update(result.rewritten)
+  flags = sorted(set(flags))
+  for flag in flags:
+    summary.flagged[flag.code] += 1
+    err.write(f'{flag}\n')
+  summary.flags = flags
+
+
+def _writable(path: str) -> bool:
+  # A file without write permission bits is read-only on purpose, even for
+  # a user (root) whom the system would let write it.
+  if not os.stat(path).st_mode & 0o222:
+    return False
+  return os.access(path, os.W_OK) and os.access(
+      os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
+def _write(path: str, data: bytes) -> None:
+  # Written beside the file and renamed over it: never half a file.
+  directory = os.path.dirname(os.path.abspath(path))
+  mode = os.stat(path).st_mode
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.migrate_sow.')
+  try:
+    with os.fdopen(handle, 'wb') as f:
+      f.write(data)
+    os.chmod(temporary, mode & 0o7777)
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.unlink(temporary)
+    raise
+
+
+def _diff(result) -> str:
+  old = result.old.decode('utf-8', 'replace').splitlines(keepends=True)
+  new = result.new.decode('utf-8', 'replace').splitlines(keepends=True)
+  lines = difflib.unified_diff(old, new, fromfile=f'a/{result.path}',
+                               tofile=f'b/{result.path}')
+  return ''.join(line if line.endswith('\n') else line + '\n'
+                 for line in lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog='migrate_sow.py',
+      description='Migrates Module.sow/nnx.capture code to flax.nnx.sow.',
+      epilog='Exit codes: 0 ok; 1 --check found changes; 2 usage error; '
+             '3 some file could not be read or parsed; 4 internal error on '
+             'some file (left untouched); 5 a file to write is not writable '
+             '(nothing written).')
+  parser.add_argument('paths', nargs='+', metavar='PATH')
+  parser.add_argument('--target', choices=('functional', 'capture'),
+                      default='functional')
+  group = parser.add_mutually_exclusive_group()
+  group.add_argument('--diff', dest='mode', action='store_const',
+                     const='diff', help='print a unified diff (default)')
+  group.add_argument('--write', dest='mode', action='store_const',
+                     const='write', help='rewrite the files in place')
+  group.add_argument('--check', dest='mode', action='store_const',
+                     const='check', help='exit 1 if anything would change')
+  parser.add_argument('--annotate', action='store_true',
+                      help='add TODO(migrate_sow) comments at flagged sites')
+  parser.add_argument('--project-root', dest='root', default=None,
+                      help='where consumers are searched (default: the '
+                      'nearest folder with pyproject.toml, setup.py or .git)')
+  parser.add_argument('--verbose', action='store_true',
+                      help='print the traceback of internal errors')
+  parser.add_argument('--quiet', action='store_true')
+  parser.add_argument('--jobs', type=int, default=1, metavar='N',
+                      help='accepted for compatibility; the run is serial')
+  parser.add_argument('--no-progress', dest='progress', action='store_false')
+  args = parser.parse_args(argv)
+  missing = [p for p in args.paths if not os.path.exists(p)]
+  if missing:
+    parser.error('no such file or directory: ' + ', '.join(missing))
+  args.mode = args.mode or 'diff'
+  return args
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  err = open(os.devnull, 'w') if args.quiet else sys.stderr
+  try:
+    code, summary = run(args.paths, target=args.target, mode=args.mode,
+                        annotate=args.annotate, root=args.root,
+                        verbose=args.verbose, err=err)
+    for line in summary.lines():
+      err.write(line + '\n')
+  finally:
+    if args.quiet:
+      err.close()
+  return code

@@ -1,0 +1,185 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The codemod on real code: migrated code runs and returns the same values.
+
+Needs checkouts of public repositories (nothing of them is committed here):
+``FLAX_SOW_REPOS`` (or ``FLAX_SOW_MODELS_FROM``, the directory the parity
+tests use) holding ``cax`` (maxencefaldor/cax) and ``tunix`` (google/tunix).
+Without them these tests skip. Each test copies what it migrates to a
+temporary folder, runs the command-line codemod there with ``--write``, then
+executes the original and the migrated code side by side; the two run the
+same operations, so their values must be bitwise equal.
+"""
+
+import ast
+import contextlib
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+
+import flax
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.append(os.path.join(_ROOT, 'scripts', 'migrate'))
+import migrate_sow as ms  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path.remove(os.path.join(_ROOT, 'scripts', 'migrate'))
+
+_FENCE = re.compile(r'^```python\n(.*?)^```', re.MULTILINE | re.DOTALL)
+
+
+def _repo(name):
+  for variable in ('FLAX_SOW_REPOS', 'FLAX_SOW_MODELS_FROM'):
+    base = os.environ.get(variable)
+    if base and os.path.isdir(os.path.join(base, name)):
+      return os.path.join(base, name)
+  raise absltest.SkipTest(f'no checkout of {name}: set FLAX_SOW_REPOS')
+
+
+def _migrate(directory, paths, target):
+  out, err = io.StringIO(), io.StringIO()
+  code, summary = ms.run(paths, target=target, mode='write', root=directory,
+                         out=out, err=err)
+  return code, summary, err.getvalue()
+
+
+@contextlib.contextmanager
+def _importable(path):
+  """``path`` on sys.path for the block; its modules forgotten after."""
+  before = set(sys.modules)
+  sys.path.insert(0, path)
+  try:
+    with warnings.catch_warnings():
+      # The legacy code warns that Module.sow runs outside nnx.capture.
+      warnings.simplefilter('ignore', DeprecationWarning)
+      yield
+  finally:
+    sys.path.remove(path)
+    for name in set(sys.modules) - before:
+      if name.split('.')[0] in ('cax',):
+        del sys.modules[name]
+
+
+def _assert_bitwise(test, left, right):
+  left_leaves, left_tree = jax.tree.flatten(left)
+  right_leaves, right_tree = jax.tree.flatten(right)
+  test.assertEqual(left_tree, right_tree)
+  test.assertNotEmpty(left_leaves)
+  for a, b in zip(left_leaves, right_leaves):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+class CaxReadmeTest(absltest.TestCase):
+
+  def test_readme_example_migrated_to_capture_returns_the_same_states(self):
+    cax = _repo('cax')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    copy = os.path.join(scratch, 'cax')
+    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git',
+                                                             'examples'))
+    readme = os.path.join(copy, 'README.md')
+    with open(readme, encoding='utf-8') as f:
+      original = _FENCE.findall(f.read())[0]
+    code, summary, err = _migrate(copy, [readme], 'capture')
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    with open(readme, encoding='utf-8') as f:
+      migrated = _FENCE.findall(f.read())[0]
+    self.assertIn('nnx.capture(cs, nnx.Intermediate)(state_init', migrated)
+    self.assertNotIn('nnx.pop', migrated)
+    results = []
+    with _importable(os.path.join(cax, 'src')):
+      for source in (original, migrated):
+        namespace = {}
+        exec(compile(source, 'README.md', 'exec'), namespace)  # pylint: disable=exec-used
+        results.append((namespace['state_final'], namespace['states']))
+    _assert_bitwise(self, results[0], results[1])
+
+
+_TUNIX_CLASSES = ('Decoder', 'VisionConfig', 'ModelConfig', 'ToyTransformer',
+                  'ToyTransformerWithScoreHead')
+
+
+def _classes_of(source: str) -> str:
+  """The source of tunix's toy model classes, from test_common.py."""
+  tree = ast.parse(source)
+  pieces = []
+  for node in tree.body:
+    if isinstance(node, ast.ClassDef) and node.name in _TUNIX_CLASSES:
+      start = (node.decorator_list[0].lineno if node.decorator_list
+               else node.lineno)
+      lines = source.splitlines()[start - 1:node.end_lineno]
+      pieces.append('\n'.join(lines))
+  return '\n\n\n'.join(pieces)
+
+
+class TunixAllHiddenStatesTest(absltest.TestCase):
+
+  def test_score_head_migrated_to_capture_returns_the_same_score(self):
+    tunix = _repo('tunix')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    _write = os.path.join(scratch, 'pyproject.toml')
+    with open(_write, 'w') as f:
+      f.write('[project]\nname = "copy"\n')
+    path = os.path.join(scratch, 'test_common.py')
+    shutil.copy(os.path.join(tunix, 'tunix', 'tests', 'test_common.py'), path)
+    with open(path, encoding='utf-8') as f:
+      original = f.read()
+    code, summary, err = _migrate(scratch, [path], 'capture')
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    with open(path, encoding='utf-8') as f:
+      migrated = f.read()
+    self.assertIn("nnx.capture(self.transformer, nnx.Intermediate)(*args, "
+                  "**kwargs, output_hidden_states=True)[1]", migrated)
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    scores = []
+    # tunix runs its models with flax_always_shard_variable off (its own
+    # setting, as sow_external_models explains).
+    previous = flax.config.flax_always_shard_variable
+    flax.config.update('flax_always_shard_variable', False)
+    self.addCleanup(flax.config.update, 'flax_always_shard_variable', previous)
+    for source in (original, migrated):
+      namespace = {'nnx': nnx, 'jax': jax, 'jnp': jnp,
+                   'dataclasses': dataclasses}
+      exec(compile(_classes_of(source), 'test_common.py', 'exec'), namespace)  # pylint: disable=exec-used
+      config = namespace['ModelConfig'](num_layers=2, vocab_size=32)
+      rngs = nnx.Rngs(0)
+      model = namespace['ToyTransformerWithScoreHead'](
+          namespace['ToyTransformer'](config, rngs=rngs), rngs)
+      tokens = jnp.arange(12).reshape(2, 6) % 32
+      positions = jnp.broadcast_to(jnp.arange(6), (2, 6))
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        scores.append(model(tokens, positions))
+      # Nothing is left on the transformer either way.
+      self.assertEmpty(nnx.state(model, nnx.Intermediate))
+    _assert_bitwise(self, scores[0], scores[1])
+    self.assertEqual(scores[0].shape, (2, 6, 1))
+
+
+if __name__ == '__main__':
+  absltest.main()

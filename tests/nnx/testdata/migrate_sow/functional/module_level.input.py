@@ -1,0 +1,19 @@
+import os
+
+from flax import nnx
+import jax.numpy as jnp
+
+os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=1'
+
+
+class Model(nnx.Module):
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 'doubled', 2 * x)
+    return x + 1
+
+
+model = Model()
+y = model(jnp.ones(3))
+intermediates = nnx.pop(model, nnx.Intermediate)
+print(y, intermediates['doubled'].value[0])
