@@ -13,15 +13,18 @@
 # limitations under the License.
 """Keeps ``scripts/mutation/mutants.py`` in step with the code it mutates.
 
-The mutation run itself is not part of the suite (it takes most of an
-hour); this only checks, in a second, that every mutant still applies to
+The mutation run itself is not part of the suite (it takes about twenty
+minutes); this only checks, in a second, that every mutant still applies to
 exactly one place and yields a module that compiles, so that a refactoring
-cannot quietly turn the table into mutants of nothing.
+cannot quietly turn the table into mutants of nothing, and the runner's
+bookkeeping (score, published section).
 """
 
+import dataclasses
 import importlib.util
 import pathlib
 import sys
+import tempfile
 
 from absl.testing import absltest
 
@@ -29,13 +32,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TABLE = ROOT / 'scripts' / 'mutation' / 'mutants.py'
 
 
-def _load_table():
-  spec = importlib.util.spec_from_file_location('sow_mutants', TABLE)
+def _load(path, name):
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   # dataclasses look their module up in sys.modules.
   sys.modules[spec.name] = module
   spec.loader.exec_module(module)
   return module
+
+
+def _load_table():
+  # The runner imports the table as `mutants`, from its own folder.
+  sys.path.insert(0, str(TABLE.parent))
+  try:
+    return _load(TABLE, 'mutants')
+  finally:
+    sys.path.remove(str(TABLE.parent))
 
 
 class MutationTableTest(absltest.TestCase):
@@ -74,6 +86,61 @@ class MutationTableTest(absltest.TestCase):
     for mutant in self.table.MUTANTS:
       if mutant.equivalent is not None:
         self.assertGreater(len(mutant.equivalent), 40, mutant.id)
+
+
+class RunnerBookkeepingTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    if not TABLE.exists():
+      self.skipTest('scripts/mutation is not in this tree')
+    _load_table()
+    self.runner = _load(TABLE.parent / 'run_mutants.py', 'sow_run_mutants')
+
+  def outcomes(self):
+    outcome = self.runner.Outcome
+    return [
+        outcome('a', 'flax/x.py', 'killed', 1.0, 'breaks a'),
+        outcome('b', 'flax/x.py', 'timeout', 9.0, 'breaks b'),
+        outcome('c', 'flax/y.py', 'survived', 3.0, 'breaks c'),
+        outcome('d', 'flax/y.py', 'equivalent', 0.0, 'none', 'because d'),
+    ]
+
+  def test_summary_scores_killed_and_timeouts_over_non_equivalent(self):
+    text = self.runner.summary(self.outcomes(), 600.0, jobs=2)
+    self.assertIn('**2 of 3 killed (66.7%)** in 10.0 minutes', text)
+    self.assertIn('| `flax/x.py` | 2 | 2 |', text)
+    self.assertIn('| `flax/y.py` | 1 | 0 |', text)
+    self.assertIn('- `c`: breaks c', text)
+    self.assertIn('- `d`: because d', text)
+
+  def test_publish_replaces_only_its_own_section(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      results = pathlib.Path(tmp) / 'RESULTS.md'
+      results.write_text('# bench\n\n| 1 | row |\n')
+      previous = self.runner.RESULTS
+      self.runner.RESULTS = results
+      try:
+        self.runner.publish('## Mutation testing\n\nfirst')
+        with_other = results.read_text() + '\n## Another section\n'
+        results.write_text(with_other)
+        self.runner.publish('## Mutation testing\n\nsecond')
+      finally:
+        self.runner.RESULTS = previous
+      content = results.read_text()
+    self.assertTrue(content.startswith('# bench\n\n| 1 | row |\n'))
+    self.assertEqual(content.count(self.runner.OTHERS_MARKER), 1)
+    self.assertIn('second', content)
+    self.assertNotIn('first', content)
+    self.assertTrue(content.endswith('## Another section\n'))
+
+  def test_a_stale_mutant_is_reported(self):
+    stale = self.table_mutant(old='text that is nowhere in the file')
+    with self.assertRaisesRegex(ValueError, 'occurs 0 times'):
+      self.runner.check_applies(stale, ROOT)
+
+  def table_mutant(self, **changes):
+    return dataclasses.replace(sys.modules['mutants'].MUTANTS[0], **changes)
 
 
 if __name__ == '__main__':
