@@ -188,7 +188,7 @@ class PlantIntoCustomDerivativesTest(parameterized.TestCase):
               2 * jnp.cos(2 * primals[0]) * tangents[0],
           )
       )
-    planted = jnp.array([0.5, 1.0, -1.5])
+    planted = jnp.array([0.5, 1.0, -1.5], X.dtype)
     out = plant(custom, {'h': (planted,)})(X)
     np.testing.assert_array_equal(out, jnp.sin(planted))
 
