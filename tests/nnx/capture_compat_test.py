@@ -89,12 +89,7 @@ def by_hand(net, x):
   return out, values
 
 
-def flat(state):
-  """A State as a list of (path, Variable type, value)."""
-  return [
-      (tuple(path), type(var), var.get_value())
-      for path, var in nnx.to_flat_state(state)
-  ]
+flat = sow_testing.flat
 
 
 class Kind(enum.Enum):
@@ -162,7 +157,7 @@ PYTREES = sow_pytree_models.PYTREES
 lo_hi = sow_pytree_models.lo_hi
 
 
-class CompatTestCase(parameterized.TestCase):
+class CompatTestCase(sow_testing.StateAssertions, parameterized.TestCase):
   """Installs the compat layer for each test and checks it left no residue."""
 
   def setUp(self):
@@ -173,30 +168,6 @@ class CompatTestCase(parameterized.TestCase):
     self.assertEmpty(capture_compat._FRAMES.stack)
     self.assertIsNone(capture_compat._scope.value)
     super().tearDown()
-
-  def _assertTrees(self, compare, actual, expected):
-    actual_leaves, actual_tree = jax.tree.flatten(actual)
-    expected_leaves, expected_tree = jax.tree.flatten(expected)
-    self.assertEqual(actual_tree, expected_tree)
-    for a, e in zip(actual_leaves, expected_leaves):
-      compare(a, e)
-
-  def assertTreeEqual(self, actual, expected):
-    """Bitwise: both sides run the same operations (legacy and new)."""
-    self._assertTrees(np.testing.assert_array_equal, actual, expected)
-
-  def assertTreeClose(self, actual, expected):
-    """To float rounding: ``expected`` is another program (see sow_testing)."""
-    self._assertTrees(sow_testing.assert_close, actual, expected)
-
-  def assertStatesEqual(self, actual, expected):
-    """Same paths, Variable types and, bitwise, values."""
-    actual, expected = flat(actual), flat(expected)
-    self.assertEqual(
-        [(p, t) for p, t, _ in actual], [(p, t) for p, t, _ in expected]
-    )
-    for (_, _, a), (_, _, e) in zip(actual, expected):
-      self.assertTreeEqual(a, e)
 
   def assertCollected(self, state, values: dict, var_type=nnx.Intermediate):
     """``state`` holds exactly ``values`` ({path: [value, ...]}) as tuples."""

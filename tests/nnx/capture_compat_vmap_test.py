@@ -35,12 +35,10 @@ X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32)  # (2, 3)
 MEMBERS = 3
 
 
-def flat(state):
-  return [(tuple(p), type(v), v.get_value())
-          for p, v in nnx.to_flat_state(state)]
+flat = sow_testing.flat
 
 
-class CompatVmapTestCase(absltest.TestCase):
+class CompatVmapTestCase(sow_testing.StateAssertions, absltest.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -56,17 +54,6 @@ class CompatVmapTestCase(absltest.TestCase):
       old = run(capture_compat.legacy)[1:]
     for got, want in zip(new, old):
       self.assertStatesEqual(got, want)
-
-  def assertStatesEqual(self, got, want):
-    """Same paths, Variable types and, bitwise, values."""
-    got, want = flat(got), flat(want)
-    self.assertEqual([(p, t) for p, t, _ in got], [(p, t) for p, t, _ in want])
-    for (path, _, a), (_, _, b) in zip(got, want):
-      a_leaves, a_tree = jax.tree.flatten(a)
-      b_leaves, b_tree = jax.tree.flatten(b)
-      self.assertEqual(a_tree, b_tree, path)
-      for x, y in zip(a_leaves, b_leaves):
-        np.testing.assert_array_equal(x, y, err_msg=str(path))
 
 
 class Member(nnx.Module):

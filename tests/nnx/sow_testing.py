@@ -13,7 +13,9 @@
 # limitations under the License.
 """Float comparisons of *different* programs, with tolerances any CPU meets.
 
-(Also :func:`count_compiles`, for tests that pin how often JAX compiles.)
+(Also :func:`count_compiles`, for tests that pin how often JAX compiles, and
+:class:`StateAssertions`, the comparisons of pytrees and NNX States the
+compat tests share.)
 
 The suite compares floats in two ways, and each assertion says which:
 
@@ -57,6 +59,8 @@ import contextlib
 
 import jax
 import numpy as np
+
+from flax import nnx
 
 DEFAULT_ULPS = 64
 
@@ -115,3 +119,40 @@ def count_compiles():
     yield compiles
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def flat(state) -> list[tuple[tuple, type, object]]:
+  """A State as a list of (path, Variable type, value)."""
+  return [
+      (tuple(path), type(var), var.get_value())
+      for path, var in nnx.to_flat_state(state)
+  ]
+
+
+class StateAssertions:
+  """Comparisons of pytrees and States, for ``absltest.TestCase`` classes."""
+
+  def _assertTrees(self, compare, actual, expected, err_msg=''):
+    actual_leaves, actual_tree = jax.tree.flatten(actual)
+    expected_leaves, expected_tree = jax.tree.flatten(expected)
+    self.assertEqual(actual_tree, expected_tree, err_msg)
+    for a, e in zip(actual_leaves, expected_leaves):
+      compare(a, e, err_msg=err_msg)
+
+  def assertTreeEqual(self, actual, expected, err_msg=''):
+    """Bitwise: both sides run the same operations (legacy and new)."""
+    self._assertTrees(np.testing.assert_array_equal, actual, expected,
+                      err_msg)
+
+  def assertTreeClose(self, actual, expected, err_msg=''):
+    """To float rounding: ``expected`` is another program."""
+    self._assertTrees(assert_close, actual, expected, err_msg)
+
+  def assertStatesEqual(self, actual, expected):
+    """Same paths, Variable types and, bitwise, values."""
+    actual, expected = flat(actual), flat(expected)
+    self.assertEqual(
+        [(p, t) for p, t, _ in actual], [(p, t) for p, t, _ in expected]
+    )
+    for (path, _, a), (_, _, e) in zip(actual, expected):
+      self.assertTreeEqual(a, e, str(path))

@@ -88,10 +88,6 @@ class Request:
     """Whether a selected sow with these ``params`` takes a planted value."""
     return self.planted is not None and self.planted.matches(params)
 
-  def touches(self, params: dict[str, tp.Any]) -> bool:
-    """Whether a sow with ``params`` is not simply re-bound."""
-    return not self.rebind_unhandled or self.handles(params)
-
 
 STRIP_ALL_SOWS = Request(
     Selection(), collect=False, planted=None, rebind_unhandled=False
@@ -366,7 +362,7 @@ def _plan_eqn(
 
 
 def contains(jaxpr: core.Jaxpr, request: Request) -> bool:
-  """Whether ``jaxpr`` holds a sow ``request`` touches, at any depth."""
+  """Whether ``request`` handles or drops a sow of ``jaxpr``, at any depth."""
   return any(rule is not None for rule in plan(jaxpr, request))
 
 

@@ -19,7 +19,6 @@ import collections
 import functools
 import typing as tp
 
-
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
