@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 
 SOW = 'flax/nnx/sow/'
-COMPAT = 'flax/nnx/capture_compat.py'
+COMPAT = 'flax/nnx/capture_compat/'
 
 # The deterministic tests that pin each module's behaviour, fastest-killing
 # first (pytest stops at the first failure). The randomized fuzzer is not
@@ -88,7 +88,7 @@ class Mutant:
 
   @property
   def tests(self) -> tuple[str, ...]:
-    if self.path == COMPAT:
+    if self.path.startswith(COMPAT):
       return COMPAT_TESTS
     if self.path.endswith('tracing.py'):
       return TRACING_TESTS
@@ -96,7 +96,7 @@ class Mutant:
 
 
 def _m(id, file, old, new, breaks, equivalent=None):
-  path = file if file == COMPAT else SOW + file
+  path = file if file.startswith(COMPAT) else SOW + file
   return Mutant(id, path, old, new, breaks, equivalent)
 
 
@@ -399,88 +399,74 @@ MUTANTS: tuple[Mutant, ...] = (
        ' spying on _pack with new references set into a Variable and held as'
        ' nnx.data, which come out as references, as in a direct call); the'
        ' refusal is defensive.'),
-    # -- capture_compat.py -------------------------------------------------
-    _m('compat-name-order', COMPAT,
+    # -- capture_compat/ ---------------------------------------------------
+    _m('compat-name-order', COMPAT + 'frames.py',
        '  for part in (*path, name):',
        '  for part in (name, *path):',
        "a Module.sow below the root is named (*path, name) for capture"),
-    _m('compat-keep-last-appends', COMPAT,
-       "      and code.co_code == _KEEP_LAST_CODE\n  ):\n    return 'clobber'",
-       "      and code.co_code == _KEEP_LAST_CODE\n  ):\n    return 'append'",
-       'a keep-last lambda reducer works inside nnx.while_loop'),
-    _m('compat-init-types-ignored', COMPAT,
+    _m('compat-keep-last-appends', COMPAT + 'module_methods.py',
+       "  return 'clobber' if reduce_fn is keep_last else 'append'",
+       "  return 'append'",
+       'a keep_last reducer works inside nnx.while_loop'),
+    _m('compat-init-types-ignored', COMPAT + 'frames.py',
        '    return var_type in self.var_types or var_type in'
        ' self.init_types.get(\n        path, ()\n    )',
        '    return var_type in self.var_types',
        "init's types are collected though not returned"),
-    _m('compat-outermost-frame', COMPAT,
-       '  for frame in reversed(_FRAMES.stack):\n    path = frame.path_of(obj)',
-       '  for frame in _FRAMES.stack:\n    path = frame.path_of(obj)',
+    _m('compat-outermost-frame', COMPAT + 'frames.py',
+       '  for frame in reversed(FRAMES.stack):\n    path = frame.path_of(obj)',
+       '  for frame in FRAMES.stack:\n    path = frame.path_of(obj)',
        'a sow goes to the innermost capture holding its module'),
-    _m('compat-key-without-method-outputs', COMPAT,
+    _m('compat-key-without-method-outputs', COMPAT + 'call.py',
        '        self.var_types,\n        self.method_outputs,\n',
        '        self.var_types,\n',
        'an eager nnx.capture with another method_outputs traces again'),
-    _m('compat-key-without-types', COMPAT,
+    _m('compat-key-without-types', COMPAT + 'call.py',
        '        self.var_types,\n        self.method_outputs,\n',
        '        self.method_outputs,\n',
        'an eager nnx.capture with other types traces again'),
-    _m('compat-closure-consts-reused', COMPAT,
+    _m('compat-key-without-module-sow', COMPAT + 'call.py',
+       '        Module.sow,\n        Module.perturb,\n',
+       '',
+       'a trace is reused only under the Module.sow it was traced with'),
+    _m('compat-closure-consts-reused', COMPAT + 'call.py',
        '    if key is None or trace.jaxpr.consts:',
        '    if key is None:',
        'arrays closed over by the function are read on every call'),
-    _m('compat-guard-always-holds', COMPAT,
+    _m('compat-guard-always-holds', COMPAT + 'numpy_guards.py',
        '    return _fingerprint(value) == self.fingerprint',
        '    return True',
        'a NumPy scalar global read by the function is read on every call'),
-    _m('compat-reduce-reversed', COMPAT,
+    _m('compat-reduce-reversed', COMPAT + 'call.py',
        '      for value in values[key]:\n'
        '        accumulated = info.reduce_fn(accumulated, value)',
        '      for value in reversed(values[key]):\n'
        '        accumulated = info.reduce_fn(accumulated, value)',
        'reduce_fn is applied in call order'),
-    _m('compat-perturb-not-added', COMPAT,
-       '  _renew_scope()\n  return perturbation + value',
-       '  _renew_scope()\n  return value',
+    _m('compat-perturb-not-added', COMPAT + 'module_methods.py',
+       '  frames.renew_scope()\n  return perturbation + value',
+       '  frames.renew_scope()\n  return value',
        'Module.perturb adds its (planted) perturbation'),
-    _m('compat-loop-context-lost', COMPAT,
-       '      if outer_map is None and tag in _LOOP_BODY_CONTEXTS:',
-       '      if False:',
-       'a Module.sow inside nnx.fori_loop/while_loop keeps its path',
-       equivalent='the identity token a capture gives each module copy'
-       ' (_mark) already resolves the path inside nnx.fori_loop and'
-       ' nnx.while_loop bodies: a submodule below the root sowing in'
-       ' fori_loop (static and traced bounds) and while_loop gets the same'
-       ' path with and without this fallback, which is redundant.'),
-    _m('compat-shared-module-last-path', COMPAT,
-       '    if id(module) not in seen:\n      seen.add(id(module))\n'
-       '      out.append((tuple(path), module))',
-       '    seen.add(id(module))\n    out.append((tuple(path), module))',
-       'a module shared by two paths is named by its first path',
-       equivalent='nnx.iter_modules already yields a shared module once, at'
-       ' its first path (a block held at (\'a\',), (\'z\',) and'
-       ' (\'l\', 0) is yielded only at (\'a\',)), so this deduplication'
-       ' never drops anything.'),
-    _m('compat-dropped-returns-true', COMPAT,
-       '      _renew_scope()\n    return False',
-       '      _renew_scope()\n    return True',
+    _m('compat-dropped-returns-true', COMPAT + 'module_methods.py',
+       '      frames.renew_scope()\n    return False',
+       '      frames.renew_scope()\n    return True',
        'Module.sow returns False when the capture does not collect it'),
-    _m('compat-no-scope-renewal', COMPAT,
-       '  primitive.sow(value, name=sow_name, tag=variable_type,'
-       ' mode=_mode(reduce_fn))\n  _renew_scope()',
-       '  primitive.sow(value, name=sow_name, tag=variable_type,'
-       ' mode=_mode(reduce_fn))',
+    _m('compat-no-scope-renewal', COMPAT + 'module_methods.py',
+       '      value, name=sow_name, tag=variable_type,'
+       ' mode=sow_mode(reduce_fn)\n  )\n  frames.renew_scope()',
+       '      value, name=sow_name, tag=variable_type,'
+       ' mode=sow_mode(reduce_fn)\n  )',
        'nnx.jit of two equal submodules is traced per module path'),
-    _m('compat-raising-method-sown', COMPAT,
+    _m('compat-raising-method-sown', COMPAT + 'method_outputs.py',
        '    if code.co_code[py_frame.f_lasti] not in _RETURN_OPCODES:\n'
        '      return  # the method raised',
        '    pass',
        'method_outputs sows nothing for a method that raised'),
-    _m('compat-init-perturbation-ignored', COMPAT,
+    _m('compat-init-perturbation-ignored', COMPAT + 'call.py',
        '    if value is not _NO_VALUE:\n      planted[key] = value',
        '    pass',
        'a perturbation given in init is added to the value'),
-    _m('compat-decorator-drops-init', COMPAT,
+    _m('compat-decorator-drops-init', COMPAT + '__init__.py',
        '      return capture(\n'
        '          actual_fn, *all_types, init=init,'
        ' method_outputs=method_outputs\n      )',
@@ -488,4 +474,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '          actual_fn, *all_types, method_outputs=method_outputs\n'
        '      )',
        'the decorator form passes init through'),
+    _m('compat-replaced-forgotten', COMPAT + 'replaced.py',
+       '  return ORIGINALS.get(name)',
+       '  return None',
+       "Flax's own capture, held from before install, still collects"),
 )

@@ -13,7 +13,7 @@
 # limitations under the License.
 """Tests of flax.nnx.capture_compat: nnx.capture on the sow transform.
 
-Oracles: Flax 0.12.8's own implementation (``capture_compat.legacy``, where
+Oracles: Flax 0.12.8's own implementation (``sow_legacy.capture``, where
 it works), values recomputed directly from the model's parameters, and
 ``jax.grad`` of explicit functions.
 """
@@ -39,6 +39,7 @@ from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import sow
 from flax.nnx.sow import tracing
+import sow_legacy
 import sow_pytree_models
 import sow_testing
 
@@ -165,8 +166,8 @@ class CompatTestCase(sow_testing.StateAssertions, parameterized.TestCase):
     self.enterContext(capture_compat.install())
 
   def tearDown(self):
-    self.assertEmpty(capture_compat._FRAMES.stack)
-    self.assertIsNone(capture_compat._scope.value)
+    self.assertEmpty(capture_compat.frames.FRAMES.stack)
+    self.assertIsNone(capture_compat.frames.scope.value)
     super().tearDown()
 
   def assertCollected(self, state, values: dict, var_type=nnx.Intermediate):
@@ -189,7 +190,7 @@ class FormsTest(CompatTestCase):
       return model(x)
 
     out, state = nnx.capture(forward, nnx.Intermediate)(net, X)
-    out_legacy, state_legacy = capture_compat.legacy(
+    out_legacy, state_legacy = sow_legacy.capture(
         forward, nnx.Intermediate
     )(net, X)
     self.assertStatesEqual(state, state_legacy)
@@ -204,7 +205,7 @@ class FormsTest(CompatTestCase):
     for fn in (net, net.__call__):
       with self.subTest(type(fn).__name__):
         out, state = nnx.capture(fn, nnx.Intermediate)(X)
-        _, state_legacy = capture_compat.legacy(fn, nnx.Intermediate)(X)
+        _, state_legacy = sow_legacy.capture(fn, nnx.Intermediate)(X)
         self.assertStatesEqual(state, state_legacy)
         self.assertCollected(state, expected)
         self.assertTreeClose(out, by_hand(net, X)[0])
@@ -216,7 +217,7 @@ class FormsTest(CompatTestCase):
     def forward(model, x):
       return model(x)
 
-    @capture_compat.legacy(nnx.Intermediate)
+    @sow_legacy.capture(nnx.Intermediate)
     def forward_legacy(model, x):
       return model(x)
 
@@ -243,7 +244,7 @@ class FormsTest(CompatTestCase):
     for types in [(nnx.Intermediate,), (Stat,), (Stat, nnx.Intermediate)]:
       with self.subTest(types):
         got = nnx.capture(model, *types)(X)
-        want = capture_compat.legacy(model, *types)(X)
+        want = sow_legacy.capture(model, *types)(X)
         self.assertLen(got, 1 + len(types))
         for state, state_legacy in zip(got[1:], want[1:]):
           self.assertStatesEqual(state, state_legacy)
@@ -258,7 +259,7 @@ class FormsTest(CompatTestCase):
       return block(block(block(x)))
 
     _, state = nnx.capture(thrice, nnx.Intermediate)(block, X)
-    _, state_legacy = capture_compat.legacy(thrice, nnx.Intermediate)(
+    _, state_legacy = sow_legacy.capture(thrice, nnx.Intermediate)(
         block, X
     )
     self.assertStatesEqual(state, state_legacy)
@@ -289,7 +290,7 @@ class FormsTest(CompatTestCase):
       return model(model(model(x)))
 
     _, state = nnx.capture(run, nnx.Intermediate)(model, X)
-    _, state_legacy = capture_compat.legacy(run, nnx.Intermediate)(model, X)
+    _, state_legacy = sow_legacy.capture(run, nnx.Intermediate)(model, X)
     self.assertStatesEqual(state, state_legacy)
     xs = [X, X * 2 - 3, (X * 2 - 3) * 2 - 3]
     self.assertTreeClose(state['sum'].get_value(), xs[0] + xs[1] + xs[2])
@@ -312,7 +313,7 @@ class FormsTest(CompatTestCase):
         'my_stats', allow_register=True
     )
     _, state = nnx.capture(model, stats_type)(X)
-    _, state_legacy = capture_compat.legacy(model, stats_type)(X)
+    _, state_legacy = sow_legacy.capture(model, stats_type)(X)
     self.assertStatesEqual(state, state_legacy)
     self.assertCollected(state, {('s',): [X + 1]}, stats_type)
 
@@ -322,7 +323,7 @@ class FormsTest(CompatTestCase):
     self.assertEqual(paths, [('again',)] if paths[0] == ('again',) else
                      [('blocks', 1)])
     _, state = nnx.capture(net, nnx.Intermediate)(X)
-    _, state_legacy = capture_compat.legacy(net, nnx.Intermediate)(X)
+    _, state_legacy = sow_legacy.capture(net, nnx.Intermediate)(X)
     self.assertStatesEqual(state, state_legacy)
     _, expected = by_hand(net, X)
     first = paths[0]
@@ -343,7 +344,7 @@ class FormsTest(CompatTestCase):
         return x
 
     model = Reports()
-    for capture in (nnx.capture, capture_compat.legacy):
+    for capture in (nnx.capture, sow_legacy.capture):
       with self.subTest(capture.__module__):
         results.clear()
         capture(model, nnx.Intermediate)(X)
@@ -361,7 +362,7 @@ class FormsTest(CompatTestCase):
 
     model = Scale()
     _, state = nnx.capture(model, nnx.Intermediate)(X, 1.5)
-    _, state_legacy = capture_compat.legacy(model, nnx.Intermediate)(X, 1.5)
+    _, state_legacy = sow_legacy.capture(model, nnx.Intermediate)(X, 1.5)
     self.assertEqual(flat(state), flat(state_legacy))
     self.assertEqual(state['factor'].get_value(), (3.0,))
 
@@ -375,7 +376,7 @@ class FormsTest(CompatTestCase):
 
     with self.assertRaisesRegex(TypeError, 'every leaf must be an array'):
       nnx.capture(Labels(), nnx.Intermediate)(X)
-    _, state_legacy = capture_compat.legacy(Labels(), nnx.Intermediate)(X)
+    _, state_legacy = sow_legacy.capture(Labels(), nnx.Intermediate)(X)
     self.assertEqual(state_legacy['label'].get_value(), ('positive',))
 
   def test_modules_outside_the_root_use_the_deprecated_path(self):
@@ -384,7 +385,7 @@ class FormsTest(CompatTestCase):
     def forward(net, other, x):
       return net(other(x[:2]))
 
-    for capture in (nnx.capture, capture_compat.legacy):
+    for capture in (nnx.capture, sow_legacy.capture):
       with self.subTest(capture.__module__):
         other = Block(2, 3, nnx.Rngs(1))
         with self.assertWarns(DeprecationWarning):
@@ -404,7 +405,7 @@ class FormsTest(CompatTestCase):
       )
     self.assertIn('not reachable', '\n'.join(e.exception.__notes__))
     with self.assertWarns(DeprecationWarning):
-      capture_compat.legacy(
+      sow_legacy.capture(
           lambda net, x: net(closed_over(x[:2])), nnx.Intermediate
       )(net, X)
     self.assertIsInstance(closed_over.h, nnx.Intermediate)
@@ -418,7 +419,7 @@ class FormsTest(CompatTestCase):
 
     with self.assertRaises(jax.errors.ConcretizationTypeError):
       nnx.capture(forward, nnx.Intermediate)(net, X)
-    out, _ = capture_compat.legacy(forward, nnx.Intermediate)(net, X)
+    out, _ = sow_legacy.capture(forward, nnx.Intermediate)(net, X)
     expected = by_hand(net, X)[0]
     self.assertTreeClose(out, expected if expected.sum() > 0 else -expected)
 
@@ -431,7 +432,7 @@ class FormsTest(CompatTestCase):
     out, state = nnx.capture(
         lambda m, x: m(x, sow_weights=True), nnx.Intermediate
     )(mha, x)
-    out_legacy, state_legacy = capture_compat.legacy(
+    out_legacy, state_legacy = sow_legacy.capture(
         lambda m, x: m(x, sow_weights=True), nnx.Intermediate
     )(mha, x)
     self.assertStatesEqual(state, state_legacy)
@@ -445,12 +446,12 @@ class FormsTest(CompatTestCase):
 
   def test_signature_of_legacy(self):
     self.assertEqual(
-        inspect.signature(capture_compat.legacy).parameters.keys(),
-        inspect.signature(capture_compat._LEGACY_CAPTURE).parameters.keys(),
+        inspect.signature(sow_legacy.capture).parameters.keys(),
+        inspect.signature(sow_legacy.flax_capture()).parameters.keys(),
     )
     self.assertEqual(
         inspect.signature(capture_compat.capture).parameters.keys(),
-        inspect.signature(capture_compat._LEGACY_CAPTURE).parameters.keys(),
+        inspect.signature(sow_legacy.flax_capture()).parameters.keys(),
     )
 
 
@@ -474,7 +475,7 @@ class MethodOutputsTest(CompatTestCase):
     model = self.Model(nnx.Rngs(0))
     kwargs = dict(method_outputs=nnx.Intermediate)
     out, state = nnx.capture(model, nnx.Intermediate, **kwargs)(X)
-    out_legacy, state_legacy = capture_compat.legacy(
+    out_legacy, state_legacy = sow_legacy.capture(
         model, nnx.Intermediate, **kwargs
     )(X)
     self.assertStatesEqual(state, state_legacy)
@@ -521,7 +522,7 @@ class MethodOutputsTest(CompatTestCase):
     # Legacy wraps the class, so `other` goes through the deprecated path,
     # which fails on the method's own name.
     with self.assertRaisesRegex(ValueError, 'to be a Variable, got method'):
-      capture_compat.legacy(
+      sow_legacy.capture(
           forward, nnx.Intermediate, method_outputs=nnx.Intermediate
       )(model, X)
 
@@ -586,7 +587,7 @@ class MethodOutputsTest(CompatTestCase):
     model = Decorated(nnx.Rngs(0))
     kwargs = dict(method_outputs=nnx.Intermediate)
     out, state = nnx.capture(model, nnx.Intermediate, **kwargs)(X)
-    out_legacy, state_legacy = capture_compat.legacy(
+    out_legacy, state_legacy = sow_legacy.capture(
         model, nnx.Intermediate, **kwargs
     )(X)
     self.assertStatesEqual(state, state_legacy)
@@ -626,7 +627,7 @@ class MethodOutputsTest(CompatTestCase):
       model = Transformed(nnx.Rngs(0))
       kwargs = dict(method_outputs=nnx.Intermediate)
       out, state = nnx.capture(model, nnx.Intermediate, **kwargs)(X)
-      out_legacy, state_legacy = capture_compat.legacy(
+      out_legacy, state_legacy = sow_legacy.capture(
           model, nnx.Intermediate, **kwargs
       )(X)
     self.assertStatesEqual(state, state_legacy)
@@ -661,7 +662,7 @@ class MethodOutputsTest(CompatTestCase):
     _, state = nnx.capture(
         Fragile(), nnx.Intermediate, method_outputs=nnx.Intermediate
     )(X)
-    _, state_legacy = capture_compat.legacy(
+    _, state_legacy = sow_legacy.capture(
         Fragile(), nnx.Intermediate, method_outputs=nnx.Intermediate
     )(X)
     self.assertStatesEqual(state, state_legacy)
@@ -686,7 +687,7 @@ class PerturbTest(CompatTestCase):
     model = self.Model(nnx.Rngs(0))
     results = {}
     for name, capture in (('new', nnx.capture),
-                          ('legacy', capture_compat.legacy)):
+                          ('legacy', sow_legacy.capture)):
       _, perturbations = capture(model, nnx.Perturbation)(X)
 
       def loss(model, perturbations, x, capture=capture):
@@ -717,7 +718,7 @@ class PerturbTest(CompatTestCase):
     )
     self.assertTreeClose(pert['h'].get_value(), jnp.zeros(3))
     # Flax 0.12.8 files the perturbation under Intermediate (behavior change).
-    _, inter_legacy, pert_legacy = capture_compat.legacy(
+    _, inter_legacy, pert_legacy = sow_legacy.capture(
         model, nnx.Intermediate, nnx.Perturbation
     )(X)
     self.assertEqual(
@@ -731,7 +732,7 @@ class PerturbTest(CompatTestCase):
     _, perturbations = nnx.capture(model, nnx.Perturbation)(X)
     shifted = jax.tree.map(lambda v: v + 1.0, perturbations)
     out = nnx.capture(model, init=shifted)(X)
-    out_legacy = capture_compat.legacy(model, init=shifted)(X)
+    out_legacy = sow_legacy.capture(model, init=shifted)(X)
     self.assertTreeEqual(out, out_legacy)
     h = X @ model.a.kernel[...] + model.a.bias[...] + 1.0
     self.assertTreeClose(
@@ -739,14 +740,14 @@ class PerturbTest(CompatTestCase):
                       + model.b.bias[...]) ** 2)
     )
     _, state = nnx.capture(model, nnx.Intermediate, init=shifted)(X)
-    _, state_legacy = capture_compat.legacy(
+    _, state_legacy = sow_legacy.capture(
         model, nnx.Intermediate, init=shifted
     )(X)
     self.assertStatesEqual(state, state_legacy)
     self.assertCollected(state, {('h',): [h]})
     # Returned as a type of their own, init values come back unchanged.
     _, returned = nnx.capture(model, nnx.Perturbation, init=shifted)(X)
-    _, returned_legacy = capture_compat.legacy(
+    _, returned_legacy = sow_legacy.capture(
         model, nnx.Perturbation, init=shifted
     )(X)
     self.assertStatesEqual(returned, returned_legacy)
@@ -859,7 +860,7 @@ class VariableUpdatesTest(CompatTestCase):
       out, state = nnx.capture(forward, nnx.Intermediate)(model, x)
     # Flax 0.12.8 adds __captures__ to every module while it runs.
     during = []
-    capture_compat.legacy(
+    sow_legacy.capture(
         lambda m, x: during.append(nnx.graphdef(m)) or m(x), nnx.Intermediate
     )(nnx.clone(model), x)
     self.assertNotEqual(during[0], graphdef)
@@ -892,8 +893,8 @@ class TraceReuseTest(CompatTestCase):
   def setUp(self):
     super().setUp()
     # Traces are kept across calls, and so across tests: start afresh.
-    with capture_compat._TRACES_LOCK:
-      capture_compat._TRACES.clear()
+    with capture_compat.call.TRACES_LOCK:
+      capture_compat.call.TRACES.clear()
 
   def count_traces(self):
     traces = []
@@ -1223,7 +1224,7 @@ class TransformsTest(CompatTestCase):
       around = nnx.jit(lambda net, x: nnx.capture(net, nnx.Intermediate)(x))
       _, state = around(net, X)
       self.assertCollected(state, by_hand(net, X)[1])
-      _, state_legacy = capture_compat.legacy(forward, nnx.Intermediate)(
+      _, state_legacy = sow_legacy.capture(forward, nnx.Intermediate)(
           net, X
       )
       self.assertCollected(state_legacy, expected)
@@ -1251,7 +1252,7 @@ class TransformsTest(CompatTestCase):
     self.assertLen(traces, 2)  # once per block, in the first capture
     traces.clear()
     for _ in range(2):
-      capture_compat.legacy(forward, nnx.Intermediate)(net, X)
+      sow_legacy.capture(forward, nnx.Intermediate)(net, X)
     self.assertLen(traces, 2)  # once per block structure
 
   def test_jit_around_is_traced_once(self):
@@ -1279,7 +1280,7 @@ class TransformsTest(CompatTestCase):
       )(net, X)
       self.assertCollected(state, by_hand(net, X)[1])
       # Flax 0.12.8 loses them.
-      _, state_legacy = capture_compat.legacy(
+      _, state_legacy = sow_legacy.capture(
           lambda net, x: jax.jit(lambda net, x: net(x))(net, x),
           nnx.Intermediate,
       )(net, X)
@@ -1312,7 +1313,7 @@ class TransformsTest(CompatTestCase):
   def test_scan_over_layers(self, axes):
     stack = self.stacked()
     _, state = nnx.capture(stack, nnx.Intermediate)(X, axes)
-    _, state_legacy = capture_compat.legacy(stack, nnx.Intermediate)(X, axes)
+    _, state_legacy = sow_legacy.capture(stack, nnx.Intermediate)(X, axes)
     self.assertStatesEqual(state, state_legacy)
     linear = stack.blocks.linear
     kernels, biases = linear.kernel[...], linear.bias[...]
@@ -1340,7 +1341,7 @@ class TransformsTest(CompatTestCase):
     w, b = block.linear.kernel[...], block.linear.bias[...]
     hs = [(x + i) @ w + b for i, x in enumerate(xs)]
     self.assertCollected(state, {('h',): [jnp.stack(hs)]})
-    _, state_legacy = capture_compat.legacy(forward, nnx.Intermediate)(
+    _, state_legacy = sow_legacy.capture(forward, nnx.Intermediate)(
         block, xs
     )
     if axes is None:  # Flax 0.12.8 returns nothing, silently
@@ -1369,7 +1370,7 @@ class TransformsTest(CompatTestCase):
       with self.assertRaisesRegex(
           ValueError, 'sorting' if graph else 'axis spec None'
       ):
-        capture_compat.legacy(
+        sow_legacy.capture(
             lambda net, xs: nnx.vmap(lambda n, x: n(x), in_axes=(None, 0))(
                 net, xs
             ),
@@ -1411,7 +1412,7 @@ class TransformsTest(CompatTestCase):
       )
     if graph:  # Flax 0.12.8 fails on the nnx.List
       with self.assertRaisesRegex(ValueError, 'sorting'):
-        capture_compat.legacy(forward, nnx.Intermediate)(net, X)
+        sow_legacy.capture(forward, nnx.Intermediate)(net, X)
 
   def test_cond_and_switch(self):
     net = Net(nnx.Rngs(0))
@@ -1437,7 +1438,7 @@ class TransformsTest(CompatTestCase):
       self.assertCollected(state, by_hand(net, scale * X)[1])
     # Flax 0.12.8 fails on the nnx.List.
     with self.assertRaisesRegex(ValueError, 'sorting'):
-      capture_compat.legacy(with_cond, nnx.Intermediate)(net, X)
+      sow_legacy.capture(with_cond, nnx.Intermediate)(net, X)
 
   class Cell(nnx.Module):
 
@@ -1467,11 +1468,11 @@ class TransformsTest(CompatTestCase):
     self.assertCollected(state, {('y',): [jnp.stack(ys)]})
     # Flax 0.12.8's __captures__ changes the loop carry.
     with self.assertRaisesRegex(TypeError, 'same pytree structure'):
-      capture_compat.legacy(forward, nnx.Intermediate)(cell, X)
+      sow_legacy.capture(forward, nnx.Intermediate)(cell, X)
 
   @parameterized.parameters('while_loop', 'fori_loop')
   def test_keep_last_in_a_while_loop_clobbers(self, loop):
-    for reduce_fn in (capture_compat.keep_last, lambda previous, y: y):
+    for reduce_fn in (capture_compat.keep_last,):
       cell = self.Cell(reduce_fn)
 
       def forward(cell, x, n):
@@ -1507,13 +1508,22 @@ class TransformsTest(CompatTestCase):
       nnx.capture(forward, nnx.Intermediate)(self.Cell(None), X,
                                             jnp.asarray(2))
     self.assertIn('keep_last', '\n'.join(e.exception.__notes__))
+    # Keeping the last value is asked for explicitly: a reducer is never
+    # called while tracing, nor is its code inspected, so a lambda that
+    # returns its second argument appends like any other reducer.
+    with self.assertRaisesRegex(NotImplementedError, "mode='append'") as e:
+      nnx.capture(forward, nnx.Intermediate)(
+          self.Cell(lambda previous, y: y), X, jnp.asarray(2)
+      )
+    self.assertIn('reduce_fn=capture_compat.keep_last',
+                  '\n'.join(e.exception.__notes__))
     with self.assertRaisesRegex(NotImplementedError, 'zero times'):
       nnx.capture(forward, nnx.Intermediate)(
           self.Cell(capture_compat.keep_last), X, jnp.asarray(2)
       )
     # Flax 0.12.8's __captures__ changes the loop carry.
     with self.assertRaisesRegex(ValueError, 'same reference and pytree'):
-      capture_compat.legacy(forward, nnx.Intermediate)(
+      sow_legacy.capture(forward, nnx.Intermediate)(
           self.Cell(capture_compat.keep_last), X, 2
       )
 
@@ -1543,7 +1553,7 @@ class TransformsTest(CompatTestCase):
     self.assertCollected(state, expected)
     # Flax 0.12.8 fails on the nnx.List (and leaves __captures__ behind).
     with self.assertRaisesRegex(TypeError, "'<' not supported"):
-      capture_compat.legacy(
+      sow_legacy.capture(
           lambda net, x: nnx.grad(loss)(net, x), nnx.Intermediate
       )(nnx.clone(net), X)
     # Around.
@@ -1603,7 +1613,7 @@ class TransformsTest(CompatTestCase):
     self.assertTreeClose(grads.w.get_value(), X * jnp.cos(w * X))
     self.assertCollected(state, expected)
     # Flax 0.12.8 loses the backward sow under nnx.grad, silently.
-    _, state_legacy = capture_compat.legacy(grad_model, nnx.Intermediate)(
+    _, state_legacy = sow_legacy.capture(grad_model, nnx.Intermediate)(
         model, X
     )
     self.assertEqual([p for p, _, _ in flat(state_legacy)], [('forward',)])
@@ -1669,11 +1679,11 @@ class TransformsTest(CompatTestCase):
       out, state = nnx.capture(model, nnx.Intermediate)(X)
       self.assertCollected(state, expected)
       if 'hijax' in defaults:  # Flax 0.12.8 returns nothing, silently
-        _, state_legacy = capture_compat.legacy(model, nnx.Intermediate)(X)
+        _, state_legacy = sow_legacy.capture(model, nnx.Intermediate)(X)
         self.assertEmpty(flat(state_legacy))
       else:  # Flax 0.12.8 fails
         with self.assertRaisesRegex(TypeError, 'new_ref'):
-          capture_compat.legacy(model, nnx.Intermediate)(X)
+          sow_legacy.capture(model, nnx.Intermediate)(X)
     # Flax 0.12.8 failed before calling the model with ref=True.
     self.assertEqual(model.count[...], 4 if 'hijax' in defaults else 3)
 
@@ -1712,7 +1722,7 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     # Thread A sows, then B runs a whole capture of the same model, then A
     # finishes: each must get exactly its own values.
     for name, capture in (('new', nnx.capture),
-                          ('legacy', capture_compat.legacy)):
+                          ('legacy', sow_legacy.capture)):
       net = Net(nnx.Rngs(0))
       a_sowed, b_done = threading.Event(), threading.Event()
       results, errors = {}, []
@@ -1760,13 +1770,13 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     self.assertStatesEqual(nnx.state(net), state)
     for _, module in nnx.iter_modules(net):
       self.assertNotIn('__captures__', vars(module))
-    self.assertEmpty(capture_compat._FRAMES.stack)
-    self.assertIsNone(capture_compat._scope.value)
+    self.assertEmpty(capture_compat.frames.FRAMES.stack)
+    self.assertIsNone(capture_compat.frames.scope.value)
     _, state = nnx.capture(net, nnx.Intermediate)(X)
     self.assertCollected(state, by_hand(net, X)[1])
     # Flax 0.12.8 leaves its __captures__ on every module.
     with self.assertRaisesRegex(RuntimeError, 'boom'):
-      capture_compat.legacy(failing, nnx.Intermediate)(net, X)
+      sow_legacy.capture(failing, nnx.Intermediate)(net, X)
     self.assertIn('__captures__', vars(net.blocks[0]))
 
   def test_nested_captures_on_the_same_model(self):
@@ -1783,9 +1793,9 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     self.assertCollected(outer_state, by_hand(net, X)[1])
     self.assertCollected(inner_state, by_hand(net, 2 * X)[1])
     # Flax 0.12.8: the inner capture empties the outer one.
-    (_, inner_legacy), outer_legacy = capture_compat.legacy(
+    (_, inner_legacy), outer_legacy = sow_legacy.capture(
         outer, nnx.Intermediate
-    )(net, X, capture_compat.legacy)
+    )(net, X, sow_legacy.capture)
     self.assertCollected(inner_legacy, by_hand(net, 2 * X)[1])
     self.assertEmpty(flat(outer_legacy))
 
@@ -1904,7 +1914,7 @@ class ImmutablePytreesTest(CompatTestCase):
     self.assertIs(type(layer.bounds), type(PYTREES[kind](0, 0)))
 
 
-class InstallTest(parameterized.TestCase):
+class InstallTest(sow_testing.StateAssertions, parameterized.TestCase):
   """Each test starts with the layer off, whatever the process had, and
   leaves the process as it found it (also where the layer was installed at
   import, as a Flax tree with the integration does)."""
@@ -1912,10 +1922,15 @@ class InstallTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     self.enterContext(capture_compat.uninstall())
+    # Flax 0.12.8's own, as the layer found them.
+    self.flax_capture = module_lib.capture
+    self.flax_sow = nnx.Module.sow
+    self.flax_perturb = nnx.Module.perturb
 
   def test_install_uninstall(self):
     self.assertFalse(capture_compat.is_installed())
-    self.assertIs(nnx.capture, capture_compat._LEGACY_CAPTURE)
+    self.assertIsNot(nnx.capture, capture_compat.capture)
+    self.assertIs(nnx.capture, self.flax_capture)
     with capture_compat.install():
       capture_compat.install()  # idempotent
       self.assertTrue(capture_compat.is_installed())
@@ -1926,25 +1941,46 @@ class InstallTest(parameterized.TestCase):
       with capture_compat.uninstall():
         capture_compat.uninstall()  # idempotent
         self.assertFalse(capture_compat.is_installed())
-        self.assertIs(module_lib.capture, capture_compat._LEGACY_CAPTURE)
-        self.assertIs(nnx.Module.sow, capture_compat._LEGACY_SOW)
+        self.assertIs(module_lib.capture, self.flax_capture)
+        self.assertIs(nnx.Module.sow, self.flax_sow)
       self.assertTrue(capture_compat.is_installed())
     self.assertFalse(capture_compat.is_installed())
-    self.assertIs(nnx.Module.perturb, capture_compat._LEGACY_PERTURB)
+    self.assertIs(nnx.Module.perturb, self.flax_perturb)
     capture_compat.install()
     capture_compat.uninstall()
     self.assertFalse(capture_compat.is_installed())
 
-  def test_capture_needs_install(self):
-    with self.assertRaisesRegex(RuntimeError, 'install'):
-      capture_compat.capture(Net(nnx.Rngs(0)), nnx.Intermediate)(X)
+  def test_capture_collects_what_module_sow_routes_to_it(self):
+    # No check of who installed whom: capture collects what reaches
+    # capture_compat.sow, whether Module.sow is it (install), delegates to
+    # it (Flax with this change), or is Flax 0.12.8's (nothing reaches it:
+    # each sow takes the deprecated path on the call's copies, and warns).
+    # A trace is reused only under the Module.sow it was traced with.
+    net = Net(nnx.Rngs(0))
+    with capture_compat.install():
+      _, installed = capture_compat.capture(net, nnx.Intermediate)(X)
+    self.assertEqual([p for p, _, _ in flat(installed)],
+                     [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('out',)])
+    with self.assertWarnsRegex(DeprecationWarning, 'outside of'):
+      _, state = capture_compat.capture(net, nnx.Intermediate)(X)
+    self.assertEmpty(flat(state))
+
+    def delegating_sow(self, *args, **kwargs):
+      return capture_compat.sow(self, *args, **kwargs)
+
+    with mock.patch.object(nnx.Module, 'sow', delegating_sow):
+      _, state = capture_compat.capture(net, nnx.Intermediate)(X)
+    self.assertStatesEqual(state, installed)
+    with capture_compat.install():
+      _, again = capture_compat.capture(net, nnx.Intermediate)(X)
+    self.assertStatesEqual(again, installed)
 
   def test_legacy_is_reachable_and_unchanged(self):
     net = Net(nnx.Rngs(0))
-    _, before = capture_compat.legacy(net, nnx.Intermediate)(X)
+    _, before = sow_legacy.capture(net, nnx.Intermediate)(X)
     with capture_compat.install():
-      _, during = capture_compat.legacy(net, nnx.Intermediate)(X)
-    _, direct = capture_compat._LEGACY_CAPTURE(net, nnx.Intermediate)(X)
+      _, during = sow_legacy.capture(net, nnx.Intermediate)(X)
+    _, direct = self.flax_capture(net, nnx.Intermediate)(X)
     self.assertEqual(flat(before)[0][0], ('blocks', 0, 'h'))
     for state in (during, direct):
       self.assertEqual(

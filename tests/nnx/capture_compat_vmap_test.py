@@ -15,7 +15,7 @@
 uses them: ensembles, a vmapped simulation driver, scan over layers.
 
 Each test compares with Flax 0.12.8's own implementation
-(``capture_compat.legacy``), bitwise where both run the same operations,
+(``sow_legacy.capture``), bitwise where both run the same operations,
 and, where a number is at stake, with a value derived by hand.
 """
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from flax import nnx
 from flax.nnx import capture_compat
+import sow_legacy
 import sow_testing
 
 X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32)  # (2, 3)
@@ -51,7 +52,7 @@ class CompatVmapTestCase(sow_testing.StateAssertions, absltest.TestCase):
     """``run(capture)`` returns (model, *States): equal for both captures."""
     new = run(capture_compat.capture)[1:]
     with capture_compat.uninstall():
-      old = run(capture_compat.legacy)[1:]
+      old = run(sow_legacy.capture)[1:]
     for got, want in zip(new, old):
       self.assertStatesEqual(got, want)
 
@@ -169,7 +170,7 @@ class SimulationDriverTest(CompatVmapTestCase):
     new = nnx.capture(simulations, nnx.Intermediate)(
         Automaton(nnx.Rngs(0)), states)
     with capture_compat.uninstall():
-      old = capture_compat.legacy(simulations, nnx.Intermediate)(
+      old = sow_legacy.capture(simulations, nnx.Intermediate)(
           Automaton(nnx.Rngs(0)), states)
     np.testing.assert_array_equal(new[0], old[0])
     self.assertStatesEqual(new[1], old[1])

@@ -68,8 +68,8 @@ def _global_state() -> dict[str, object]:
       'flax.nnx.module.capture': module_lib.capture,
       'nnx.Module.sow': nnx.Module.sow,
       'nnx.Module.perturb': nnx.Module.perturb,
-      'capture_compat frames': tuple(capture_compat._FRAMES.stack),  # pylint: disable=protected-access
-      'capture_compat scope': capture_compat._scope.value,  # pylint: disable=protected-access
+      'capture_compat frames': tuple(capture_compat.frames.FRAMES.stack),
+      'capture_compat scope': capture_compat.frames.scope.value,
       'sow rule table': dict(rules.RULES),
       'sys.getprofile()': sys.getprofile(),
   }

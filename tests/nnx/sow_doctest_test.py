@@ -21,16 +21,21 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 
+import flax.nnx.capture_compat
 import flax.nnx.sow
 
 PUBLIC_MODULES = sorted(
     ['flax.nnx.sow', 'flax.nnx.capture_compat']
-    + [f'flax.nnx.sow.{m.name}' for m in pkgutil.iter_modules(
-        flax.nnx.sow.__path__)]
+    + [
+        f'{package.__name__}.{m.name}'
+        for package in (flax.nnx.sow, flax.nnx.capture_compat)
+        for m in pkgutil.iter_modules(package.__path__)
+    ]
 )
 
 MODULES_WITH_EXAMPLES = {
     'flax.nnx.capture_compat',
+    'flax.nnx.capture_compat.module_methods',
     'flax.nnx.sow.capture',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.primitive',

@@ -14,7 +14,7 @@
 """Parity: Flax 0.12.8's nnx.capture vs the transform-backed one.
 
 Real models built from Flax's own layers run on identical clones under the
-legacy implementation (``capture_compat.legacy``) and the new one
+legacy implementation (``sow_legacy.capture``) and the new one
 (``capture_compat.capture``), eagerly and under ``nnx.jit``. Compared
 bitwise: the captured State trees (paths, Variable types, values), the
 outputs, the updated model state, and, for the training step, gradients and
@@ -57,6 +57,7 @@ if __name__ == '__main__':  # run directly: import this working tree
 
 from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 import sow_external_models  # pylint: disable=g-import-not-at-top
+import sow_legacy  # pylint: disable=g-import-not-at-top
 import sow_testing  # pylint: disable=g-import-not-at-top
 
 _REPORT = flags.DEFINE_string(
@@ -404,7 +405,7 @@ def _execute(case: Case, implementation: str, mode: str, *,
   call) is a Hijax Variable: the whole run is under ``var_defaults``.
   """
   if implementation == 'legacy':
-    routing, capture = capture_compat.uninstall(), capture_compat.legacy
+    routing, capture = capture_compat.uninstall(), sow_legacy.capture
   else:
     routing, capture = capture_compat.install(), capture_compat.capture
   with nnx.var_defaults(hijax=hijax), routing, case.context():
