@@ -444,19 +444,24 @@ MUTANTS: tuple[Mutant, ...] = (
        '        accumulated = info.reduce_fn(accumulated, value)',
        'reduce_fn is applied in call order'),
     _m('compat-perturb-not-added', COMPAT + 'module_methods.py',
-       '  frames.renew_scope()\n  return perturbation + value',
-       '  frames.renew_scope()\n  return value',
+       '  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)'
+       '\n  return perturbation + value',
+       '  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)'
+       '\n  return value',
        'Module.perturb adds its (planted) perturbation'),
     _m('compat-dropped-returns-true', COMPAT + 'module_methods.py',
-       '      frames.renew_scope()\n    return False',
-       '      frames.renew_scope()\n    return True',
+       '      )\n    return False',
+       '      )\n    return True',
        'Module.sow returns False when the capture does not collect it'),
-    _m('compat-no-scope-renewal', COMPAT + 'module_methods.py',
-       '      value, name=sow_name, tag=variable_type,'
-       ' mode=sow_mode(reduce_fn)\n  )\n  frames.renew_scope()',
-       '      value, name=sow_name, tag=variable_type,'
-       ' mode=sow_mode(reduce_fn)\n  )',
+    _m('compat-marks-ignore-paths', COMPAT + 'frames.py',
+       '  paths: tuple[tuple[int, PathParts], ...]\n',
+       '  paths: tuple[tuple[int, PathParts], ...] = dataclasses.field(\n'
+       '      compare=False)\n',
        'nnx.jit of two equal submodules is traced per module path'),
+    _m('compat-marks-left-on-returned-modules', COMPAT + 'call.py',
+       '        frames.unmark([m for _, m in modules] + returned, frame)',
+       '        pass',
+       'a module returned by the captured call carries no capture mark'),
     _m('compat-raising-method-sown', COMPAT + 'method_outputs.py',
        '    if code.co_code[py_frame.f_lasti] not in _RETURN_OPCODES:\n'
        '      return  # the method raised',

@@ -167,7 +167,6 @@ class CompatTestCase(sow_testing.StateAssertions, parameterized.TestCase):
 
   def tearDown(self):
     self.assertEmpty(capture_compat.frames.FRAMES.stack)
-    self.assertIsNone(capture_compat.frames.scope.value)
     super().tearDown()
 
   def assertCollected(self, state, values: dict, var_type=nnx.Intermediate):
@@ -852,7 +851,12 @@ class VariableUpdatesTest(CompatTestCase):
     graphdef = nnx.graphdef(model)
 
     def forward(m, x):
-      self.assertEqual(nnx.graphdef(m), graphdef)
+      # The call runs on a copy, which carries its path as a static mark
+      # (part of its graph definition); the model itself is untouched.
+      self.assertIsNot(m, model)
+      self.assertEqual(
+          set(vars(m)) - set(vars(model)), {'_nnx_capture_paths'}
+      )
       self.assertEqual(nnx.graphdef(model), graphdef)
       return m(x)
 
@@ -881,6 +885,57 @@ class VariableUpdatesTest(CompatTestCase):
     self.assertEqual(model.calls.get_value(), 1)
     self.assertFalse(np.allclose(model.norm.mean.get_value(), 0))
     self.assertLen(state['h'].get_value(), 1)
+
+
+class PathMarksTest(CompatTestCase):
+  """The static mark by which a module copy knows its path stays inside."""
+
+  def unmarked(self, node):
+    return all(
+        '_nnx_capture_paths' not in vars(m)
+        for _, m in nnx.iter_graph(node)
+        if isinstance(m, nnx.Module)
+    )
+
+  def test_returned_modules_carry_no_mark(self):
+    net = Net(nnx.Rngs(0))
+    graphdef = nnx.graphdef(net)
+
+    def forward(m, x):
+      return m, nnx.clone(m), Net(nnx.Rngs(1)), m(x)
+
+    (same, clone, new, _), state = nnx.capture(forward, nnx.Intermediate)(
+        net, X
+    )
+    self.assertIs(same, net)
+    for node in (same, clone, new):
+      self.assertTrue(self.unmarked(node))
+    self.assertEqual(nnx.graphdef(clone), graphdef)
+    self.assertLen(flat(state), 3)
+
+  def test_nested_capture_returns_modules_marked_for_the_outer_one(self):
+    net = Net(nnx.Rngs(0))
+
+    def inner(m, x):
+      return nnx.clone(m), m(x)
+
+    def outer(m, x):
+      (clone, _), inner_state = nnx.capture(inner, nnx.Intermediate)(m, x)
+      # Still inside the outer capture: the clone sows under its path.
+      self.assertFalse(self.unmarked(clone))
+      return clone(x), inner_state
+
+    (_, inner_state), state = nnx.capture(outer, nnx.Intermediate)(net, X)
+    self.assertEqual([p for p, _, _ in flat(inner_state)],
+                     [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('out',)])
+    self.assertEqual(
+        [p for p, _, _ in flat(state)],
+        [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('out',)],
+    )
+    # The inner capture collects its own sows; the outer one gets the
+    # clone's, under the paths of the module it was cloned from.
+    self.assertStatesEqual(state, inner_state)
+    self.assertTrue(self.unmarked(net))
 
 
 class TraceReuseTest(CompatTestCase):
@@ -1065,6 +1120,7 @@ class TraceReuseTest(CompatTestCase):
     with self.assertRaises(TypeError):
       hash(nnx.graphdef(model))  # what the test is about
     forward, traces = self.count_traces()
+    jax.clear_caches()  # so that the first capture compiles what it runs
     xs = [X + i for i in range(3)]
     results = []
     # Only the captures are counted: the oracle's own first operations
@@ -1771,7 +1827,6 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     for _, module in nnx.iter_modules(net):
       self.assertNotIn('__captures__', vars(module))
     self.assertEmpty(capture_compat.frames.FRAMES.stack)
-    self.assertIsNone(capture_compat.frames.scope.value)
     _, state = nnx.capture(net, nnx.Intermediate)(X)
     self.assertCollected(state, by_hand(net, X)[1])
     # Flax 0.12.8 leaves its __captures__ on every module.

@@ -69,7 +69,6 @@ def _global_state() -> dict[str, object]:
       'nnx.Module.sow': nnx.Module.sow,
       'nnx.Module.perturb': nnx.Module.perturb,
       'capture_compat frames': tuple(capture_compat.frames.FRAMES.stack),
-      'capture_compat scope': capture_compat.frames.scope.value,
       'sow rule table': dict(rules.RULES),
       'sys.getprofile()': sys.getprofile(),
   }

@@ -27,6 +27,7 @@ import threading
 import typing as tp
 import weakref
 
+import jax
 from jax._src import config as jax_config
 from jax._src import core as jax_core
 
@@ -174,8 +175,7 @@ class Call:
       guards = () if key is None else guards_lib.numpy_guards(
           self._code_roots(prepared)
       )
-      with frames.fresh_scope():
-        jaxpr, outcome = prepared.trace()
+      jaxpr, outcome = prepared.trace()
       trace = _Trace(
           jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites),
           guards,
@@ -205,28 +205,36 @@ class Call:
       # Runs on copies, inside the trace.
       modules = frames.module_paths(root)
       frame.module_paths = [path for path, _ in modules]
-      frame.objects = {id(m): (m, path) for path, m in modules}
-      for path, m in modules:
-        token = frames.mark(m)
-        if token is not None:
-          frame.tokens[id(token)] = (token, path)
+      for path, module in modules:
+        frames.mark(module, frame, path)
       hook = None
       if self.method_outputs is not None:
-        hook = method_outputs_lib.MethodOutputs(frame, method_outputs_lib.method_entries(m for _, m in modules))
+        hook = method_outputs_lib.MethodOutputs(
+            frame, method_outputs_lib.method_entries(m for _, m in modules)
+        )
       frames.FRAMES.stack.append(frame)
       previous_profile = sys.getprofile()
+      out = None
       try:
         if hook is not None:
           sys.setprofile(hook)
-        return self.call(root, *args, **kwargs)
+        out = self.call(root, *args, **kwargs)
+        return out
       finally:
         if hook is not None:
           sys.setprofile(previous_profile)
         popped = frames.FRAMES.stack.pop()
         assert popped is frame
-        # Drop every reference to the copies and their tracers.
-        frame.objects = {}
-        frame.tokens = {}
+        # The copies, and what the call returns (a module built from a
+        # copy carries its mark), leave without this capture's marks.
+        returned = [
+            leaf
+            for leaf in jax.tree_util.tree_leaves(
+                out, is_leaf=graphlib.is_graph_node
+            )
+            if graphlib.is_graph_node(leaf)
+        ]
+        frames.unmark([m for _, m in modules] + returned, frame)
 
     return traced
 

@@ -28,7 +28,6 @@ import itertools
 import threading
 import typing as tp
 
-from jax._src import config as jax_config
 
 from flax.nnx import graphlib
 from flax.nnx import module as module_lib
@@ -39,39 +38,6 @@ from flax.nnx.sow import primitive
 Module = module_lib.Module
 Variable = variablelib.Variable
 PathParts = tuple[tp.Hashable, ...]
-
-
-# ---------------------------------------------------------------------------
-# Trace-context scope: keeps JAX caches from reusing a trace across modules
-# ---------------------------------------------------------------------------
-
-# A sow's name holds its module's path, which JAX's tracing caches do not see:
-# an `nnx.jit` function traced for `blocks[0]` would be reused, with
-# `blocks[0]`'s names, for `blocks[1]`, whose graph definition is equal. So
-# while a capture traces, this trace-context value is fresh, and it changes
-# again after every sow that names a module path: a cached trace is reused
-# only if no such sow was traced since it was cached.
-scope = jax_config.string_or_object_state(
-    name='flax_nnx_capture_compat_scope',
-    default=None,
-    help=(
-        'Internal to flax.nnx.capture_compat: fresh while a capture traces'
-        ' and after every path-named sow, so that JAX never reuses a trace'
-        ' whose sow names depend on which module was passed.'
-    ),
-    include_in_trace_context=True,
-)
-_SCOPE_IDS = itertools.count(1)
-
-
-def fresh_scope() -> tp.ContextManager[None]:
-  """A fresh scope for one capture trace."""
-  return scope(next(_SCOPE_IDS))
-
-
-def renew_scope() -> None:
-  """A fresh scope from here on in this trace (after a path-named sow)."""
-  scope.set_local(next(_SCOPE_IDS))
 
 
 # ---------------------------------------------------------------------------
@@ -95,9 +61,8 @@ class SiteInfo:
 class Frame:
   """One active compat ``capture``: its module paths and its sow sites.
 
-  ``objects`` maps ``id(module)`` to ``(module, path)`` for the *copies* the
-  traced function works on; it only lives while the function is traced.
-  Everything else is static and outlives the trace.
+  Everything in it is static and outlives the trace: the module copies know
+  their paths themselves (see :class:`PathMark`).
   """
 
   def __init__(
@@ -106,11 +71,10 @@ class Frame:
       init_types: dict[PathParts, set[type[Variable]]],
       method_outputs: type[Variable] | None,
   ):
+    self.id = next(_FRAME_IDS)
     self.var_types = var_types
     self.init_types = init_types
     self.method_outputs = method_outputs
-    self.objects: dict[int, tuple[tp.Any, PathParts]] = {}
-    self.tokens: dict[int, tuple[tp.Any, PathParts]] = {}
     self.module_paths: list[PathParts] = []
     self.sites: dict[tuple[primitive.Name, type], SiteInfo] = {}
 
@@ -123,28 +87,17 @@ class Frame:
     )
 
   def path_of(self, obj: tp.Any) -> PathParts | None:
-    """``obj``'s path from this frame's root, through NNX transforms."""
-    seen = set()
-    todo = [obj]
-    while todo:
-      current = todo.pop()
-      if id(current) in seen:
-        continue
-      seen.add(id(current))
-      entry = self.objects.get(id(current))
-      if entry is not None and entry[0] is current:
-        return entry[1]
-      token = _token_of(current)
-      entry = self.tokens.get(id(token))
-      if entry is not None and entry[0] is token:
-        return entry[1]
-      todo.extend(_outer_objects(current))
-    return None
+    """``obj``'s path from this frame's root, or ``None``."""
+    mark = _mark_of(obj)
+    return None if mark is None else mark.path_in(self.id)
 
   def register(self, name, info: SiteInfo) -> None:
     key = (name, info.var_type)
     if key not in self.sites:
       self.sites[key] = info
+
+
+_FRAME_IDS = itertools.count(1)
 
 
 class _FrameStack(threading.local):
@@ -155,55 +108,71 @@ class _FrameStack(threading.local):
 
 FRAMES = _FrameStack()
 
-def _token_of(module: tp.Any) -> tp.Any:
-  """A module's identity token: its ``_pytree__nodes`` mapping object."""
-  if not hasattr(module, '__dict__'):
-    return None
-  return vars(module).get('_pytree__nodes')
+
+# ---------------------------------------------------------------------------
+# Path marks: how a module copy knows its path, through every transform
+# ---------------------------------------------------------------------------
+
+# The attribute of a module copy that holds its mark.
+_MARK_ATTRIBUTE = '_nnx_capture_paths'
 
 
-def mark(module: Module) -> tp.Any:
-  """Gives ``module`` (a private copy) a token of its own and returns it.
+@dataclasses.dataclass(frozen=True)
+class PathMark:
+  """A static attribute of the module copies a capture runs on.
 
-  The token is the module's ``_pytree__nodes`` mapping (which attributes are
-  data), replaced by an equal but distinct object. Graph definitions and
-  pytree structures hold it as a static value, compared by value (so
-  ``nnx.graphdef`` and every cache key are unchanged) but handed, as the
-  same object, to every copy a transform makes: ``nnx.jit``, ``nnx.vmap``,
-  ... in graph or tree mode, and ``jax.jit``, ``jax.vmap``... of modules as
-  pytrees. So the token identifies the module across transforms.
+  For each enclosing capture (innermost last): its frame id and the module's
+  path from its captured module. Being static, it is part of the module's
+  graph definition and pytree structure, so every copy that an NNX transform
+  (graph or tree mode) or a JAX transform of modules as pytrees makes inside
+  the call carries it, and the caches of JAX and NNX tell apart modules at
+  different paths (an ``nnx.jit`` traced for ``blocks[0]`` is not reused,
+  with its sow names, for ``blocks[1]``) and captures (a trace made for
+  another capture, which registered its sows there, is not reused). It is
+  only ever set on a capture's private copies, and removed from them (and
+  from graph nodes the call returns) when the call ends.
   """
-  nodes = vars(module).get('_pytree__nodes')
-  if nodes is None:
+
+  paths: tuple[tuple[int, PathParts], ...]
+
+  def path_in(self, frame_id: int) -> PathParts | None:
+    for entry_id, path in self.paths:
+      if entry_id == frame_id:
+        return path
     return None
-  for frame in FRAMES.stack:
-    entry = frame.tokens.get(id(nodes))
-    if entry is not None and entry[0] is nodes:
-      return nodes  # a copy of a module an enclosing capture marked
-  token = type(nodes)(nodes, copy=True)
-  object.__setattr__(module, '_pytree__nodes', token)
-  return token
 
 
-def _outer_objects(obj: tp.Any) -> list[tp.Any]:
-  """The objects ``obj`` is a copy of, in the active NNX transforms.
+def _mark_of(obj: tp.Any) -> PathMark | None:
+  attributes = getattr(obj, '__dict__', None)
+  if attributes is None:
+    return None
+  mark = attributes.get(_MARK_ATTRIBUTE)
+  return mark if isinstance(mark, PathMark) else None
 
-  NNX transforms in graph mode (the default) merge their inputs into copies
-  inside an ``nnx.update_context``; while their function runs, the context
-  maps each copy to the index of the object it copies.
-  """
-  stacks = graphlib.GRAPH_CONTEXT.update_context_stacks
-  outers = []
-  for stack in list(stacks.values()):
-    for ctx in reversed(stack):
-      inner = getattr(ctx, 'inner_ref_outer_index', None)
-      if not inner or obj not in inner:
-        continue
-      index = inner[obj]
-      outer_map = getattr(ctx, 'outer_index_outer_ref', None)
-      if outer_map is not None and index in outer_map:
-        outers.append(outer_map[index])
-  return outers
+
+def mark(module: tp.Any, frame: Frame, path: PathParts) -> None:
+  """Marks ``module`` (a private copy) with its ``path`` in ``frame``."""
+  if getattr(module, '__dict__', None) is None:
+    return  # a module without attributes cannot sow by path
+  previous = _mark_of(module)
+  entries = () if previous is None else previous.paths
+  # Written into the instance dictionary: the mark is neither data nor a
+  # user attribute, and must not go through the module's __setattr__.
+  vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
+
+
+def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
+  """Removes ``frame``'s entry from the marks of ``nodes`` and the graph
+  nodes they reach."""
+  for _, node in graphlib.iter_graph(list(nodes), graph=True):
+    mark_ = _mark_of(node)
+    if mark_ is None or mark_.path_in(frame.id) is None:
+      continue
+    rest = tuple(entry for entry in mark_.paths if entry[0] != frame.id)
+    if rest:
+      vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
+    else:
+      del vars(node)[_MARK_ATTRIBUTE]
 
 
 def resolve(

@@ -142,8 +142,9 @@ def sow(
   if not accepted:
     # Legacy drops it; the sow still reaches an enclosing transform capture.
     if is_sowable(value):
-      primitive.sow(value, name=frames.sow_name(path, name), tag=variable_type)
-      frames.renew_scope()
+      primitive.sow(
+          value, name=frames.sow_name(path, name), tag=variable_type
+      )
     return False
   sow_name = frames.sow_name(path, name)
   frame.register(
@@ -153,7 +154,6 @@ def sow(
   primitive.sow(
       value, name=sow_name, tag=variable_type, mode=sow_mode(reduce_fn)
   )
-  frames.renew_scope()
   return True
 
 
@@ -298,7 +298,6 @@ def perturb(
   # under nnx.vmap, per iteration (stacked) under nnx.scan.
   zeros = jax.tree.map(jnp.zeros_like, value)
   perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)
-  frames.renew_scope()
   return perturbation + value
 
 
