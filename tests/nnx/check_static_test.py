@@ -73,14 +73,25 @@ class CheckStaticTest(absltest.TestCase):
 
   def test_parses_pytype_absolute_paths(self):
     root = '/tmp/check-static-abc/flax'
-    out = (f'File "{root}/flax/nnx/capture_compat.py", line 12, in f: '
+    out = (f'FAILED: [code=1] {root}/.pytype/pyi/flax/nnx/'
+           'capture_compat.pyi\n'
+           f'{root}/flax/nnx/capture_compat.py:12:5: error: in f: '
            'No attribute \'x\' on None [attribute-error]\n'
            '  In Optional[Foo]\n'
-           f'FAILED: {root}/.pytype/pyi/flax/nnx/capture_compat.pyi\n')
-    [error] = self.cs._parse(self.cs._PYTYPE, out, root)
-    self.assertEqual(error.path, 'flax/nnx/capture_compat.py')
-    self.assertEqual((error.line, error.code), (12, 'attribute-error'))
-    self.assertTrue(self.cs.is_ours(error.path))
+           '    foo.x\n'
+           '    ~~~~~\n')
+    # Outside ninja, pytype colors 'error' and puts two spaces before the
+    # code.
+    out += (f'{root}/flax/nnx/sow/plant.py:3:1: \x1b[1m\x1b[31merror'
+            '\x1b[39m\x1b[0m: in <module>: Invalid type annotation \'R\'  '
+            '[invalid-annotation]\n')
+    first, second = self.cs._parse(self.cs._PYTYPE, out, root)
+    self.assertEqual(first.path, 'flax/nnx/capture_compat.py')
+    self.assertEqual((first.line, first.code), (12, 'attribute-error'))
+    self.assertTrue(self.cs.is_ours(first.path))
+    self.assertEqual(
+        str(second), 'flax/nnx/sow/plant.py:3: invalid-annotation: Invalid '
+        'type annotation \'R\'')
 
   def test_parses_ruff(self):
     out = ('flax/nnx/sow/capture.py:27:26: F401 [*] `flax.nnx.sow.primitive`'
