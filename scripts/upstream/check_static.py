@@ -15,7 +15,7 @@
 
 The checkout is copied to a temporary directory; every tool runs there once
 on the pristine copy (the baseline), then ``flax/nnx/sow/`` and
-``flax/nnx/capture_compat.py`` from this repository are placed in it and the
+``flax/nnx/capture_compat/`` from this repository are placed in it and the
 tool runs again. The checks are the ones Flax runs, with the same command
 lines and configuration (the checkout's ``pyproject.toml``):
 
@@ -82,7 +82,7 @@ import typing as tp
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-OUR_PATHS = ('flax/nnx/sow', 'flax/nnx/capture_compat.py')
+OUR_PATHS = ('flax/nnx/sow', 'flax/nnx/capture_compat')
 DEFAULT_VENV = '/work/static-venv'
 TOOLS = ('mypy', 'pytype', 'ruff', 'pyupgrade', 'whitespace')
 
