@@ -197,6 +197,11 @@ def capture(
 
     return decorator
 
+  bound_module: Module | None
+  call: tp.Callable[..., tp.Any]
+  # What the traces of this capture are cached under (weakly held); None:
+  # traced on every call.
+  fn_key: tp.Any
   if inspect.ismethod(fn) and isinstance(fn.__self__, Module):
     bound_module, func = fn.__self__, fn.__func__
     call = lambda root, *args, **kwargs: func(root, *args, **kwargs)
@@ -212,7 +217,7 @@ def capture(
   try:
     weakref.ref(fn_key)
   except TypeError:
-    fn_key = None  # traced on every call
+    fn_key = None
   run = call_lib.Call(
       tuple(var_types), init, method_outputs, call, fn_key,
       None if fn_key is call_lib.ModuleCall else fn,
@@ -267,8 +272,10 @@ def _set(installed: bool) -> None:
       targets = dict(replaced.ORIGINALS)
     for namespace in _namespaces():
       namespace.capture = targets['capture']
-    Module.sow = targets['sow']
-    Module.perturb = targets['perturb']
+    # The overlay's whole purpose: Flax's methods, pointed here (setattr:
+    # type checkers rightly refuse assigning to a method).
+    setattr(Module, 'sow', targets['sow'])
+    setattr(Module, 'perturb', targets['perturb'])
 
 
 class _Restore:

@@ -211,11 +211,11 @@ def sow_name(path: PathParts, name: str) -> primitive.Name:
 
 
 
-def flat_init(init) -> list[tuple[PathParts, str, type, tp.Any]]:
+def flat_init(init) -> list[tuple[PathParts, tp.Hashable, type, tp.Any]]:
   """``init``'s entries as ``(module path, name, type, value)``."""
   if init is None:
     return []
-  entries = []
+  entries: list[tuple[PathParts, tp.Hashable, type, tp.Any]] = []
   for path, variable in statelib.to_flat_state(init):
     if not isinstance(variable, (Variable, variablelib.HijaxVariable)):
       continue

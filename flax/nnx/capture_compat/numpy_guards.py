@@ -83,12 +83,12 @@ class Guard:
 
 def _is_library(obj: tp.Any) -> bool:
   if isinstance(obj, types.ModuleType):
-    module = obj.__name__
+    module_name = obj.__name__
   else:
-    module = getattr(obj, '__module__', None)
-  if not isinstance(module, str):
+    module_name = getattr(obj, '__module__', None)
+  if not isinstance(module_name, str):
     return False
-  return module.partition('.')[0] in _LIBRARY_PACKAGES
+  return module_name.partition('.')[0] in _LIBRARY_PACKAGES
 
 
 def _code_names(code: types.CodeType) -> set[str]:
