@@ -22,7 +22,11 @@ import dataclasses
 import enum
 import functools
 import inspect
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 from unittest import mock
 import warnings
@@ -2029,6 +2033,54 @@ class InstallTest(sow_testing.StateAssertions, parameterized.TestCase):
     with capture_compat.install():
       _, again = capture_compat.capture(net, nnx.Intermediate)(X)
     self.assertStatesEqual(again, installed)
+
+  def test_importable_from_flax_nnx_init(self):
+    # In Flax itself, flax/nnx/__init__.py imports the layer while flax.nnx
+    # is being initialized: the import must not need flax.nnx to be done.
+    # A copy of the installed Flax with this tree's files, imported in a
+    # fresh interpreter.
+    ours = os.path.dirname(os.path.dirname(capture_compat.__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+      nnx_copy = os.path.join(tmp, 'flax', 'nnx')
+      shutil.copytree(
+          os.path.dirname(flax.__file__), os.path.join(tmp, 'flax'),
+          ignore=shutil.ignore_patterns('__pycache__', 'sow',
+                                        'capture_compat*'),
+      )
+      for package in ('sow', 'capture_compat'):
+        shutil.copytree(
+            os.path.join(ours, package), os.path.join(nnx_copy, package),
+            ignore=shutil.ignore_patterns('__pycache__'),
+        )
+      init = os.path.join(nnx_copy, '__init__.py')
+      with open(init) as f:
+        text = f.read()
+      anchor = 'from .module import capture as capture\n'
+      self.assertIn(anchor, text)
+      with open(init, 'w') as f:
+        f.write(text.replace(
+            anchor,
+            anchor + 'from . import capture_compat as capture_compat\n',
+        ))
+      program = (
+          'import jax.numpy as jnp\n'
+          'from flax import nnx\n'
+          'assert nnx.capture_compat.__file__.startswith(%r)\n'
+          'class M(nnx.Module):\n'
+          '  def __call__(self, x):\n'
+          "    self.sow(nnx.Intermediate, 'y', 2 * x)\n"
+          '    return x\n'
+          'with nnx.capture_compat.install():\n'
+          '  _, state = nnx.capture(M(), nnx.Intermediate)(jnp.ones(()))\n'
+          "print(float(state['y'].get_value()[0]))\n"
+      ) % tmp
+      env = dict(os.environ, PYTHONPATH=tmp)
+      result = subprocess.run(
+          [sys.executable, '-P', '-c', program], cwd=tmp, env=env,
+          capture_output=True, text=True, timeout=300, check=False,
+      )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stdout.strip(), '2.0')
 
   def test_legacy_is_reachable_and_unchanged(self):
     net = Net(nnx.Rngs(0))
