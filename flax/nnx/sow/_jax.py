@@ -23,6 +23,7 @@ serves (as of JAX 0.10.2).
 from __future__ import annotations
 
 import sys
+import types
 import typing as tp
 
 # pylint: disable=g-bad-import-order,protected-access
@@ -114,7 +115,7 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   ``index_dim`` to ``None`` (its index is the platform, never batched), so it
   is not reported.
   """
-  frame = sys._getframe(1)
+  frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:
       local = frame.f_locals

@@ -460,7 +460,7 @@ def _rewrite(
   if request.planted is not None or jaxpr.is_high:
     return None
   rules = _plan(jaxpr, request, strip)
-  substitute: dict[core.Var, core.Atom] = {}
+  substitute: dict[core.Var, jax.core.Atom] = {}
 
   def read(atom):
     return substitute.get(atom, atom) if isinstance(atom, core.Var) else atom
@@ -551,7 +551,7 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  copyable = reemittable(jaxpr) if staging is not None else None
+  copyable = reemittable(jaxpr) if staging is not None else ()
   for i, (eqn, rule) in enumerate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
   ):
@@ -569,7 +569,7 @@ def evaluate(
     ):
       if rule is not None:
         outs = rule(scope, eqn, invals)
-      elif copyable is not None and copyable[i]:
+      elif staging is not None and copyable[i]:
         outs = _reemit(staging, eqn, invals)
       else:
         outs = bind(eqn, invals)

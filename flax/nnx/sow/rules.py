@@ -234,10 +234,10 @@ def _scan(scope: Scope, eqn, invals):
       jaxpr=new_jaxpr,
       num_carry=n_carry + len(clobber_avals),
   )
-  carry, clobbered, ys, appended = _split(
+  carry, clobbered_leaves, ys, appended_leaves = _split(
       outs, n_carry, len(clobber_avals), n_ys
   )
-  clobbered, appended = iter(clobbered), iter(appended)
+  clobbered, appended = iter(clobbered_leaves), iter(appended_leaves)
   for site in t.sites:
     if site.mode == 'append':
       leaves = [

@@ -414,6 +414,7 @@ class Prepared:
     originals = graphlib.IndexMap.from_refmap(self.ref_index)
     new_nodes = []
     if outcome.graph_graphdef is not None:
+      assert outcome.graph_state is not None
       _, new_nodes = graphlib.unflatten(
           outcome.graph_graphdef,
           outcome.graph_state.unpack(state_out),
@@ -426,6 +427,7 @@ class Prepared:
           [(i, packed.unpack(state_out)) for i, packed in outcome.updates],
       )
       if outcome.new_graphdef is not None:
+        assert outcome.new_state is not None
         new_nodes = graphlib.unflatten(
             outcome.new_graphdef, outcome.new_state.unpack(state_out)
         )
@@ -542,9 +544,10 @@ def _write_back(nodes, flat_state, changed) -> None:
   if in_place:
     graphlib.update(nodes, statelib.from_flat_state(in_place))
   for holder, key, node, changes in rebuilt.values():
-    graphlib.get_node_impl(holder).set_key(
-        holder, key, _rebuild(node, changes)
-    )
+    # `_frozen_ancestor` found `holder` mutable: a graph node, or a pytree
+    # node with `set_key`.
+    set_key = tp.cast(tp.Any, graphlib.get_node_impl(holder)).set_key
+    set_key(holder, key, _rebuild(node, changes))
 
 
 def _is_immutable_node(x: tp.Any) -> bool:
@@ -578,7 +581,7 @@ def _frozen_ancestor(root, path):
 def _rebuild(node, changes: dict[tuple[tp.Any, ...], tp.Any]) -> tp.Any:
   """A copy of the immutable pytree ``node`` with the leaves at ``changes``
   (paths relative to ``node``) replaced; other children are kept as is."""
-  impl = graphlib.get_node_impl(node)
+  impl = tp.cast(graphlib.PytreeNodeImpl, graphlib.get_node_impl(node))
   children, metadata = impl.flatten(node)
   new_children = []
   for key, child in children:
