@@ -20,6 +20,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax import lax
+from jax.interpreters import batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -475,6 +476,12 @@ class CompiledSpeedTest(absltest.TestCase):
 
 class BatchedControlFlowTest(absltest.TestCase):
   """capture(jax.vmap(f)) where vmap batches the control flow of ``f``."""
+
+  def test_jax_cond_batching_rule_is_jax_own(self):
+    # The batched-index refusal lives in sow_p.bind: importing flax.nnx.sow
+    # replaces no rule of JAX for the whole process.
+    rule = batching.fancy_primitive_batchers[lax.cond_p]
+    self.assertEqual(rule.__module__, 'jax._src.lax.control_flow.conditionals')
 
   def test_vmap_of_cond_with_batched_index_refuses_nested_sows(self):
     # The refusal comes from binding a sow under JAX's cond batching rule
