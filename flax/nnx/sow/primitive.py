@@ -99,7 +99,6 @@ harvesting = _jax.bool_state(
 )
 
 
-
 class _SowPrimitive(jex_core.Primitive):
   """The type of ``sow_p``: refuses, while capturing, a batched-index cond.
 
