@@ -116,8 +116,9 @@ MUTANTS: tuple[Mutant, ...] = (
        '      leaf\n      if dim is None',
        'an unbatched value sown under vmap gets one entry per member'),
     _m('primitive-no-effect', 'primitive.py',
-       'sow_effects = {sow_effect} if harvesting.value else effects.no_effects',
-       'sow_effects = effects.no_effects',
+       'sow_effects = {sow_effect} if harvesting.value else'
+       ' jex_core.no_effects',
+       'sow_effects = jex_core.no_effects',
        'a sow whose result is unused survives dead-code elimination'),
     _m('primitive-bool-name-part', 'primitive.py',
        '      or (isinstance(part, int) and not isinstance(part, bool))\n'
@@ -132,9 +133,24 @@ MUTANTS: tuple[Mutant, ...] = (
        '      np.asarray(leaf))',
        'a sown Python number stays weakly typed, as JAX converts it'),
     _m('primitive-cond-batch-no-refusal', 'primitive.py',
-       '    if names:\n      raise NotImplementedError(',
-       '    if False:\n      raise NotImplementedError(',
+       '      if branches is not None:\n        _refuse_batched_cond(',
+       '      if False:\n        _refuse_batched_cond(',
        'capture(vmap(f)) refuses a cond with a batched index over sows'),
+    _m('primitive-numpy-scalar-not-array', 'primitive.py',
+       '_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)',
+       '_ARRAY_TYPES = (jax.Array, np.ndarray)',
+       'NumPy scalars passed to capture(jax.jit(f)) are traced like jit'),
+    # -- _jax.py -----------------------------------------------------------
+    _m('jax-any-cond-refused', '_jax.py',
+       "      if local.get('index_dim') is not None:",
+       '      if True:',
+       'a batched cond whose index is not batched is still captured'),
+    _m('jax-outermost-cond-only', '_jax.py',
+       '        return local[\'branches\']\n    frame = frame.f_back',
+       '        return local[\'branches\']\n      return None\n'
+       '    frame = frame.f_back',
+       'a sow in an inner cond whose index is not batched, inside a cond'
+       ' whose index is, is refused'),
     _m('primitive-mode-unchecked', 'primitive.py',
        '  if mode not in MODES:',
        '  if mode is None:',
@@ -168,9 +184,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '    at = 0\n',
        'a loop axis goes after the vmap axes applied outside the loop'),
     _m('interpreter-vmaps-any-transform', 'interpreter.py',
-       "      if isinstance(part, source_info_util.Transform) and part.name =="
-       " 'vmap'",
-       '      if isinstance(part, source_info_util.Transform)',
+       "      if isinstance(part, _jax.Transform) and part.name == 'vmap'",
+       '      if isinstance(part, _jax.Transform)',
        'only vmaps (not jvp/transpose) count as outer axes'),
     _m('interpreter-entry-dtype-unchecked', 'interpreter.py',
        '    if (got_shape, got_dtype) != (shape, dtype):',
@@ -189,8 +204,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '    for record in self.records:',
        'a zero-trip while loop keeps the last value sown before it'),
     _m('interpreter-no-refusal', 'interpreter.py',
-       '    return higher_order_rules.get(eqn.primitive, _refuse)',
-       '    return higher_order_rules.get(eqn.primitive)',
+       '    return _rules.RULES.get(eqn.primitive, _refuse)',
+       '    return _rules.RULES.get(eqn.primitive)',
        'a higher-order primitive without a rule is refused, naming it'),
     _m('interpreter-rewrite-order', 'interpreter.py',
        '  outvars = [read(v) for v in jaxpr.outvars] + sown',
@@ -203,7 +218,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '        self.leaves[: len(self.leaves) - site.num_leaves],',
        'planted values reach their own sites inside one jit body'),
     _m('interpreter-transform-uncached', 'interpreter.py',
-       '@jax_util.weakref_lru_cache\ndef transform(',
+       '@_jax.weakref_lru_cache\ndef transform(',
        'def transform(',
        'an eager capture(jax.jit(f)) compiles once'),
     _m('interpreter-rewrite-while-planting', 'interpreter.py',
@@ -310,23 +325,6 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if site.mode == 'clobber':\n      grouped[key(site)] = [value]",
        "    if site.mode == 'never':\n      grouped[key(site)] = [value]",
        "a clobbered sow returns its last value only"),
-    _m('capture-graph-nodes-compiled', 'capture.py',
-       '    if any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(\n'
-       '        (args, kwargs), is_leaf=tracing.is_graph_node))):\n'
-       '      return False',
-       '    pass',
-       'capture(jax.jit(f)) writes graph-node updates back',
-       equivalent='a jax.jit function never writes a graph node back in a'
-       ' direct call (jit is pure on pytrees: the caller\'s Variables keep'
-       ' their values, returned nodes are new objects), and a compiled runner'
-       ' gives the same values and the same caller objects as the general'
-       ' path; checked with counters, returned nodes and reference'
-       ' Variables. (Hijax Variables differ from a direct call on both paths:'
-       ' a known bug, not this guard.)'),
-    _m('capture-numpy-scalar-static', 'capture.py',
-       '_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)',
-       '_ARRAY_TYPES = (jax.Array, np.ndarray)',
-       'NumPy scalars passed to capture(jax.jit(f)) are traced like jit'),
     # -- plant.py ----------------------------------------------------------
     _m('plant-unused-silent', 'plant.py',
        '    planter.check_all_used(tag)\n',
@@ -380,25 +378,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '',
        'a leaf in nested immutable pytrees is written back'),
     _m('tracing-refs-not-traced', 'tracing.py',
-       '  return _is_array(leaf) or variablelib.is_array_ref(leaf)',
-       '  return _is_array(leaf)',
+       '  return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)',
+       '  return primitive.is_array(leaf)',
        'a Variable holding an array reference is updated by reference',
        equivalent='a reference left out of the traced inputs is closed over'
        ' by the trace instead: the jaxpr then holds the same reference object'
        ' as a constant and reads and writes it alike, and a trace with'
        ' constants is never reused by the compat cache; checked eagerly, in'
        ' jax.jit(capture(model)) and through nnx.capture.'),
-    _m('tracing-new-ref-unchecked', 'tracing.py',
-       '    if variablelib.is_array_ref(leaf):\n      raise ValueError(\n'
-       "          f'capture: {what} holds",
-       '    if False:\n      raise ValueError(\n'
-       "          f'capture: {what} holds",
-       'a reference created inside the function is refused',
-       equivalent='unreachable with Flax 0.12.8: graphlib.flatten hands'
-       ' _pack the values of references, never references (checked by'
-       ' spying on _pack with new references set into a Variable and held as'
-       ' nnx.data, which come out as references, as in a direct call); the'
-       ' refusal is defensive.'),
     # -- capture_compat/ ---------------------------------------------------
     _m('compat-name-order', COMPAT + 'frames.py',
        '  for part in (*path, name):',

@@ -20,6 +20,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax import lax
+from jax.interpreters import batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -471,6 +472,80 @@ class CompiledSpeedTest(absltest.TestCase):
     jaxpr = jax.make_jaxpr(capture(f))(X)
     self.assertEqual([e.primitive.name for e in jaxpr.eqns], ['jit'])
 
+
+
+class BatchedControlFlowTest(absltest.TestCase):
+  """capture(jax.vmap(f)) where vmap batches the control flow of ``f``."""
+
+  def test_jax_cond_batching_rule_is_jax_own(self):
+    # The batched-index refusal lives in sow_p.bind: importing flax.nnx.sow
+    # replaces no rule of JAX for the whole process.
+    rule = batching.fancy_primitive_batchers[lax.cond_p]
+    self.assertEqual(rule.__module__, 'jax._src.lax.control_flow.conditionals')
+
+  def test_vmap_of_cond_with_batched_index_refuses_nested_sows(self):
+    # The refusal comes from binding a sow under JAX's cond batching rule
+    # (no global patch of that rule): sows nested in a jit or in an inner
+    # cond of a branch are reached too.
+    xs = jnp.stack([X, -X])
+    jitted = lambda v: lax.cond(
+        v[0] > 0, jax.jit(lambda u: sow(u * 2, name='j')),
+        jax.jit(lambda u: sow(u * 3, name='j')), v)
+    with self.assertRaisesRegex(NotImplementedError, r"\('j'\)"):
+      capture(jax.vmap(jitted))(xs)
+
+    def inner_cond(v):
+      # The inner index is a constant of the branch, so it stays unbatched
+      # (and the inner cond a cond) while the outer index is batched.
+      branch = lambda u: lax.cond(jnp.array(True), lambda w: sow(w, name='i'),
+                                  lambda w: sow(-w, name='i'), u)
+      return lax.cond(v[0] > 0, branch, branch, v)
+
+    with self.assertRaisesRegex(NotImplementedError, r"\('i'\)"):
+      capture(jax.vmap(inner_cond))(xs)
+
+  def test_vmap_of_cond_with_traced_unbatched_index_is_captured(self):
+    # A traced index that does not depend on the mapped inputs keeps the
+    # cond: each example takes the same branch. Oracle: that branch by hand.
+    xs = jnp.stack([X, -X])
+    f = lambda v, i: lax.switch(i, [lambda u: sow(u * 2, name='b'),
+                                    lambda u: sow(u * 3, name='b')], v)
+    for i, factor in ((0, 2), (1, 3)):
+      out, collected = capture(jax.vmap(f, in_axes=(0, None)))(
+          xs, jnp.int32(i))
+      self.assertLen(collected['b'], 1)
+      np.testing.assert_array_equal(collected['b'][0], np.asarray(xs) * factor)
+      np.testing.assert_array_equal(out, np.asarray(xs) * factor)
+
+  def test_vmap_of_while_with_batched_predicate_keeps_each_last_value(self):
+    # Under vmap, a while_loop whose predicate depends on the mapped inputs
+    # runs until every example is done; the examples that finished earlier
+    # keep their carries (JAX selects per example). A clobbered sow is a
+    # carry of the captured loop, so it keeps each example's own last value,
+    # not the value of the extra iterations. Oracle: a Python loop per
+    # example.
+    def f(x):
+      sow(jnp.float32(-1.0), name='last', mode='clobber')
+
+      def body(carry):
+        i, v = carry
+        sow(v * 10.0 + i, name='last', mode='clobber')
+        return i + 1, v + 1.0
+
+      return lax.while_loop(lambda c: c[1] < 3.0, body, (jnp.int32(0), x))
+
+    xs = np.array([0.0, 2.5, 5.0, 1.0], np.float32)
+    expected = []
+    for x in xs:
+      i, v, last = 0, x, np.float32(-1.0)
+      while v < 3.0:
+        last, i, v = v * 10.0 + i, i + 1, v + 1.0
+      expected.append(last)
+    for run in (capture(jax.vmap(f)), jax.jit(capture(jax.vmap(f))),
+                jax.vmap(capture(f))):
+      _, collected = run(jnp.asarray(xs))
+      self.assertLen(collected['last'], 1)
+      np.testing.assert_allclose(collected['last'][0], expected, rtol=1e-6)
 
 if __name__ == '__main__':
   absltest.main()

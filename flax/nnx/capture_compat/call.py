@@ -28,8 +28,6 @@ import typing as tp
 import weakref
 
 import jax
-from jax._src import config as jax_config
-from jax._src import core as jax_core
 
 from flax.nnx import graphlib
 from flax.nnx import module as module_lib
@@ -38,6 +36,7 @@ from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import method_outputs as method_outputs_lib
 from flax.nnx.capture_compat import numpy_guards as guards_lib
+from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
@@ -253,7 +252,7 @@ class Call:
     under a JAX transform the enclosing trace is what gets cached, and an
     enclosing capture's frames take part in resolving module paths.
     """
-    if frames.FRAMES.stack or not jax_core.trace_ctx.is_top_level():
+    if frames.FRAMES.stack or not _jax.trace_ctx.is_top_level():
       return None
     structure = prepared.cache_key()
     if structure is None or self.fn_key is None:
@@ -267,7 +266,7 @@ class Call:
         Module.perturb,
         tuple((path, name, var_type) for path, name, var_type, _
               in init_entries),
-        jax_config.trace_context(),
+        _jax.trace_context(),
         structure,
     )
     try:

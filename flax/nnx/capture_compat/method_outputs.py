@@ -31,6 +31,7 @@ import typing as tp
 from flax.nnx import module as module_lib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import module_methods
+from flax.nnx.sow import primitive
 
 Module = module_lib.Module
 
@@ -162,7 +163,7 @@ class MethodOutputs:
     else:
       return  # the shared code, run for something else
     module = _positional(code, local, method.module_arg)
-    if not isinstance(module, Module) or not module_methods.is_sowable(arg):
+    if not isinstance(module, Module) or not primitive.is_sowable(arg):
       return
     if self.frame.path_of(module) is None:
       return

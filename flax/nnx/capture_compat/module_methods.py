@@ -26,7 +26,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import flax.errors
 from flax.nnx import module as module_lib
@@ -39,15 +38,6 @@ Module = module_lib.Module
 Variable = variablelib.Variable
 tuple_reduce = module_lib.tuple_reduce
 tuple_init = module_lib.tuple_init
-
-
-def is_sowable(value: tp.Any) -> bool:
-  """Whether ``value`` can be sown: a pytree of arrays and numbers."""
-  return all(
-      isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float,
-                        complex))
-      for leaf in jax.tree_util.tree_leaves(value)
-  )
 
 
 # ---------------------------------------------------------------------------
@@ -141,7 +131,7 @@ def sow(
   frame, path, accepted = target
   if not accepted:
     # Legacy drops it; the sow still reaches an enclosing transform capture.
-    if is_sowable(value):
+    if primitive.is_sowable(value):
       primitive.sow(
           value, name=frames.sow_name(path, name), tag=variable_type
       )

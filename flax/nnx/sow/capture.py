@@ -21,13 +21,14 @@ import typing as tp
 import weakref
 
 import jax
-import numpy as np
 
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
-from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import NameFilter, Selection
+
+P = tp.ParamSpec('P')
+R = tp.TypeVar('R')
 
 
 class Collected(dict):
@@ -51,11 +52,11 @@ jax.tree_util.register_pytree_with_keys(
 
 
 def capture(
-    f: tp.Callable[..., tp.Any],
+    f: tp.Callable[P, R],
     *,
     tag: tp.Hashable = None,
     names: NameFilter = None,
-) -> tp.Callable[..., tuple[tp.Any, Collected]]:
+) -> tp.Callable[P, tuple[R, Collected]]:
   """Returns a function that calls ``f`` and also returns what it sowed.
 
   ``capture(f)(*args, **kwargs)`` returns ``(out, collected)``: ``out`` is what
@@ -130,8 +131,9 @@ class _CompiledRunners:
   tracing it again on every eager call would only cost time: this keeps one
   jitted runner per call structure (tree, static arguments), dispatched by
   JAX's C++ fast path, so an eager capture costs about what ``jax.jit(g)``
-  costs. Calls whose static arguments are unhashable, or which pass NNX graph
-  nodes (whose updates must be written back), take the general path.
+  costs. Calls whose static arguments are unhashable take the general path.
+  NNX graph nodes go through it as pytrees, as they go through ``jax.jit(g)``
+  itself, which never writes to the caller's objects either.
   """
 
   _MAX_RUNNERS = 64
@@ -149,7 +151,7 @@ class _CompiledRunners:
     runner = self.array_runners.get(kinds)
     if runner is not None:
       return runner(leaves)
-    traced = tuple(map(_is_array, leaves))
+    traced = tuple(map(primitive.is_array, leaves))
     static = () if all(traced) else tuple(
         leaf for leaf, t in zip(leaves, traced) if not t
     )
@@ -159,23 +161,18 @@ class _CompiledRunners:
     except TypeError:  # an unhashable static argument
       return None
     if runner is None:
-      runner = self._make_runner(args, kwargs, treedef, traced, static)
+      runner = self._make_runner(treedef, traced, static)
       if len(self.runners) >= self._MAX_RUNNERS:
         self.runners.clear()
         self.array_runners.clear()
       self.runners[key] = runner
-    if runner is False:
-      return None
     if not static:
       self.array_runners[kinds] = runner
     return runner(leaves if not static else [
         leaf for leaf, t in zip(leaves, traced) if t
     ])
 
-  def _make_runner(self, args, kwargs, treedef, traced, static):
-    if any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(
-        (args, kwargs), is_leaf=tracing.is_graph_node))):
-      return False
+  def _make_runner(self, treedef, traced, static):
     out_tree = []
 
     @jax.jit
@@ -196,17 +193,6 @@ class _CompiledRunners:
 
     return runner
 
-
-def _is_array(leaf: tp.Any) -> bool:
-  kind = type(leaf)
-  known = _ARRAY_KINDS.get(kind)
-  if known is None:  # isinstance on the jax.Array ABC is slow: cache by type
-    known = _ARRAY_KINDS[kind] = isinstance(leaf, _ARRAY_TYPES)
-  return known
-
-
-_ARRAY_KINDS: dict[type, bool] = {}
-_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 
 # Per jitted function (weakly held) and selection, so that the common inline
 # use `capture(f)(x)` in a loop reuses the runners of earlier calls.

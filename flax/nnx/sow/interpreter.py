@@ -20,8 +20,7 @@ it is, except:
 * a sow the ``Request`` handles: its values are recorded (``capture``) or
   replaced by planted ones (``plant``);
 * a higher-order equation with such a sow inside: it is handled by its rule
-  in ``higher_order_rules`` (filled in by ``rules.py``), or refused with an
-  error naming the primitive.
+  in ``rules.RULES``, or refused with an error naming the primitive.
 
 Which equations need attention is decided once per (jaxpr, request) by the
 cached ``plan``; an equation without a handled sow inside is bound unchanged,
@@ -48,15 +47,14 @@ import dataclasses
 import typing as tp
 
 import jax
+import jax.core
+import jax.extend.core as core
+import jax.extend.linear_util as lu
+import jax.extend.source_info_util as source_info_util
 import numpy as np
-from jax._src import api_util
-from jax._src import core
-from jax._src import effects
-from jax._src import linear_util as lu
-from jax._src import source_info_util
-from jax._src import util as jax_util
-from jax._src.interpreters import partial_eval as pe
+from jax.interpreters import partial_eval as pe
 
+from flax.nnx.sow import _jax
 from flax.nnx.sow import primitive
 from flax.nnx.sow.selection import Selection
 
@@ -162,12 +160,12 @@ def vmaps_of(eqn: core.JaxprEqn) -> int:
   return sum(
       1
       for part in eqn.source_info.name_stack.stack
-      if isinstance(part, source_info_util.Transform) and part.name == 'vmap'
+      if isinstance(part, _jax.Transform) and part.name == 'vmap'
   )
 
 
 def aval_of(value: tp.Any) -> Aval:
-  aval = core.typeof(value)
+  aval = jax.typeof(value)
   return tuple(aval.shape), np.dtype(aval.dtype)
 
 
@@ -292,8 +290,6 @@ class Scope:
 # output values; it records into the scope.
 Rule = tp.Callable[[Scope, core.JaxprEqn, list[tp.Any]], list[tp.Any]]
 
-higher_order_rules: dict[core.Primitive, Rule] = {}
-
 
 def as_array(value: tp.Any) -> tp.Any:
   """A value read from a jaxpr literal as the JAX array ``f`` would give.
@@ -302,7 +298,7 @@ def as_array(value: tp.Any) -> tp.Any:
   ``TypedNdArray``, a plain ``bool``...), which must not reach the caller:
   ``np.asarray(TypedInt(3))`` is an int64, for instance.
   """
-  if isinstance(value, (jax.Array, core.Tracer)):
+  if isinstance(value, (jax.Array, jax.core.Tracer)):
     return value
   return jax.numpy.asarray(value)
 
@@ -342,7 +338,7 @@ def plan(jaxpr: core.Jaxpr, request: Request) -> tuple[Rule | None, ...]:
   return _plan(jaxpr, request, not primitive.harvesting.value)
 
 
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
+@_jax.weakref_lru_cache(trace_context_in_key=False)
 def _plan(jaxpr: core.Jaxpr, request: Request, strip: bool):
   return tuple(_plan_eqn(eqn, request, strip) for eqn in jaxpr.eqns)
 
@@ -355,9 +351,9 @@ def _plan_eqn(
       return _handle_sow
     return None if request.rebind_unhandled else _drop_sow
   if any(contains(sub, request) for sub in core.jaxprs_in_params(eqn.params)):
-    return higher_order_rules.get(eqn.primitive, _refuse)
+    return _rules.RULES.get(eqn.primitive, _refuse)
   if strip and primitive.sow_effect in eqn.effects:
-    return higher_order_rules.get(eqn.primitive)
+    return _rules.RULES.get(eqn.primitive)
   return None
 
 
@@ -368,14 +364,12 @@ def contains(jaxpr: core.Jaxpr, request: Request) -> bool:
 
 def handled_names(eqn: core.JaxprEqn, request: Request) -> list[tp.Any]:
   """The names of the sows ``request`` handles inside ``eqn``, in order."""
-  names = []
-  for sub in core.jaxprs_in_params(eqn.params):
-    for inner in sub.eqns:
-      if inner.primitive is primitive.sow_p:
-        if request.handles(inner.params):
-          names.append(inner.params['name'])
-      else:
-        names.extend(handled_names(inner, request))
+  names = [
+      sow.params['name']
+      for sub in core.jaxprs_in_params(eqn.params)
+      for sow in primitive.sow_equations(sub)
+      if request.handles(sow.params)
+  ]
   return list(dict.fromkeys(names))
 
 
@@ -394,7 +388,7 @@ def bind(eqn: core.JaxprEqn, invals: list[tp.Any], **new_params):
   return outs if eqn.primitive.multiple_results else [outs]
 
 
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
+@_jax.weakref_lru_cache(trace_context_in_key=False)
 def reemittable(jaxpr: core.Jaxpr) -> tuple[bool, ...]:
   """Equations a staging trace may copy as they are, without re-binding.
 
@@ -415,14 +409,14 @@ def _reemittable(eqn: core.JaxprEqn) -> bool:
   )
 
 
-def _staging_trace() -> pe.DynamicJaxprTrace | None:
-  trace = core.trace_ctx.trace
-  if type(trace) is pe.DynamicJaxprTrace and not trace.requires_low:
+def _staging_trace() -> _jax.DynamicJaxprTrace | None:
+  trace = _jax.trace_ctx.trace
+  if type(trace) is _jax.DynamicJaxprTrace and not trace.requires_low:
     return trace
   return None
 
 
-def _reemit(trace: pe.DynamicJaxprTrace, eqn: core.JaxprEqn, invals):
+def _reemit(trace: _jax.DynamicJaxprTrace, eqn: core.JaxprEqn, invals):
   source_info = source_info_util.current()
   tracers = [trace.to_jaxpr_tracer(x, source_info) for x in invals]
   return trace.emit_eqn(
@@ -450,7 +444,7 @@ class _Rewritten:
   sites: tuple[Site, ...]
 
 
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
+@_jax.weakref_lru_cache(trace_context_in_key=False)
 def _rewrite(
     jaxpr: core.Jaxpr, request: Request, strip: bool
 ) -> _Rewritten | None:
@@ -466,7 +460,7 @@ def _rewrite(
   if request.planted is not None or jaxpr.is_high:
     return None
   rules = _plan(jaxpr, request, strip)
-  substitute: dict[core.Var, core.Atom] = {}
+  substitute: dict[core.Var, jax.core.Atom] = {}
 
   def read(atom):
     return substitute.get(atom, atom) if isinstance(atom, core.Var) else atom
@@ -482,11 +476,11 @@ def _rewrite(
       continue
     if rule is not None:
       return None
-    if any(isinstance(e, effects.JaxprInputEffect) for e in eqn.effects):
+    if any(isinstance(e, _jax.JaxprInputEffect) for e in eqn.effects):
       return None
     if eqn.primitive is primitive.sow_p:
       # Re-bound (not handled): its effect is what binding it now gives.
-      sow_effects = effects.no_effects if strip else {primitive.sow_effect}
+      sow_effects = core.no_effects if strip else {primitive.sow_effect}
       eqns.append(eqn.replace(invars=invars, effects=sow_effects))
       continue
     if eqn.primitive.is_high(*[v.aval for v in eqn.invars], **eqn.params):
@@ -496,7 +490,7 @@ def _rewrite(
   if not sites:
     return None  # nothing to collect: evaluate keeps the program as it is
   outvars = [read(v) for v in jaxpr.outvars] + sown
-  debug = lu.DebugInfo(
+  debug = core.DebugInfo(
       'capture', jaxpr.debug_info.func_src_info, None, None
   )
   rewritten = core.Jaxpr(
@@ -504,14 +498,14 @@ def _rewrite(
       invars=[*jaxpr.constvars, *jaxpr.invars],
       outvars=outvars,
       eqns=eqns,
-      effects=core.join_effects(*(eqn.effects for eqn in eqns)),
+      effects=set().union(*(eqn.effects for eqn in eqns)),
       debug_info=debug,
   )
   return _Rewritten(core.ClosedJaxpr(rewritten, ()), tuple(sites))
 
 
 def _evaluate_rewritten(
-    trace: pe.DynamicJaxprTrace,
+    trace: _jax.DynamicJaxprTrace,
     rewritten: _Rewritten,
     num_outs: int,
     values: tp.Sequence[tp.Any],
@@ -523,7 +517,7 @@ def _evaluate_rewritten(
   outs = trace.emit_eqn(
       tracers,
       call.out_avals,
-      core.closed_call_p,
+      core.primitives.closed_call_p,
       dict(call_jaxpr=call),
       call.jaxpr.effects,
       source_info,
@@ -557,7 +551,7 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  copyable = reemittable(jaxpr) if staging is not None else None
+  copyable = reemittable(jaxpr) if staging is not None else ()
   for i, (eqn, rule) in enumerate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
   ):
@@ -575,7 +569,7 @@ def evaluate(
     ):
       if rule is not None:
         outs = rule(scope, eqn, invals)
-      elif copyable is not None and copyable[i]:
+      elif staging is not None and copyable[i]:
         outs = _reemit(staging, eqn, invals)
       else:
         outs = bind(eqn, invals)
@@ -627,12 +621,12 @@ class _InputPlanter:
     return taken
 
 
-@jax_util.weakref_lru_cache
+@_jax.weakref_lru_cache
 def transform(closed: core.ClosedJaxpr, request: Request) -> Transformed:
   """Traces ``evaluate`` over ``closed`` (cached; keyed by trace context)."""
   to_plant = sites_to_plant(closed, request)
   planted_avals = [
-      core.ShapedArray(shape, dtype)
+      jax.core.ShapedArray(shape, dtype)
       for site in to_plant
       for shape, dtype in site.avals
   ]
@@ -649,7 +643,7 @@ def transform(closed: core.ClosedJaxpr, request: Request) -> Transformed:
     return [*outs, *(leaf for _, leaves in scope.records for leaf in leaves)]
 
   in_avals = [*closed.in_avals, *planted_avals]
-  debug = api_util.debug_info('capture', body, in_avals, {})
+  debug = core.DebugInfo('capture', 'capture', None, None)
   jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
       lu.wrap_init(body, debug_info=debug), in_avals
   )
@@ -685,3 +679,10 @@ def split_records(
     start += site.num_leaves
   assert start == len(leaves), (start, len(leaves))
   return records
+
+
+# The rules evaluate sub-jaxprs with this module, so their module imports this
+# one; importing it here, once everything above is defined, makes the table
+# complete wherever the interpreter is used (the table is read at call time).
+# pylint: disable=g-import-not-at-top,cyclic-import
+from flax.nnx.sow import rules as _rules  # noqa: E402

@@ -21,19 +21,20 @@ import typing as tp
 
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
-from flax.nnx.sow import rules  # noqa: F401  (fills the rule table)
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import Selection
 
 Values = tp.Mapping[primitive.Name, tp.Sequence[tp.Any]]
+P = tp.ParamSpec('P')
+R = tp.TypeVar('R')
 
 
 def plant(
-    f: tp.Callable[..., tp.Any],
+    f: tp.Callable[P, R],
     values: Values,
     *,
     tag: tp.Hashable = None,
-) -> tp.Callable[..., tp.Any]:
+) -> tp.Callable[P, R]:
   """Returns ``f`` with the sows named in ``values`` returning those values.
 
   ``values`` has the shape ``capture`` returns: ``values[name]`` is a tuple

@@ -25,6 +25,28 @@ then threads runtime tokens and leaves its C++ dispatch fast path: measured
 while a ``capture`` traces its function: ``harvesting`` is a JAX trace-context
 flag, which also keys JAX's tracing caches, so a function traced for capture
 never shares a jaxpr with the same function traced for plain use.
+
+``jax.vmap`` of a ``cond``/``switch`` whose index is batched runs every branch
+on every example and selects the outputs per example, so a sow in a branch
+would record, for each example, values of branches it did not take. While
+capturing, ``sow_p.bind`` refuses to run under that rule
+(``_jax.branches_of_batched_cond``). The rule traces each branch with the
+batching trace (binding every sow, nested ones included) unless it finds the
+batched branch in JAX's cache, and then evaluates the batched branch by
+binding its equations, so a sow at the top level of a branch is bound there
+in any case. A sow nested in a sub-jaxpr of a branch (a ``jit`` inside it)
+escapes when the batched branch comes from the cache: JAX made it for a cond
+of the same trace on the same branch functions whose index was not batched
+and whose operands all were. That case is recorded for every example.
+
+What JAX would need for this to be a plain primitive: an
+``effects.EffectTypeSet`` (say ``effects.batched_cond_disallowed_effects``)
+that ``_cond_batching_rule`` consults when ``index_dim is not None``,
+raising for a branch effect of a registered type as it already does, by
+name, for state and IO effects (its ``TODO: clean this up by adding a
+specific blocklist``). ``SowEffect`` would register with ``add_type``, as it
+does below with ``control_flow_allowed_effects``, and the refusal would
+follow the effect through every cache and nesting.
 """
 
 from __future__ import annotations
@@ -32,19 +54,18 @@ from __future__ import annotations
 import typing as tp
 
 import jax
+import jax.extend.core as jex_core
 import numpy as np
-from jax import lax
-from jax._src import config as jax_config
-from jax._src import core
-from jax._src import effects
 from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from flax.nnx.sow import _jax
+
 Name = tp.Union[str, tuple[tp.Union[str, int], ...]]
 
 
-class SowEffect(effects.Effect):
+class SowEffect(jex_core.Effect):
   """Keeps sow markers alive through dead-code elimination while capturing."""
 
   def __repr__(self):
@@ -56,17 +77,17 @@ sow_effect = SowEffect()
 # Every allow-list JAX 0.10.2 consults before accepting an effect inside a
 # higher-order primitive or a lowering.
 for _allow_list in (
-    effects.lowerable_effects,
-    effects.control_flow_allowed_effects,
-    effects.custom_derivatives_allowed_effects,
-    effects.remat_allowed_effects,
+    _jax.lowerable_effects,
+    _jax.control_flow_allowed_effects,
+    _jax.custom_derivatives_allowed_effects,
+    _jax.remat_allowed_effects,
     # Without this, partial evaluation that re-traces a jaxpr from its outputs
     # (e.g. the known half of a linearized scan) drops unused markers.
-    effects.partial_eval_kept_effects,
+    _jax.partial_eval_kept_effects,
 ):
   _allow_list.add_type(SowEffect)
 
-harvesting = jax_config.bool_state(
+harvesting = _jax.bool_state(
     name='flax_nnx_sow_harvesting',
     default=False,
     help=(
@@ -77,7 +98,36 @@ harvesting = jax_config.bool_state(
     include_in_trace_context=True,
 )
 
-sow_p = core.Primitive('sow')
+
+class _SowPrimitive(jex_core.Primitive):
+  """The type of ``sow_p``: refuses, while capturing, a batched-index cond.
+
+  See the module docstring for why this is checked at ``bind`` and what JAX
+  would need instead.
+  """
+
+  def bind(self, *args, **params):
+    if harvesting.value:
+      branches = _jax.branches_of_batched_cond()
+      if branches is not None:
+        _refuse_batched_cond(params['name'], branches)
+    return super().bind(*args, **params)
+
+
+def _refuse_batched_cond(name: Name, branches) -> tp.NoReturn:
+  names = {name}
+  for branch in branches:
+    names.update(eqn.params['name'] for eqn in sow_equations(branch.jaxpr))
+  raise NotImplementedError(
+      'capture: jax.vmap of a cond/switch whose index depends on the mapped'
+      ' inputs runs every branch on every example, so its sows'
+      f' ({", ".join(sorted(map(repr, names)))}) cannot tell which branch an'
+      ' example took. Use jax.vmap(capture(f)) instead of'
+      ' capture(jax.vmap(f)), or sow outside the cond.'
+  )
+
+
+sow_p = _SowPrimitive('sow')
 sow_p.multiple_results = True
 
 
@@ -88,7 +138,7 @@ def _sow_impl(*leaves, **params):
 
 def _sow_abstract_eval(*avals, **params):
   del params
-  sow_effects = {sow_effect} if harvesting.value else effects.no_effects
+  sow_effects = {sow_effect} if harvesting.value else jex_core.no_effects
   return list(avals), sow_effects
 
 
@@ -143,49 +193,13 @@ ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch
 
 
-def _sows_inside(jaxpr: core.Jaxpr) -> list[Name]:
-  """The names of the sows in ``jaxpr``, at any depth."""
-  names = []
+def sow_equations(jaxpr: jex_core.Jaxpr) -> tp.Iterator[jex_core.JaxprEqn]:
+  """The sow equations of ``jaxpr`` at any depth, in program order."""
   for eqn in jaxpr.eqns:
     if eqn.primitive is sow_p:
-      names.append(eqn.params['name'])
-    for sub in core.jaxprs_in_params(eqn.params):
-      names.extend(_sows_inside(sub))
-  return names
-
-
-_jax_cond_batcher = batching.fancy_primitive_batchers[lax.cond_p]
-
-
-def _cond_batch(axis_data, args, dims, **params):
-  # With a batched index, JAX's rule runs every branch on every example and
-  # selects the outputs: each branch's sows would record values for examples
-  # that did not take it, as if every branch had run. Refused while
-  # capturing; vmap of capture(f) is exact (capture turns the sows into
-  # branch outputs first, which the select then picks per example).
-  if (
-      harvesting.value
-      and dims[0] is not None
-      and 'branches_platforms' not in params
-  ):
-    names = [n for b in params['branches'] for n in _sows_inside(b.jaxpr)]
-    if names:
-      raise NotImplementedError(
-          'capture: jax.vmap of a cond/switch whose index depends on the'
-          ' mapped inputs runs every branch on every example, so its sows'
-          f' ({", ".join(sorted(set(map(repr, names))))}) cannot tell which'
-          ' branch an example took. Use jax.vmap(capture(f)) instead of'
-          ' capture(jax.vmap(f)), or sow outside the cond.'
-      )
-  return _jax_cond_batcher(axis_data, args, dims, **params)
-
-
-batching.fancy_primitive_batchers[lax.cond_p] = _cond_batch
-
-
-def describe(name: Name) -> str:
-  """A sow name as users write it, for error messages."""
-  return repr(name)
+      yield eqn
+    for sub in jex_core.jaxprs_in_params(eqn.params):
+      yield from sow_equations(sub)
 
 
 def check_name(name: tp.Any, *, where: str) -> Name:
@@ -216,10 +230,41 @@ def check_static(value: tp.Any, *, what: str, where: str) -> tp.Hashable:
   return value
 
 
-def _is_array_like(leaf: tp.Any) -> bool:
-  return isinstance(
-      leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
-  )
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+_NUMBER_TYPES = (bool, int, float, complex)
+_IS_ARRAY: dict[type, bool] = {}
+
+
+def is_array(leaf: tp.Any) -> bool:
+  """Whether ``leaf`` is an array: a JAX array (or tracer), a NumPy array or a
+  NumPy scalar. These are the leaves ``capture`` traces; any other leaf of its
+  arguments reaches the function unchanged.
+  """
+  kind = type(leaf)
+  known = _IS_ARRAY.get(kind)
+  if known is None:  # isinstance on the jax.Array ABC is slow: cache by type
+    known = _IS_ARRAY[kind] = isinstance(leaf, _ARRAY_TYPES)
+  return known
+
+
+def _is_sowable_leaf(leaf: tp.Any) -> bool:
+  return is_array(leaf) or isinstance(leaf, _NUMBER_TYPES)
+
+
+def is_sowable(value: tp.Any) -> bool:
+  """Whether :func:`sow` accepts ``value``: a pytree whose leaves are arrays
+  (see :func:`is_array`) or Python numbers.
+
+  Example::
+
+    >>> import jax.numpy as jnp
+    >>> from flax.nnx.sow import primitive
+    >>> primitive.is_sowable({'a': jnp.ones(2), 'b': 3.0})
+    True
+    >>> primitive.is_sowable(['not an array'])
+    False
+  """
+  return all(map(_is_sowable_leaf, jax.tree_util.tree_leaves(value)))
 
 
 def _as_jax_array(leaf: tp.Any) -> jax.Array:
@@ -232,7 +277,7 @@ def flatten_value(value: tp.Any, *, where: str):
   leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(value)
   leaves = []
   for path, leaf in leaves_with_paths:
-    if not _is_array_like(leaf):
+    if not _is_sowable_leaf(leaf):
       raise TypeError(
           f'{where}: every leaf must be an array or a Python number, got'
           f' {leaf!r} of type {type(leaf).__name__} at'

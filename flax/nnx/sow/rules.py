@@ -16,7 +16,8 @@
 A rule is only consulted for an equation that holds a handled sow somewhere
 inside; every other equation is bound unchanged. A higher-order primitive
 missing from ``RULES`` is refused by the interpreter with an error naming it.
-The table at the bottom of this file is the complete list.
+The table at the bottom of this file is the complete list; ``interpreter.py``
+imports this module, so the table is in place wherever the interpreter runs.
 
 Every rule works on a ``Transformed`` sub-jaxpr (see ``interpreter.py``):
 inputs ``[*original, *planted leaves]``, outputs ``[*original, *sown
@@ -25,26 +26,22 @@ leaves]``, and re-binds its primitive with it, adapting the parameters.
 
 from __future__ import annotations
 
+import functools
 import typing as tp
 
-from jax._src import ad_util
-from jax._src import core
-from jax._src import linear_util as lu
-from jax._src.custom_batching import custom_vmap_p
-from jax._src import sharding_impls
-from jax._src import tree_util
-from jax._src import util as jax_util
-from jax._src.shard_map import shard_map_p
-from jax.sharding import PartitionSpec
-from jax._src.interpreters import partial_eval as pe
-from jax.extend.core import primitives as prims
+import jax
+import jax.extend.core as core
+import jax.extend.linear_util as lu
 import jax.numpy as jnp
+from jax.extend.core import primitives as prims
+from jax.sharding import PartitionSpec
 
+from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow.interpreter import Scope, Site
 
-UNSPECIFIED = sharding_impls.UNSPECIFIED
+UNSPECIFIED = _jax.UNSPECIFIED
 
 
 def _take_planted(
@@ -130,13 +127,10 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
 
 def _sow_keys(jaxpr: core.Jaxpr) -> set[tuple[tp.Any, tp.Any]]:
   """The (name, tag) of every sow in ``jaxpr``, at any depth."""
-  keys = set()
-  for eqn in jaxpr.eqns:
-    if eqn.primitive is primitive.sow_p:
-      keys.add((eqn.params['name'], eqn.params['tag']))
-    for sub in core.jaxprs_in_params(eqn.params):
-      keys |= _sow_keys(sub)
-  return keys
+  return {
+      (eqn.params['name'], eqn.params['tag'])
+      for eqn in primitive.sow_equations(jaxpr)
+  }
 
 
 def _stripped_rule(eqn, param: str, body: core.Jaxpr):
@@ -167,8 +161,24 @@ def _stripped_rule(eqn, param: str, body: core.Jaxpr):
   return wrap(eqn.params[param], strip)
 
 
+def _memoize(thunk_body):
+  """Runs ``thunk_body`` once per argument tuple, outside any trace.
+
+  A custom rule's jaxpr thunk may be called several times (forward and
+  transpose, say) and JAX expects the same jaxpr each time; it is traced at
+  the top level, like the thunk it replaces.
+  """
+
+  @functools.cache
+  def memoized(*args):
+    with core.set_current_trace(None):
+      return thunk_body(*args)
+
+  return memoized
+
+
 def _stripped_fwd(thunk, strip):
-  @pe._memoize  # pylint: disable=protected-access
+  @_memoize
   def fwd(*zeros):
     stripped = strip(*thunk.call_wrapped(*zeros))
     return stripped.jaxpr, stripped.consts
@@ -177,7 +187,7 @@ def _stripped_fwd(thunk, strip):
 
 
 def _stripped_jvp(thunk, strip):
-  @pe._memoize  # pylint: disable=protected-access
+  @_memoize
   def jvp(*zeros):
     jaxpr, consts, out_zeros = thunk.call_wrapped(*zeros)
     stripped = strip(jaxpr, consts)
@@ -219,15 +229,15 @@ def _scan(scope: Scope, eqn, invals):
   consts, carry, xs = _split(invals, n_consts, n_carry)
   outs = interpreter.bind(
       eqn,
-      [*consts, *carry, *map(ad_util.zeros_like_aval, clobber_avals), *xs,
+      [*consts, *carry, *map(_jax.zeros_like_aval, clobber_avals), *xs,
        *planted],
       jaxpr=new_jaxpr,
       num_carry=n_carry + len(clobber_avals),
   )
-  carry, clobbered, ys, appended = _split(
+  carry, clobbered_leaves, ys, appended_leaves = _split(
       outs, n_carry, len(clobber_avals), n_ys
   )
-  clobbered, appended = iter(clobbered), iter(appended)
+  clobbered, appended = iter(clobbered_leaves), iter(appended_leaves)
   for site in t.sites:
     if site.mode == 'append':
       leaves = [
@@ -250,7 +260,7 @@ def _loop_axes(sites: tp.Sequence[Site]) -> list[int]:
 # The rewritten bodies are cached by the identity of the (cached) transformed
 # body: a new jaxpr object on every call would miss JAX's compilation cache,
 # so an eager capture would compile the loop again on each call.
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
+@_jax.weakref_lru_cache(trace_context_in_key=False)
 def _scan_body(closed: core.ClosedJaxpr, sites, n_consts, n_carry, n_ys,
                n_planted):
   """The scan body with clobbered leaves as carries, appended ones as ys."""
@@ -370,7 +380,7 @@ def _while(scope: Scope, eqn, invals):
   return _finish(scope, eqn, outs, t.sites)
 
 
-@jax_util.weakref_lru_cache(trace_context_in_key=False)
+@_jax.weakref_lru_cache(trace_context_in_key=False)
 def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
                   n_carry: int):
   """Body and condition taking the clobbered leaves as extra carries."""
@@ -408,7 +418,7 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
 def _remat(scope: Scope, eqn, invals):
   """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
   p = eqn.params
-  t = interpreter.transform(pe.close_jaxpr(p['jaxpr']), scope.request)
+  t = interpreter.transform(_jax.close_jaxpr(p['jaxpr']), scope.request)
   planted = _take_planted(scope, eqn, t.planted_sites)
   consts = t.jaxpr.consts
   prevent_cse = p['prevent_cse']
@@ -420,7 +430,7 @@ def _remat(scope: Scope, eqn, invals):
       *consts,
       *invals,
       *planted,
-      jaxpr=pe.convert_constvars_jaxpr(t.jaxpr.jaxpr),
+      jaxpr=_jax.convert_constvars_jaxpr(t.jaxpr.jaxpr),
       prevent_cse=prevent_cse,
       differentiated=p['differentiated'],
       policy=p['policy'],
@@ -462,9 +472,9 @@ def _shard_map(scope: Scope, eqn, invals):
         for leaf in leaves
     ]
     out_specs = (*p['out_specs'], *[spec] * len(sown))
-    return tree_util.FlatTree.flatten([*outs, *sown]).with_aux(out_specs)
+    return _jax.FlatTree.flatten([*outs, *sown]).with_aux(out_specs)
 
-  outs = shard_map_p.bind(
+  outs = _jax.shard_map_p.bind(
       *invals,
       subfuns=(shard_body,),
       mesh=mesh,
@@ -484,9 +494,9 @@ def _mark_varying(leaf, axes, check_vma: bool):
   """Marks ``leaf`` as varying over ``axes``, as its out spec declares."""
   if not check_vma:
     return leaf
-  varying = core.typeof(leaf).mat.varying
+  varying = jax.typeof(leaf).mat.varying
   missing = tuple(a for a in axes if a not in varying)
-  return core.pvary(leaf, missing) if missing else leaf
+  return jax.lax.pcast(leaf, missing, to='varying') if missing else leaf
 
 
 RULES: dict[core.Primitive, interpreter.Rule] = {
@@ -495,12 +505,10 @@ RULES: dict[core.Primitive, interpreter.Rule] = {
     prims.closed_call_p: _inline,
     prims.custom_jvp_call_p: _custom_rule('call_jaxpr'),
     prims.custom_vjp_call_p: _custom_rule('call_jaxpr'),
-    custom_vmap_p: _custom_rule('call'),
+    _jax.custom_vmap_p: _custom_rule('call'),
     prims.scan_p: _scan,
     prims.cond_p: _cond,
     prims.while_p: _while,
     prims.remat_p: _remat,
-    shard_map_p: _shard_map,
+    _jax.shard_map_p: _shard_map,
 }
-
-interpreter.higher_order_rules.update(RULES)

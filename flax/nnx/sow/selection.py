@@ -42,7 +42,7 @@ class Selection:
     tag = primitive.check_static(tag, what='tag', where=where)
     return cls(tag=tag, names=_name_filter(names, where=where))
 
-  def matches(self, params: dict[str, tp.Any]) -> bool:
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
     """Whether the sow equation with these ``params`` is selected."""
     if self.tag is not None and params['tag'] != self.tag:
       return False

@@ -61,8 +61,9 @@ import inspect
 import typing as tp
 
 import jax
+import jax.core
+import jax.extend.core
 import numpy as np
-from jax._src import core
 
 from flax.nnx import graphlib
 from flax.nnx import statelib
@@ -70,29 +71,16 @@ from flax.nnx import variablelib
 from flax.nnx.sow import primitive
 
 
-def is_graph_node(x: tp.Any) -> bool:
-  """Whether ``x`` is staged as an NNX graph node (copied, then updated)."""
-  return graphlib.is_graph_node(x)
-
-
-def _is_array(leaf: tp.Any) -> bool:
-  return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
-
-
 def _is_traced(leaf: tp.Any) -> bool:
   # Array references are traced too: the jaxpr then reads and writes them.
-  return _is_array(leaf) or variablelib.is_array_ref(leaf)
-
-
-def _is_output(leaf: tp.Any) -> bool:
-  return _is_array(leaf) or isinstance(leaf, core.Tracer)
+  return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)
 
 
 def _split_callable(f):
   """Returns ``(graph node or None, call(node, *args, **kwargs))``."""
-  if is_graph_node(f):
+  if graphlib.is_graph_node(f):
     return f, lambda node, *args, **kwargs: node(*args, **kwargs)
-  if inspect.ismethod(f) and is_graph_node(f.__self__):
+  if inspect.ismethod(f) and graphlib.is_graph_node(f.__self__):
     func = f.__func__
     return f.__self__, lambda node, *args, **kwargs: func(node, *args, **kwargs)
   return None, lambda _, *args, **kwargs: f(*args, **kwargs)
@@ -146,18 +134,16 @@ class _Packed:
 _OUT = object()
 
 
-def _pack(tree: tp.Any, outputs: list[tp.Any], *, what: str) -> _Packed:
-  """Appends the array leaves of ``tree`` to ``outputs``; keeps the rest."""
+def _pack(tree: tp.Any, outputs: list[tp.Any]) -> _Packed:
+  """Appends the array leaves of ``tree`` to ``outputs``; keeps the rest.
+
+  ``tree`` is flat state from ``graphlib.flatten``, which holds the values of
+  array references, never references, so every array leaf can be an output.
+  """
   leaves, treedef = jax.tree_util.tree_flatten(tree)
   static = []
   for leaf in leaves:
-    if variablelib.is_array_ref(leaf):
-      raise ValueError(
-          f'capture: {what} holds a mutable array reference that was created'
-          ' or replaced inside the captured function; references cannot'
-          ' leave a traced function.'
-      )
-    if _is_output(leaf):
+    if primitive.is_array(leaf):
       outputs.append(leaf)
       static.append(_OUT)
     else:
@@ -198,7 +184,7 @@ class StagedCall:
     inputs: the traced (array) leaves of the arguments, in order.
   """
 
-  jaxpr: core.ClosedJaxpr
+  jaxpr: jax.extend.core.ClosedJaxpr
   inputs: list[tp.Any]
   _finish: tp.Callable[[tp.Sequence[tp.Any]], tp.Any]
 
@@ -318,10 +304,10 @@ class Prepared:
   def __init__(self, f: tp.Callable[..., tp.Any], args, kwargs):
     callable_node, self.call = _split_callable(f)
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
-        (callable_node, args, kwargs), is_leaf=is_graph_node
+        (callable_node, args, kwargs), is_leaf=graphlib.is_graph_node
     )
     self.node_pos = [
-        i for i, leaf in enumerate(self.leaves) if is_graph_node(leaf)
+        i for i, leaf in enumerate(self.leaves) if graphlib.is_graph_node(leaf)
     ]
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
@@ -336,7 +322,8 @@ class Prepared:
         state_values
     )
     self.arg_traced = [
-        not is_graph_node(leaf) and _is_traced(leaf) for leaf in self.leaves
+        not graphlib.is_graph_node(leaf) and _is_traced(leaf)
+        for leaf in self.leaves
     ]
     self.state_traced = [_is_traced(leaf) for leaf in self.state_leaves]
     self.inputs = [
@@ -357,22 +344,22 @@ class Prepared:
     """
     statics = []
     for leaf, traced in zip(self.leaves, self.arg_traced):
-      if not traced and not is_graph_node(leaf):
+      if not traced and not graphlib.is_graph_node(leaf):
         statics.append(leaf)
     for leaf, traced in zip(self.state_leaves, self.state_traced):
       if not traced:
         statics.append(leaf)
     types = []
     for leaf in self.inputs:
-      if not _is_array(leaf) or isinstance(leaf, core.Tracer):
+      if not primitive.is_array(leaf) or isinstance(leaf, jax.core.Tracer):
         return None
-      types.append(core.typeof(leaf))
+      types.append(jax.typeof(leaf))
     return (
         self.treedef, self.graphdef, self.state_treedef, tuple(statics),
         tuple(types),
     )
 
-  def trace(self) -> tuple[core.ClosedJaxpr, _Outcome]:
+  def trace(self) -> tuple[jax.extend.core.ClosedJaxpr, _Outcome]:
     """Steps (2) and (3): the jaxpr of the call and its outcome.
 
     The jaxpr returns the array leaves of ``f``'s result, followed by the
@@ -427,6 +414,7 @@ class Prepared:
     originals = graphlib.IndexMap.from_refmap(self.ref_index)
     new_nodes = []
     if outcome.graph_graphdef is not None:
+      assert outcome.graph_state is not None
       _, new_nodes = graphlib.unflatten(
           outcome.graph_graphdef,
           outcome.graph_state.unpack(state_out),
@@ -439,6 +427,7 @@ class Prepared:
           [(i, packed.unpack(state_out)) for i, packed in outcome.updates],
       )
       if outcome.new_graphdef is not None:
+        assert outcome.new_state is not None
         new_nodes = graphlib.unflatten(
             outcome.new_graphdef, outcome.new_state.unpack(state_out)
         )
@@ -458,7 +447,7 @@ class Prepared:
 def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:
   """Whether the graph of ``nodes`` reaches one of the input copies."""
   for _, value in graphlib.iter_graph(nodes, graph=True):
-    if is_graph_node(value) and value in copy_index:
+    if graphlib.is_graph_node(value) and value in copy_index:
       return True
   return False
 
@@ -467,13 +456,13 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
   """Step (3): the jaxpr outputs, recording in ``outcome`` how to use them."""
   copy_index = graphlib.RefMap.from_indexmap(index_ref)
   out_leaves, outcome.out_treedef = jax.tree_util.tree_flatten(
-      out, is_leaf=is_graph_node
+      out, is_leaf=graphlib.is_graph_node
   )
   result = []
   new_nodes = []
   outcome.out_kinds = []
   for leaf in out_leaves:
-    if is_graph_node(leaf):
+    if graphlib.is_graph_node(leaf):
       if leaf in copy_index:
         outcome.out_kinds.append(('original', copy_index[leaf]))
       else:
@@ -484,7 +473,7 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
           'capture: the function returned a mutable array reference;'
           ' references cannot leave a traced function.'
       )
-    elif _is_output(leaf):
+    elif primitive.is_array(leaf):
       outcome.out_kinds.append(('out', None))
       result.append(leaf)
     else:
@@ -499,15 +488,13 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
     for i, (before, after) in enumerate(zip(values_in, final_values)):
       if after is not before:
         outcome.updates.append(
-            (i, _pack(after, state_out, what='a Variable'))
+            (i, _pack(after, state_out))
         )
     if new_nodes:
       outcome.new_graphdef, new_values = graphlib.flatten(
           new_nodes, with_paths=False, graph=True
       )
-      outcome.new_state = _pack(
-          new_values, state_out, what='a returned graph node'
-      )
+      outcome.new_state = _pack(new_values, state_out)
   else:
     # As nnx.jit's graph updates: flatten the copies and the new nodes
     # against the input indexes, to be merged into the originals.
@@ -518,7 +505,7 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
         with_paths=False,
         graph=True,
     )
-    outcome.graph_state = _pack(graph_values, state_out, what='a graph node')
+    outcome.graph_state = _pack(graph_values, state_out)
   return result + state_out
 
 
@@ -557,9 +544,10 @@ def _write_back(nodes, flat_state, changed) -> None:
   if in_place:
     graphlib.update(nodes, statelib.from_flat_state(in_place))
   for holder, key, node, changes in rebuilt.values():
-    graphlib.get_node_impl(holder).set_key(
-        holder, key, _rebuild(node, changes)
-    )
+    # `_frozen_ancestor` found `holder` mutable: a graph node, or a pytree
+    # node with `set_key`.
+    set_key = tp.cast(tp.Any, graphlib.get_node_impl(holder)).set_key
+    set_key(holder, key, _rebuild(node, changes))
 
 
 def _is_immutable_node(x: tp.Any) -> bool:
@@ -593,7 +581,7 @@ def _frozen_ancestor(root, path):
 def _rebuild(node, changes: dict[tuple[tp.Any, ...], tp.Any]) -> tp.Any:
   """A copy of the immutable pytree ``node`` with the leaves at ``changes``
   (paths relative to ``node``) replaced; other children are kept as is."""
-  impl = graphlib.get_node_impl(node)
+  impl = tp.cast(graphlib.PytreeNodeImpl, graphlib.get_node_impl(node))
   children, metadata = impl.flatten(node)
   new_children = []
   for key, child in children:

@@ -1,0 +1,124 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every private JAX name ``flax.nnx.sow`` uses, each with why.
+
+The rest of the package (and ``flax.nnx.capture_compat``) imports JAX only
+through public modules (``jax``, ``jax.core``, ``jax.extend``,
+``jax.interpreters``, ``jax.tree_util``) and through this module, so that a
+JAX upgrade has one file to check. Each name says why no public module
+serves (as of JAX 0.10.2).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing as tp
+
+# pylint: disable=g-bad-import-order,protected-access
+from jax._src import ad_util
+from jax._src import config
+from jax._src import core
+from jax._src import custom_batching
+from jax._src import effects
+from jax._src import shard_map
+from jax._src import sharding_impls
+from jax._src import source_info_util
+from jax._src import tree_util
+from jax._src import util
+from jax._src.interpreters import partial_eval as pe
+from jax._src.lax.control_flow import conditionals
+
+# -- Configuration -----------------------------------------------------------
+# `jax.config` only reads and updates existing options; defining one that is
+# part of the trace context (so that it keys JAX's caches) has no public API.
+bool_state = config.bool_state
+# The tuple that keys JAX's tracing caches; `jax.config` does not expose it.
+trace_context = config.trace_context
+
+# -- Traces ------------------------------------------------------------------
+# The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
+# JAX only offers `find_top_trace` over given values and debug-only probes.
+trace_ctx = core.trace_ctx
+# The type of the staging (`jit`) trace, to emit equations into it directly;
+# `jax.interpreters.partial_eval` exports its tracer, not the trace.
+DynamicJaxprTrace = pe.DynamicJaxprTrace
+
+# -- Effects -----------------------------------------------------------------
+# JAX's allow-lists of effects that may appear inside a lowering, control
+# flow, custom derivatives, remat, and that partial evaluation keeps: there is
+# no public way to register an effect type with them.
+lowerable_effects = effects.lowerable_effects
+control_flow_allowed_effects = effects.control_flow_allowed_effects
+custom_derivatives_allowed_effects = effects.custom_derivatives_allowed_effects
+remat_allowed_effects = effects.remat_allowed_effects
+partial_eval_kept_effects = effects.partial_eval_kept_effects
+# Effects that refer to jaxpr inputs by position (state effects): a rewritten
+# jaxpr that moves its inputs must not copy them; the type is not public.
+JaxprInputEffect = effects.JaxprInputEffect
+
+# -- Primitives --------------------------------------------------------------
+# Higher-order primitives with a capture rule that `jax.extend.core.primitives`
+# does not list: bound by `jax.custom_batching.custom_vmap`, and by
+# `jax.shard_map` (and `jax.pmap`).
+custom_vmap_p = custom_batching.custom_vmap_p
+shard_map_p = shard_map.shard_map_p
+# `jit` parameters use this sentinel for a sharding left to the compiler.
+UNSPECIFIED = sharding_impls.UNSPECIFIED
+# `shard_map_p.bind(subfuns=...)` expects its body to return a FlatTree with
+# the output specs as aux data; `jax.tree_util` has no FlatTree.
+FlatTree = tree_util.FlatTree
+# Zeros of an abstract value with its sharding and varying manual axes, as a
+# scan carry must be typed inside `shard_map`; `jnp.zeros` drops both.
+zeros_like_aval = ad_util.zeros_like_aval
+# The name-stack entry a transformation (`vmap`, `jvp`, ...) leaves on the
+# equations it emits; `jax.extend.source_info_util` exports the stack only.
+Transform = source_info_util.Transform
+
+# -- Jaxprs and caches -------------------------------------------------------
+# Closes (and cached: the same open jaxpr gives the same closed one, which
+# keys our caches) and converts constants to inputs as JAX's own rules do;
+# neither is in `jax.interpreters.partial_eval`.
+close_jaxpr = pe.close_jaxpr
+convert_constvars_jaxpr = pe.convert_constvars_jaxpr
+# An LRU cache keyed weakly by its first argument (a jaxpr) and, optionally,
+# by the trace context: `functools.lru_cache` would keep every jaxpr alive.
+weakref_lru_cache = util.weakref_lru_cache
+
+# -- The cond batching rule --------------------------------------------------
+# JAX 0.10.2 batches a cond whose index is batched by running every branch on
+# every example and selecting the outputs, with no hook for an effect to
+# refuse that (it refuses state and IO effects by name). The rule is reached
+# here to recognise its frame; only this private module defines it.
+_COND_BATCHING_CODE = conditionals._cond_batching_rule.__code__
+
+
+def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
+  """The branches of the innermost cond being batched with a batched index.
+
+  Returns ``None`` unless JAX's cond batching rule is on the caller's stack
+  with a batched index (its ``index_dim`` is not ``None``): it then runs each
+  branch on every example, so the caller is being evaluated for examples that
+  did not take its branch. A ``platform_dependent`` cond resets its
+  ``index_dim`` to ``None`` (its index is the platform, never batched), so it
+  is not reported.
+  """
+  frame: types.FrameType | None = sys._getframe(1)
+  while frame is not None:
+    if frame.f_code is _COND_BATCHING_CODE:
+      local = frame.f_locals
+      if local.get('index_dim') is not None:
+        return local['branches']
+    frame = frame.f_back
+  return None
