@@ -212,7 +212,9 @@ def capture(
     fn_key = call_lib.ModuleCall
   else:
     bound_module = None
-    call = lambda root, *args, **kwargs: fn(root, *args, **kwargs)
+    # Not a Variable type: the decorator form returned above.
+    function = tp.cast(tp.Callable[..., tp.Any], fn)
+    call = lambda root, *args, **kwargs: function(root, *args, **kwargs)
     fn_key = fn
   try:
     weakref.ref(fn_key)

@@ -58,7 +58,7 @@ class _SiteSelection:
 
   sites: frozenset[tuple[primitive.Name, type]]
 
-  def matches(self, params: dict[str, tp.Any]) -> bool:
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
     return (params['name'], params['tag']) in self.sites
 
 

@@ -82,6 +82,7 @@ class Guard:
 
 
 def _is_library(obj: tp.Any) -> bool:
+  module_name: tp.Any
   if isinstance(obj, types.ModuleType):
     module_name = obj.__name__
   else:

@@ -57,6 +57,7 @@ from jax.interpreters import partial_eval as pe
 from flax.nnx.sow import _jax
 from flax.nnx.sow import primitive
 from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.selection import SiteFilter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +73,9 @@ class Request:
       enclosing interpretation still sees them; ``False`` drops every sow.
   """
 
-  selection: Selection
+  selection: SiteFilter
   collect: bool = True
-  planted: Selection | None = None
+  planted: SiteFilter | None = None
   rebind_unhandled: bool = True
 
   def handles(self, params: dict[str, tp.Any]) -> bool:

@@ -25,6 +25,18 @@ NameFilter = tp.Union[
 ]
 
 
+class SiteFilter(tp.Protocol):
+  """What an interpretation asks of a selection: a hashable predicate on the
+  parameters of a sow equation. :class:`Selection` is the one users build;
+  ``nnx.capture`` selects the exact (name, tag) pairs its modules sowed."""
+
+  def __hash__(self) -> int:
+    ...
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Selection:
   """A hashable predicate on sow sites; part of every interpreter cache key.
