@@ -74,8 +74,8 @@ class CheckStaticTest(absltest.TestCase):
   def test_parses_pytype_absolute_paths(self):
     root = '/tmp/check-static-abc/flax'
     out = (f'FAILED: [code=1] {root}/.pytype/pyi/flax/nnx/'
-           'capture_compat.pyi\n'
-           f'{root}/flax/nnx/capture_compat.py:12:5: error: in f: '
+           'capture_compat/call.pyi\n'
+           f'{root}/flax/nnx/capture_compat/call.py:12:5: error: in f: '
            'No attribute \'x\' on None [attribute-error]\n'
            '  In Optional[Foo]\n'
            '    foo.x\n'
@@ -86,7 +86,7 @@ class CheckStaticTest(absltest.TestCase):
             '\x1b[39m\x1b[0m: in <module>: Invalid type annotation \'R\'  '
             '[invalid-annotation]\n')
     first, second = self.cs._parse(self.cs._PYTYPE, out, root)
-    self.assertEqual(first.path, 'flax/nnx/capture_compat.py')
+    self.assertEqual(first.path, 'flax/nnx/capture_compat/call.py')
     self.assertEqual((first.line, first.code), (12, 'attribute-error'))
     self.assertTrue(self.cs.is_ours(first.path))
     self.assertEqual(
@@ -103,7 +103,8 @@ class CheckStaticTest(absltest.TestCase):
 
   def test_ours_and_not_ours(self):
     self.assertTrue(self.cs.is_ours('flax/nnx/sow/__init__.py'))
-    self.assertTrue(self.cs.is_ours('flax/nnx/capture_compat.py'))
+    self.assertTrue(self.cs.is_ours('flax/nnx/capture_compat/call.py'))
+    self.assertFalse(self.cs.is_ours('flax/nnx/capture_compat.py'))
     self.assertFalse(self.cs.is_ours('flax/nnx/sowing.py'))
     self.assertFalse(self.cs.is_ours('flax/nnx/module.py'))
 
