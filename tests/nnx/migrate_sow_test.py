@@ -46,6 +46,7 @@ def _load_codemod():
 
 
 ms = _load_codemod()
+reexports = importlib.import_module('sow_migrate.reexports')
 
 
 def _fixtures():
@@ -426,6 +427,82 @@ class ProjectTest(absltest.TestCase):
     self.assertEqual(code, 0, msg=err)
     self.assertIn("sow(x, name='y')", _read(model))
     self.assertNotIn('filter-use', err)
+
+  def test_base_class_re_exported_by_a_package_init_is_followed(self):
+    # CAX: `from cax.core import ComplexSystem`, defined in cax/core/cs.py
+    # and re-exported by cax/core/__init__.py with a relative import.
+    _write(self.dir, 'src/pkg/__init__.py', '')
+    _write(self.dir, 'src/pkg/core/__init__.py', '''\
+        from .base import System as System
+        ''')
+    _write(self.dir, 'src/pkg/core/base.py', '''\
+        from flax import nnx
+
+
+        class System(nnx.Module):
+          pass
+        ''')
+    life = _write(self.dir, 'src/pkg/life.py', '''\
+        from flax import nnx
+        from pkg.core import System
+
+
+        class Life(System):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x)
+            return x
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertNotIn('not-in-module', err)
+    self.assertIn("sow(x, name='state')", _read(life))
+
+  def test_re_export_resolver_follows_chains_and_prefixes(self):
+    resolve = reexports.resolver({
+        'a.X': 'a.b.X', 'a.b.X': 'a.b.c.X', 'loop.Y': 'loop.Y2',
+        'loop.Y2': 'loop.Y'})
+    self.assertEqual(resolve('a.X'), 'a.b.c.X')
+    self.assertEqual(resolve('a.X.Inner'), 'a.b.c.X.Inner')
+    self.assertEqual(resolve('a.Z'), 'a.Z')
+    self.assertIn(resolve('loop.Y'), ('loop.Y', 'loop.Y2'))  # no hang
+    self.assertEqual(
+        reexports.file_aliases('p.q', b'from ..r import A as B\n'
+                                  b'from .s import C\nfrom t import D\n'),
+        {'p.q.B': 'p.r.A', 'p.q.C': 'p.q.s.C', 'p.q.D': 't.D'})
+
+  def test_subclass_overriding_the_sowing_method_is_one_instance(self):
+    # CAX's CustomLife(Life) sows 'state' in its own _step: one instance,
+    # not two instances merging one flat name.
+    _write(self.dir, 'pkg/life.py', '''\
+        from flax import nnx
+
+
+        class Life(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x)
+            return x
+
+
+        class CustomLife(Life):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x + 1)
+            return x
+
+
+        class Twice(nnx.Module):
+
+          def __init__(self):
+            self.a = Life()
+            self.b = CustomLife()
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='check')
+    # Twice holds a Life and a CustomLife: two instances, both flagged.
+    self.assertIn("'state' is sown by several instances in Twice", err)
+    self.assertNotIn('several instances in CustomLife', err)
+    del code
 
   def test_same_named_classes_in_two_files_are_two_classes(self):
     for name, read in (('a', "state.to_pure_dict()"), ('b', "state['h'][0]")):

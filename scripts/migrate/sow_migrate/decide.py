@@ -28,6 +28,7 @@ import dataclasses
 import functools
 
 from . import names as nm
+from . import reexports
 from .facts import ClassFact, OtherUse, Site
 from .flags import shorten
 
@@ -46,8 +47,17 @@ class Project:
 
   def __init__(self, sites: list[Site], classes: list[ClassFact],
                others: list[OtherUse],
-               state_names: dict[str, set[str]] | None = None):
+               state_names: dict[str, set[str]] | None = None,
+               aliases: dict[str, str] | None = None):
     state_names = state_names or {}
+    # Names re-exported by a package __init__ are followed to the class.
+    resolve = reexports.resolver(aliases or {})
+    classes = [dataclasses.replace(
+        c, bases=tuple(resolve(b) for b in c.bases),
+        calls=[(resolve(q), loop) for q, loop in c.calls]) for c in classes]
+    for site in sites:
+      site.root = resolve(site.root)
+      site.types = tuple(resolve(t) for t in site.types)
     self.classes = {c.qualified: c for c in classes}
     self.others = [o for o in others if o.code != 'attribute-read'
                    or o.receiver not in state_names.get(o.path, ())]
@@ -165,6 +175,10 @@ class Project:
       counts = self.instance_counts(root)
       same = [s for s in self.sows if s.name == sow.name and s.owner in classes]
       owners = {s.owner for s in same}
+      # A class and a base it is not instantiated as are one instance
+      # (CustomLife(Life) overriding the method that sows).
+      owners = {o for o in owners if counts.get(o, 0) or not any(
+          other != o and self.is_subclass(other, o) for other in owners)}
       if len(owners) > 1 or counts.get(sow.owner, 0) > 1:
         return (f"'{sow.name}' is sown by several instances in "
                 f"{root.rsplit('.', 1)[-1]} "
