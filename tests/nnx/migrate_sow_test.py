@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import sow_testing
 from absl.testing import absltest, parameterized
+from flax.nnx import capture_compat
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -846,6 +847,42 @@ class ExecutionTest(absltest.TestCase):
     for name, values in legacy.items():
       for old, new in zip(values, captured[name]):
         sow_testing.assert_close(new, old, err_msg=name)
+
+  def test_capture_through_vmap_collects_what_pop_collected(self):
+    # CAX's pattern: nnx.split_rngs(...)(nnx.vmap(...))(cs, x), then nnx.pop
+    # of the stacked values. Oracle: the original code; the rewrite runs
+    # with Flax 0.12.8's nnx.capture and with capture_compat's.
+    path = os.path.join(_DATA, 'capture', 'pop_through_vmap.input.py')
+    source = _read(path)
+    migrated, flags = ms.migrate_source(source, target='capture', path='m.py')
+    self.assertEmpty([f for f in flags if f.code != 'legacy-reader'])
+    self.assertNotIn('nnx.pop', migrated)
+
+    def execute(code):
+      namespace = {}
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        exec(compile(code, '<m>', 'exec'), namespace)  # pylint: disable=exec-used
+        nnx = namespace['nnx']
+        x = jnp.arange(8.0).reshape(2, 2, 2) / 8
+        model = namespace['Model'](nnx.Rngs(0))
+        y, sown = namespace['run'](model, x)
+        total = namespace['loss'](model, x)
+        left = nnx.state(model, nnx.Intermediate)
+      return [np.asarray(y), np.asarray(sown), np.asarray(total)], left
+
+    legacy, left = execute(source)
+    self.assertEmpty(dict(left))
+    self.assertEqual(legacy[1].shape, (2, 2, 2))  # stacked on the vmap axis
+    for install in (False, True):
+      if install:
+        with capture_compat.install():
+          captured, left = execute(migrated)
+      else:
+        captured, left = execute(migrated)
+      self.assertEmpty(dict(left))
+      for old, new in zip(legacy, captured):
+        np.testing.assert_array_equal(new, old, err_msg=f'install={install}')
 
 
 if __name__ == '__main__':

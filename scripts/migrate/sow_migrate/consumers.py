@@ -247,13 +247,17 @@ def analyse_pop(collector, site, target) -> None:
     site.cross_unit = _full(target)  # first statement of a notebook cell
   call_statement = _call_on(previous, _full(target))
   if call_statement is None:
-    site.pop_reasons.append(('pop-not-adjacent', f'the statement before '
-                             f'nnx.pop is not a single call of {_code(target)}'))
+    if site.cross_unit is None:
+      site.pop_reasons.append(('pop-not-adjacent', _not_adjacent(
+          collector, statement, holder, _full(target))))
+    else:  # linked to the previous cell, or explained there
+      site.pop_reasons.append(('pop-not-adjacent', 'the cell before does not '
+                               f'end with a call of {_code(target)}'))
     return
   earlier = _earlier_call(collector, previous, _full(target))
   if earlier:
     site.pop_reasons.append(('earlier-call', f'{_code(target)} is also called '
-                             f'at line {earlier}; its intermediates would '
+                             f'at line {earlier}; what that call sows would '
                              'be popped too'))
     return
   small = call_statement
@@ -275,6 +279,79 @@ def analyse_pop(collector, site, target) -> None:
   else:
     names, accesses, reason = state_reads(collector, holder.targets[0].target)
     site.consumer = Consumers(names, accesses, reason)
+
+
+def _not_adjacent(collector, statement, holder, target: str) -> str:
+  """Why no call of ``target`` is right before the pop, as found."""
+  short = _code(cst.parse_expression(target))
+  current, between, pops = statement, 0, 0
+  while current is not None and not isinstance(
+      current, (cst.FunctionDef, cst.Module, cst.Lambda)):
+    block = collector.parent(current)
+    body = getattr(block, 'body', None)
+    if isinstance(body, (list, tuple)) and current in body:
+      for earlier in reversed(list(body)[:list(body).index(current)]):
+        if _assigns(earlier, target):
+          return (f'{short} is assigned at line '
+                  f'{collector.position(earlier)[0]} and not called before '
+                  'nnx.pop')
+        line = collector.position(earlier)[0]
+        if _calls(earlier, target):
+          others = f', {pops} of them nnx.pop' if pops else ''
+          nested = ('' if current is statement
+                    else ' (the pop is in a nested block)')
+          if not between and current is not statement:
+            return (f'{short} is called at line {line} and nnx.pop is in the '
+                    'block after it: capture by hand')
+          plural = 's' if between != 1 else ''
+          return (f'{short} is called at line {line}, with {between} '
+                  f'statement{plural} between the call and nnx.pop{others}'
+                  f'{nested}: capture by hand')
+        passed = _passed_to(earlier, target)
+        if passed and passed[0] == 'transform':
+          return (f'{short} is called through {passed[1]} at line {line}; '
+                  'the codemod captures through nnx.vmap and nnx.split_rngs '
+                  'only: rewrite by hand')
+        if passed:
+          return (f'{short} is passed to {passed[1]}() at line {line}, which '
+                  'may call it: capture that call by hand')
+        between += 1
+        pops += 'pop(' in _full(earlier).replace(' ', '')
+    current = block
+  if isinstance(current, cst.FunctionDef) and isinstance(holder, cst.Return):
+    return (f'nnx.pop is what {current.name.value}() returns; {short} runs in '
+            'its callers: capture the call there')
+  if isinstance(current, cst.FunctionDef):
+    return (f'no call of {short} before nnx.pop in {current.name.value}(): '
+            'it runs elsewhere; capture the call there')
+  return f'no call of {short} before nnx.pop: capture the call by hand'
+
+
+def _passed_to(node: cst.CSTNode, target: str) -> tuple[str, str] | None:
+  """('transform', 'nnx.vmap') for F(...)(target), ('function', 'f') for
+  f(target): the call ``node`` passes ``target`` to, if any."""
+  found = []
+
+  class Finder(cst.CSTVisitor):
+
+    def visit_Lambda(self, node) -> bool:
+      return False
+
+    def visit_FunctionDef(self, node) -> bool:
+      return False
+
+    def visit_Call(self, call: cst.Call) -> None:
+      if any(_full(arg.value) == target for arg in call.args):
+        found.append(call)
+
+  node.visit(Finder())
+  if not found:
+    return None
+  if not isinstance(found[0].func, cst.Call):
+    return 'function', _code(found[0].func)
+  names = _chain_names(found[0].func)
+  return 'transform', ', '.join(
+      _code(cst.parse_expression(n)) for n in names) or 'a call'
 
 
 def _previous_statement(collector, statement):
@@ -304,7 +381,50 @@ def _call_on(statement, target: str):
   if func == target or (func.startswith(target + '.')
                         and func.count('.') == target.count('.') + 1):
     return small
+  if _through_transform(value, target):
+    return small
   return None
+
+
+# Transforms a call of the model may go through and still become
+# nnx.capture(<transformed function>, T)(m, ...): the values pop and capture
+# collect are the same (checked by executing CAX's pattern,
+# nnx.split_rngs(...)(nnx.vmap(f, in_axes=(StateAxes, 0)))(m, x)).
+_CAPTURABLE_TRANSFORMS = frozenset({'vmap', 'split_rngs'})
+
+
+def _chain_names(func: cst.CSTNode) -> list[str]:
+  """The functions called to build ``func``: nnx.split_rngs(..)(nnx.vmap(..))."""
+  names = []
+
+  class Names(cst.CSTVisitor):
+
+    def visit_Lambda(self, node) -> bool:
+      return False
+
+    def visit_FunctionDef(self, node) -> bool:
+      return False
+
+    def visit_Call(self, call: cst.Call) -> None:
+      if isinstance(call.func, (cst.Name, cst.Attribute)):
+        names.append(_full(call.func))
+
+  if isinstance(func, (cst.Name, cst.Attribute)):
+    return [_full(func)]
+  func.visit(Names())
+  return list(dict.fromkeys(names))
+
+
+def _through_transform(call: cst.Call, target: str) -> bool:
+  """``F(...)(target, ...)`` with F built only from capturable transforms."""
+  if not isinstance(call.func, cst.Call) or not call.args:
+    return False
+  first = call.args[0]
+  if first.keyword is not None or first.star or _full(first.value) != target:
+    return False
+  names = _chain_names(call.func)
+  return bool(names) and all(
+      n.rsplit('.', 1)[-1] in _CAPTURABLE_TRANSFORMS for n in names)
 
 
 def _earlier_call(collector, statement, target: str) -> int | None:
@@ -343,6 +463,8 @@ def _calls(node: cst.CSTNode, target: str) -> bool:
       if func == target or (func.startswith(target + '.') and
                             func.count('.') == target.count('.') + 1):
         found.append(call)
+      elif _through_transform(call, target):
+        found.append(call)
 
   node.visit(Finder())
   return bool(found)
@@ -357,12 +479,18 @@ def link_across_units(site, previous_module: cst.Module | None) -> None:
   last = body[-1]
   small = _call_on(last, target)
   statement = site.pop_statement_candidate
+  passed = _passed_to(last, target) if small is None else None
+  if passed and passed[0] == 'transform':
+    site.pop_reasons[:] = [('pop-not-adjacent', f'the cell before calls '
+                            f'{target} through {passed[1]}; the codemod '
+                            'captures through nnx.vmap and nnx.split_rngs '
+                            'only: rewrite by hand')]
   if small is None or statement is None:
     return
   if any(_calls(earlier, target) for earlier in body[:-1]):
     site.pop_reasons[:] = [('earlier-call', f'{target} is also called earlier '
-                            'in the cell before; its intermediates would be '
-                            'popped too')]
+                            'in the cell before; what that call sows would '
+                            'be popped too')]
     return
   holder = statement.body[0]
   if not (isinstance(holder, cst.Assign) and holder.value is site.node):
@@ -393,7 +521,7 @@ def earlier_call_in_cells(site, previous_modules) -> None:
         return  # a new object: nothing sown on it yet
       if _calls(statement, target):
         site.pop_reasons[:] = [('earlier-call', f'{target} is also called in '
-                                'an earlier cell; its intermediates would be '
+                                'an earlier cell; what that call sows would be '
                                 'popped too')]
         site.pop_call = site.pop_statement = None
         return
