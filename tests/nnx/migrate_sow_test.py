@@ -429,6 +429,46 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("sow(x, name='y')", _read(model))
     self.assertNotIn('filter-use', err)
 
+  def test_discarded_pop_keeps_no_sow_legacy_and_the_surest_reader_is_named(
+      self):
+    self._model('pkg/model.py')
+    _write(self.dir, 'pkg/clear.py', '''\
+        from flax import nnx
+
+
+        def clear(model, x):
+          model(x)
+          nnx.pop(model, (nnx.RngState, nnx.Intermediate))
+        ''')
+    code, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn('clear.py:6:3: pop-discarded', err)
+    self.assertNotIn('legacy-reader', err)
+    # Two readers that stay: the one known to pop a Model is named first.
+    _write(self.dir, 'pkg/a_any.py', '''\
+        from flax import nnx
+
+
+        def anything(m, x):
+          m(x)
+          print(x)
+          return nnx.pop(m, nnx.Intermediate)
+        ''')
+    _write(self.dir, 'pkg/b_model.py', '''\
+        from flax import nnx
+        from pkg.model import Model
+
+
+        def known(x):
+          model = Model()
+          model(x)
+          print(x)
+          return nnx.pop(model, nnx.Intermediate)
+        ''')
+    _, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertRegex(err, r'model.py:7:5: legacy-reader: may be read by '
+                     r'nnx.pop at \S*pkg/b_model.py:9 and 1 more')
+
   def test_base_class_re_exported_by_a_package_init_is_followed(self):
     # CAX: `from cax.core import ComplexSystem`, defined in cax/core/cs.py
     # and re-exported by cax/core/__init__.py with a relative import.

@@ -211,10 +211,6 @@ def analyse_pop(collector, site, target) -> None:
   if target is None or not isinstance(target, (cst.Name, cst.Attribute)):
     site.pop_reasons.append(('pop-form', 'nnx.pop of an expression'))
     return
-  if len(site.types) != 1:
-    site.pop_reasons.append(('pop-form', 'nnx.pop with several filters; '
-                             'capture each type separately'))
-    return
   # The expression rooted at the pop: nnx.pop(m, T)['n'].value[-1].
   top = site.node
   while True:
@@ -227,9 +223,14 @@ def analyse_pop(collector, site, target) -> None:
   holder = collector.parent(top)
   statement = collector.parent(holder) if holder is not None else None
   if isinstance(holder, cst.Expr) and top is site.node:
+    # Whatever its filters: it reads nothing.
     site.pop_reasons.append(('pop-discarded', 'nnx.pop result discarded: it '
                              'clears intermediates left by calls outside '
                              'nnx.capture; drop it once they are captured'))
+    return
+  if len(site.types) != 1:
+    site.pop_reasons.append(('pop-form', 'nnx.pop with several filters; '
+                             'capture each type separately'))
     return
   if not (isinstance(holder, (cst.Assign, cst.Return))
           and holder.value is top

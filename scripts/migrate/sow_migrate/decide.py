@@ -150,6 +150,19 @@ class Project:
     return [s for s in self.sows if _importable(s, reader) and (
         classes is None or s.owner is None or s.owner in classes)]
 
+  def nearness(self, reader: Site, sow: Site) -> tuple[int, str, int]:
+    """Orders the readers of ``sow``: the most certain first."""
+    classes = self.closure(reader.root)
+    if classes is not None and sow.owner in classes:
+      rank = 0  # it pops an object known to hold the class
+    elif reader.path == sow.path:
+      rank = 1
+    elif not reader.path.endswith(_DOCS):
+      rank = 2
+    else:
+      rank = 3
+    return rank, reader.path, reader.line
+
   def others_reached(self, reader: Site) -> list[OtherUse]:
     classes = self.closure(reader.root)
     return [o for o in self.others
@@ -190,6 +203,12 @@ class Project:
 _DOCS = ('.ipynb', '.md')
 
 
+def discards(reader: Site) -> bool:
+  """An ``nnx.pop(...)`` statement whose result is thrown away."""
+  return reader.kind == 'pop' and any(
+      code == 'pop-discarded' for code, _ in reader.pop_reasons)
+
+
 def _importable(sow: Site, reader: Site) -> bool:
   # What a notebook or a Markdown page defines is seen only inside it; a
   # notebook or page sees the modules it imports (and their submodules).
@@ -214,6 +233,8 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   """Why ``nnx.pop`` -> ``nnx.capture`` would change what is collected."""
   # nnx.pop(m, nnx.Perturbation) -> nnx.capture(m, nnx.Perturbation) keeps
   # the legacy workflow as it is: 'perturbation' concerns the functional API.
+  if discards(pop):
+    return pop.pop_reasons[0]
   reasons = [r for r in pop.reasons if r[0] != 'perturbation']
   if reasons:
     return reasons[0]
@@ -263,7 +284,8 @@ def _decide_capture(project: Project) -> dict[int, Decision]:
       attribute_reads[other.name].append(other)
   legacy = collections.defaultdict(list)
   for reader in project.readers:
-    if decisions[id(reader)].action == 'flag':
+    # A pop whose result is discarded reads nothing: it keeps no sow legacy.
+    if decisions[id(reader)].action == 'flag' and not discards(reader):
       for sow in project.reached(reader):
         legacy[id(sow)].append(reader)
   for sow in project.sows:
@@ -277,7 +299,7 @@ def _decide_capture(project: Project) -> dict[int, Decision]:
     if not readers:
       decisions[id(sow)] = Decision(OK)
       continue
-    first = readers[0]
+    first = min(readers, key=lambda r: project.nearness(r, sow))
     more = f' and {len(readers) - 1} more' if len(readers) > 1 else ''
     decisions[id(sow)] = Decision('flag', 'legacy-reader', (
         f'may be read by nnx.pop at {first.where}{more}, which stays '
@@ -320,11 +342,12 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
   for reader in project.readers:
     # A reader with a reason of its own still links the sows it may reach:
     # they stay legacy with it.
+    if discards(reader):
+      own[id(reader)] = reader.pop_reasons[0]
+      continue  # it reads nothing: the sows it clears may still migrate
     if reader.kind == 'pop' and id(reader) not in own:
       if reader.pop_reasons:
         own[id(reader)] = reader.pop_reasons[0]
-        if reader.pop_reasons[0][0] == 'pop-discarded':
-          continue  # it reads nothing: the sows it clears may still migrate
       elif (reason := _pop_to_capture_reason(project, reader)):
         own[id(reader)] = reason
     if reader.types and reader.types[0] != nm.INTERMEDIATE and id(
