@@ -86,7 +86,7 @@ EXPECTED_FLAGS = {
     'mixed_partial.py': {'nested-consumer', 'legacy-reader', 'legacy-sow'},
     'flag_unknown_result.py': {'unknown-result', 'legacy-reader'},
     'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass',
-                    'legacy-reader'},
+                    'legacy-reader', 'later-pop'},
 }
 
 
@@ -148,7 +148,7 @@ class FixtureTest(parameterized.TestCase):
         'multi-instance', 'transform', 'filter-use', 'subclass',
         'custom-reducer', 'kwargs', 'method-outputs', 'perturbation',
         'direct-intermediate', 'attribute-read', 'pop-not-adjacent',
-        'earlier-call', 'escaping-state', 'state-use', 'nonliteral-name',
+        'earlier-call', 'later-pop', 'escaping-state', 'state-use', 'nonliteral-name',
         'sow-result-used', 'no-sow-found', 'legacy-reader', 'legacy-sow',
         'unknown-result',
     }
@@ -468,6 +468,26 @@ class ProjectTest(absltest.TestCase):
     _, _, _, err = _run([self.dir], target='capture', mode='check')
     self.assertRegex(err, r'model.py:7:5: legacy-reader: may be read by '
                      r'nnx.pop at \S*pkg/b_model.py:9 and 1 more')
+
+  def test_a_filter_reaches_the_sows_of_what_it_filters(self):
+    self._model('pkg/a.py', name='A', sown='a')
+    b = self._model('pkg/b.py', name='B', sown='b')
+    _write(self.dir, 'pkg/use.py', '''\
+        from flax import nnx
+        from pkg.a import A
+
+
+        def leftovers(x):
+          a = A()
+          a(x)
+          return nnx.state(a, nnx.Intermediate)
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertRegex(err, r'a.py:7:5: filter-use: nnx.Intermediate used in '
+                     r'nnx.state at \S*use.py:8')
+    self.assertNotIn('b.py', err)
+    self.assertIn("sow(x, name='b')", _read(b))
 
   def test_base_class_re_exported_by_a_package_init_is_followed(self):
     # CAX: `from cax.core import ComplexSystem`, defined in cax/core/cs.py

@@ -261,6 +261,12 @@ def analyse_pop(collector, site, target) -> None:
                              f'at line {earlier}; what that call sows would '
                              'be popped too'))
     return
+  later = _later_pop(collector, statement, _full(target))
+  if later:
+    site.pop_reasons.append(('later-pop', f'{_code(target)} is popped again '
+                             f'at line {later}; inside nnx.capture the values '
+                             'of other types would not be left for it'))
+    return
   small = call_statement
   if isinstance(small, cst.Assign) and top is not site.node:
     site.pop_reasons.append(('pop-form', 'the call result is kept and the pop '
@@ -315,7 +321,7 @@ def _not_adjacent(collector, statement, holder, target: str) -> str:
                   'only: rewrite by hand')
         if passed:
           return (f'{short} is passed to {passed[1]}() at line {line}, which '
-                  'may call it: capture that call by hand')
+                  'may call it or read what it sowed: capture by hand')
         between += 1
         pops += 'pop(' in _full(earlier).replace(' ', '')
     current = block
@@ -326,6 +332,14 @@ def _not_adjacent(collector, statement, holder, target: str) -> str:
     return (f'no call of {short} before nnx.pop in {current.name.value}(): '
             'it runs elsewhere; capture the call there')
   return f'no call of {short} before nnx.pop: capture the call by hand'
+
+
+# Functions that take a module without calling it.
+_NOT_CALLING = frozenset({
+    'pop', 'state', 'split', 'update', 'graphdef', 'merge', 'iter_modules',
+    'iter_graph', 'clone', 'variables', 'print', 'isinstance', 'type', 'id',
+    'len', 'getattr', 'hasattr', 'setattr', 'repr', 'str', 'display',
+})
 
 
 def _passed_to(node: cst.CSTNode, target: str) -> tuple[str, str] | None:
@@ -342,7 +356,9 @@ def _passed_to(node: cst.CSTNode, target: str) -> tuple[str, str] | None:
       return False
 
     def visit_Call(self, call: cst.Call) -> None:
-      if any(_full(arg.value) == target for arg in call.args):
+      if any(_full(arg.value) == target for arg in call.args) and not (
+          isinstance(call.func, (cst.Name, cst.Attribute))
+          and _full(call.func).rsplit('.', 1)[-1] in _NOT_CALLING):
         found.append(call)
 
   node.visit(Finder())
@@ -444,6 +460,24 @@ def _earlier_call(collector, statement, target: str) -> int | None:
           return None  # a new object: nothing sown on it yet
         if _calls(earlier, target):
           return collector.position(earlier)[0]
+    current = block
+  return None
+
+
+def _later_pop(collector, statement, target: str) -> int | None:
+  """The line of a later ``nnx.pop(target, ...)`` before another call."""
+  current = statement
+  while current is not None and not isinstance(
+      current, (cst.FunctionDef, cst.Module, cst.Lambda)):
+    block = collector.parent(current)
+    body = block.body if isinstance(block, (cst.Module, cst.IndentedBlock)) else None
+    if isinstance(body, (list, tuple)) and current in body:
+      for later in list(body)[list(body).index(current) + 1:]:
+        if _assigns(later, target) or _calls(later, target):
+          return None
+        code = _full(later).replace(' ', '').replace('nnx.', '')
+        if f'pop({target},' in code:
+          return collector.position(later)[0]
     current = block
   return None
 

@@ -163,6 +163,15 @@ class Project:
       rank = 3
     return rank, reader.path, reader.line
 
+  def filters(self, other: OtherUse, sow: Site) -> bool:
+    """Whether the filter ``other`` may select the values of ``sow``."""
+    if other.owner is not None:
+      return sow.owner == other.owner  # a filter inside the class itself
+    if other.path != sow.path and sow.path.endswith(_DOCS):
+      return False  # a notebook's or page's classes are its own
+    classes = self.closure(other.root)
+    return classes is None or sow.owner is None or sow.owner in classes
+
   def others_reached(self, reader: Site) -> list[OtherUse]:
     classes = self.closure(reader.root)
     return [o for o in self.others
@@ -249,7 +258,8 @@ def _pop_to_capture_reason(project: Project, pop: Site):
     if sow.types == (popped,):
       continue
     sown = sow.types[0] if sow.types else '?'
-    if not project.is_subclass(sown, popped) and sown in project.classes:
+    if not project.is_subclass(sown, popped) and (
+        sown in project.classes or sown.startswith('flax.nnx.')):
       continue  # neither pop nor capture collects it
     short = sown.rsplit('.', 1)[-1]
     if sow.kind == 'perturb':
@@ -380,7 +390,7 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     if other.code != 'filter-use':
       continue
     for sow in project.sows:
-      if other.owner is None or sow.owner == other.owner:
+      if project.filters(other, sow):
         if id(sow) not in own:
           own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
                           f'{other.line} may select it; delete that filter '

@@ -12,9 +12,9 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 7 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 9 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(nnx.Intermediate, 'x', x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 7 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 9 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(Scores, 'scores', x)
     return x
 
@@ -49,7 +49,7 @@ def pop_of_helper(model):
 
 def passed_on(model, x):
   step(model, x)
-  # TODO(migrate_sow): pop-not-adjacent: model is passed to step() at line 45, which may call it: capture that call by hand
+  # TODO(migrate_sow): pop-not-adjacent: model is passed to step() at line 45, which may call it or read what it sowed: capture by hand
   intermediates = nnx.pop(model, nnx.Intermediate)
   return intermediates
 
@@ -77,3 +77,13 @@ def vmap_after_an_earlier_vmap(model, x):
   # TODO(migrate_sow): earlier-call: model is also called at line 66; what that call sows would be popped too
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
+
+
+def two_pops(model, x):
+  # maxtext: the subclass popped first, then the rest.
+  y = model(x)
+  # TODO(migrate_sow): later-pop: model is popped again at line 76; inside nnx.capture the values of other types would not be left for it
+  scores = nnx.pop(model, Scores)
+  # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop: capture by hand
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, scores, intermediates

@@ -67,3 +67,11 @@ def vmap_after_an_earlier_vmap(model, x):
   y = nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
+
+
+def two_pops(model, x):
+  # maxtext: the subclass popped first, then the rest.
+  y = model(x)
+  scores = nnx.pop(model, Scores)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, scores, intermediates
