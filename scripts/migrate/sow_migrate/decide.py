@@ -390,11 +390,10 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     if other.code != 'filter-use':
       continue
     for sow in project.sows:
-      if project.filters(other, sow):
-        if id(sow) not in own:
-          own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
-                          f'{other.line} may select it; delete that filter '
-                          'once the values are captured')
+      if project.filters(other, sow) and id(sow) not in own:
+        own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
+                        f'{other.line} may select it; delete that filter '
+                        'once the values are captured')
   blocked = collections.defaultdict(list)
   for key, reason in own.items():
     blocked[find(key)].append(key)

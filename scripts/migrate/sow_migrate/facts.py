@@ -30,7 +30,7 @@ from libcst import metadata
 
 from . import consumers as consumers_lib
 from . import names as nm
-from . import other_uses
+from . import other_uses, pops
 from .other_uses import OtherUse
 
 _REDUCER_KEYWORDS = ('reduce_fn', 'init_fn')
@@ -356,7 +356,7 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
     if kind == 'capture':
       site.consumer = consumers_lib.analyse_capture(self, site)
     else:
-      consumers_lib.analyse_pop(self, site, target)
+      pops.analyse_pop(self, site, target)
 
   def _record_state_names(self, node: cst.CSTNode) -> None:
     current = self.parent(node)
