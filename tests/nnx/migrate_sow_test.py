@@ -469,6 +469,30 @@ class ProjectTest(absltest.TestCase):
     self.assertRegex(err, r'model.py:7:5: legacy-reader: may be read by '
                      r'nnx.pop at \S*pkg/b_model.py:9 and 1 more')
 
+  def test_a_sow_of_an_unresolved_type_under_flax_nnx_keeps_the_pop(self):
+    # Run on flax itself: module.py sows `variable_type`, a parameter. Its
+    # name is under flax.nnx but it is no known Variable type.
+    _write(self.dir, 'flax/nnx/helpers.py', '''\
+        def sow_output(module, variable_type, value):
+          module.sow(variable_type, 'out', value)
+        ''')
+    self._model('use/model.py')
+    _write(self.dir, 'use/run.py', '''\
+        from flax import nnx
+        from use.model import Model
+
+
+        def run(x):
+          model = Model()
+          y = model(x)
+          s = nnx.pop(model, nnx.Intermediate)
+          return y, s['y'][0]
+        ''')
+    code, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertEqual(code, 0, msg=err)
+    self.assertRegex(err, r'run.py:8:7: unknown-type: it may pop the values '
+                     r'sown at \S*helpers.py:2')
+
   def test_a_filter_reaches_the_sows_of_what_it_filters(self):
     self._model('pkg/a.py', name='A', sown='a')
     b = self._model('pkg/b.py', name='B', sown='b')

@@ -210,6 +210,8 @@ class Project:
 
 
 _DOCS = ('.ipynb', '.md')
+# flax.nnx's own Variable types: their hierarchy is known.
+_NNX_VARIABLES = frozenset(f'flax.nnx.{n}' for n in nm.NOT_MODULES)
 
 
 def discards(reader: Site) -> bool:
@@ -259,7 +261,7 @@ def _pop_to_capture_reason(project: Project, pop: Site):
       continue
     sown = sow.types[0] if sow.types else '?'
     if not project.is_subclass(sown, popped) and (
-        sown in project.classes or sown.startswith('flax.nnx.')):
+        sown in project.classes or sown in _NNX_VARIABLES):
       continue  # neither pop nor capture collects it
     short = sown.rsplit('.', 1)[-1]
     if sow.kind == 'perturb':
