@@ -262,8 +262,11 @@ def _through_transform(call: cst.Call, target: str) -> bool:
   if first.keyword is not None or first.star or _full(first.value) != target:
     return False
   names = _chain_names(call.func)
+  # nnx.vmap, flax.nnx.vmap or vmap imported from flax.nnx; never jax.vmap,
+  # under which the legacy sows do not reach the module at all.
   return bool(names) and all(
-      n.rsplit('.', 1)[-1] in _CAPTURABLE_TRANSFORMS for n in names)
+      n.rsplit('.', 1)[-1] in _CAPTURABLE_TRANSFORMS
+      and n.rsplit('.', 1)[0] in (n, 'nnx', 'flax.nnx') for n in names)
 
 
 def _earlier_call(collector, statement, target: str) -> int | None:

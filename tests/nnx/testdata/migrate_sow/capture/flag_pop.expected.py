@@ -12,9 +12,9 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 9 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(nnx.Intermediate, 'x', x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 9 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(Scores, 'scores', x)
     return x
 
@@ -87,3 +87,10 @@ def two_pops(model, x):
   # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop: capture by hand
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, scores, intermediates
+
+
+def through_jax_vmap(model, x):
+  y = jax.vmap(lambda m, v: m(v))(model, x)
+  # TODO(migrate_sow): pop-not-adjacent: model is called through jax.vmap at line 81; the codemod captures through nnx.vmap and nnx.split_rngs only: rewrite by hand
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, intermediates

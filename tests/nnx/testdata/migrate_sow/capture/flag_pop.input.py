@@ -75,3 +75,9 @@ def two_pops(model, x):
   scores = nnx.pop(model, Scores)
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, scores, intermediates
+
+
+def through_jax_vmap(model, x):
+  y = jax.vmap(lambda m, v: m(v))(model, x)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, intermediates
