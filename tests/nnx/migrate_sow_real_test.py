@@ -25,6 +25,7 @@ same operations, so their values must be bitwise equal.
 import ast
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -115,6 +116,65 @@ class CaxReadmeTest(absltest.TestCase):
         exec(compile(source, 'README.md', 'exec'), namespace)  # pylint: disable=exec-used
         results.append((namespace['state_final'], namespace['states']))
     _assert_bitwise(self, results[0], results[1])
+
+  def test_notebook_vmap_cells_migrated_to_capture_return_the_same_states(
+      self):
+    # CAX's examples/00_getting_started.ipynb: a batch of Life runs through
+    # nnx.split_rngs(nnx.vmap(...)) in one cell, nnx.pop in the next. Those
+    # two cells (their text, unchanged) are migrated as a notebook of their
+    # own and run with CAX's Life, before and after.
+    cax = _repo('cax')
+    with open(os.path.join(cax, 'examples', '00_getting_started.ipynb'),
+              encoding='utf-8') as f:
+      cells = [c for c in json.load(f)['cells'] if c['cell_type'] == 'code']
+    sources = [''.join(c['source']) for c in cells]
+    call = next(i for i, text in enumerate(sources)
+                if 'split_rngs(splits=num_simulations)' in text)
+    pair = sources[call:call + 2]
+    self.assertIn('nnx.pop(cs, nnx.Intermediate)', pair[1])
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    with open(os.path.join(scratch, 'pyproject.toml'), 'w') as f:
+      f.write('[project]\nname = "copy"\n')
+    notebook = os.path.join(scratch, 'cells.ipynb')
+    with open(notebook, 'w', encoding='utf-8') as f:
+      json.dump({'cells': [
+          {'cell_type': 'code', 'metadata': {}, 'outputs': [],
+           'execution_count': None, 'source': text} for text in
+          ['from flax import nnx\n'] + pair],
+                 'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, f)
+    code, summary, err = _migrate(scratch, [notebook], 'capture')
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    with open(notebook, encoding='utf-8') as f:
+      migrated = [''.join(c['source']) for c in json.load(f)['cells']][1:]
+    self.assertIn('state_final, intermediates = nnx.capture(', migrated[0])
+    self.assertNotIn('nnx.pop', migrated[1])
+
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+    results = []
+    with _importable(os.path.join(cax, 'src')):
+      from cax.cs.life import Life  # pylint: disable=g-import-not-at-top
+      for version, install in ((pair, False), (migrated, False),
+                               (migrated, True)):
+        birth, survival = Life.birth_survival_from_string('B3/S23')
+        namespace = {
+            'nnx': nnx, 'jax': jax, 'jnp': jnp, 'num_steps': 6,
+            'key': jax.random.key(0),
+            'cs': Life(birth=birth, survival=survival, rngs=nnx.Rngs(0)),
+            'sample_state': lambda k: jax.random.bernoulli(
+                k, 0.4, (16, 16, 1)).astype(jnp.float32),
+        }
+        context = (capture_compat.install() if install
+                   else contextlib.nullcontext())
+        with context:
+          for text in version:
+            exec(compile(text, 'cell', 'exec'), namespace)  # pylint: disable=exec-used
+        self.assertEmpty(nnx.state(namespace['cs'], nnx.Intermediate))
+        results.append((namespace['state_final'], namespace['states']))
+    self.assertEqual(results[0][1].shape, (8, 6, 16, 16, 1))
+    _assert_bitwise(self, results[0], results[1])
+    _assert_bitwise(self, results[0], results[2])
 
 
 _TUNIX_CLASSES = ('Decoder', 'VisionConfig', 'ModelConfig', 'ToyTransformer',

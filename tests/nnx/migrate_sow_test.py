@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import sow_testing
 from absl.testing import absltest, parameterized
+from flax.nnx import capture_compat
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -46,6 +47,7 @@ def _load_codemod():
 
 
 ms = _load_codemod()
+reexports = importlib.import_module('sow_migrate.reexports')
 
 
 def _fixtures():
@@ -84,7 +86,7 @@ EXPECTED_FLAGS = {
     'mixed_partial.py': {'nested-consumer', 'legacy-reader', 'legacy-sow'},
     'flag_unknown_result.py': {'unknown-result', 'legacy-reader'},
     'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass',
-                    'legacy-reader'},
+                    'legacy-reader', 'later-pop'},
 }
 
 
@@ -146,7 +148,7 @@ class FixtureTest(parameterized.TestCase):
         'multi-instance', 'transform', 'filter-use', 'subclass',
         'custom-reducer', 'kwargs', 'method-outputs', 'perturbation',
         'direct-intermediate', 'attribute-read', 'pop-not-adjacent',
-        'earlier-call', 'escaping-state', 'state-use', 'nonliteral-name',
+        'earlier-call', 'later-pop', 'escaping-state', 'state-use', 'nonliteral-name',
         'sow-result-used', 'no-sow-found', 'legacy-reader', 'legacy-sow',
         'unknown-result',
     }
@@ -426,6 +428,166 @@ class ProjectTest(absltest.TestCase):
     self.assertEqual(code, 0, msg=err)
     self.assertIn("sow(x, name='y')", _read(model))
     self.assertNotIn('filter-use', err)
+
+  def test_discarded_pop_keeps_no_sow_legacy_and_the_surest_reader_is_named(
+      self):
+    self._model('pkg/model.py')
+    _write(self.dir, 'pkg/clear.py', '''\
+        from flax import nnx
+
+
+        def clear(model, x):
+          model(x)
+          nnx.pop(model, (nnx.RngState, nnx.Intermediate))
+        ''')
+    code, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertEqual(code, 0, msg=err)
+    self.assertIn('clear.py:6:3: pop-discarded', err)
+    self.assertNotIn('legacy-reader', err)
+    # Two readers that stay: the one known to pop a Model is named first.
+    _write(self.dir, 'pkg/a_any.py', '''\
+        from flax import nnx
+
+
+        def anything(m, x):
+          m(x)
+          print(x)
+          return nnx.pop(m, nnx.Intermediate)
+        ''')
+    _write(self.dir, 'pkg/b_model.py', '''\
+        from flax import nnx
+        from pkg.model import Model
+
+
+        def known(x):
+          model = Model()
+          model(x)
+          print(x)
+          return nnx.pop(model, nnx.Intermediate)
+        ''')
+    _, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertRegex(err, r'model.py:7:5: legacy-reader: may be read by '
+                     r'nnx.pop at \S*pkg/b_model.py:9 and 1 more')
+
+  def test_a_sow_of_an_unresolved_type_under_flax_nnx_keeps_the_pop(self):
+    # Run on flax itself: module.py sows `variable_type`, a parameter. Its
+    # name is under flax.nnx but it is no known Variable type.
+    _write(self.dir, 'flax/nnx/helpers.py', '''\
+        def sow_output(module, variable_type, value):
+          module.sow(variable_type, 'out', value)
+        ''')
+    self._model('use/model.py')
+    _write(self.dir, 'use/run.py', '''\
+        from flax import nnx
+        from use.model import Model
+
+
+        def run(x):
+          model = Model()
+          y = model(x)
+          s = nnx.pop(model, nnx.Intermediate)
+          return y, s['y'][0]
+        ''')
+    code, _, _, err = _run([self.dir], target='capture', mode='check')
+    self.assertEqual(code, 0, msg=err)
+    self.assertRegex(err, r'run.py:8:7: unknown-type: it may pop the values '
+                     r'sown at \S*helpers.py:2')
+
+  def test_a_filter_reaches_the_sows_of_what_it_filters(self):
+    self._model('pkg/a.py', name='A', sown='a')
+    b = self._model('pkg/b.py', name='B', sown='b')
+    _write(self.dir, 'pkg/use.py', '''\
+        from flax import nnx
+        from pkg.a import A
+
+
+        def leftovers(x):
+          a = A()
+          a(x)
+          return nnx.state(a, nnx.Intermediate)
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertRegex(err, r'a.py:7:5: filter-use: nnx.Intermediate used in '
+                     r'nnx.state at \S*use.py:8')
+    self.assertNotIn('b.py', err)
+    self.assertIn("sow(x, name='b')", _read(b))
+
+  def test_base_class_re_exported_by_a_package_init_is_followed(self):
+    # CAX: `from cax.core import ComplexSystem`, defined in cax/core/cs.py
+    # and re-exported by cax/core/__init__.py with a relative import.
+    _write(self.dir, 'src/pkg/__init__.py', '')
+    _write(self.dir, 'src/pkg/core/__init__.py', '''\
+        from .base import System as System
+        ''')
+    _write(self.dir, 'src/pkg/core/base.py', '''\
+        from flax import nnx
+
+
+        class System(nnx.Module):
+          pass
+        ''')
+    life = _write(self.dir, 'src/pkg/life.py', '''\
+        from flax import nnx
+        from pkg.core import System
+
+
+        class Life(System):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x)
+            return x
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='write')
+    self.assertEqual(code, 0, msg=err)
+    self.assertNotIn('not-in-module', err)
+    self.assertIn("sow(x, name='state')", _read(life))
+
+  def test_re_export_resolver_follows_chains_and_prefixes(self):
+    resolve = reexports.resolver({
+        'a.X': 'a.b.X', 'a.b.X': 'a.b.c.X', 'loop.Y': 'loop.Y2',
+        'loop.Y2': 'loop.Y'})
+    self.assertEqual(resolve('a.X'), 'a.b.c.X')
+    self.assertEqual(resolve('a.X.Inner'), 'a.b.c.X.Inner')
+    self.assertEqual(resolve('a.Z'), 'a.Z')
+    self.assertIn(resolve('loop.Y'), ('loop.Y', 'loop.Y2'))  # no hang
+    self.assertEqual(
+        reexports.file_aliases('p.q', b'from ..r import A as B\n'
+                                  b'from .s import C\nfrom t import D\n'),
+        {'p.q.B': 'p.r.A', 'p.q.C': 'p.q.s.C', 'p.q.D': 't.D'})
+
+  def test_subclass_overriding_the_sowing_method_is_one_instance(self):
+    # CAX's CustomLife(Life) sows 'state' in its own _step: one instance,
+    # not two instances merging one flat name.
+    _write(self.dir, 'pkg/life.py', '''\
+        from flax import nnx
+
+
+        class Life(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x)
+            return x
+
+
+        class CustomLife(Life):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'state', x + 1)
+            return x
+
+
+        class Twice(nnx.Module):
+
+          def __init__(self):
+            self.a = Life()
+            self.b = CustomLife()
+        ''')
+    code, _, _, err = _run([self.dir], target='functional', mode='check')
+    # Twice holds a Life and a CustomLife: two instances, both flagged.
+    self.assertIn("'state' is sown by several instances in Twice", err)
+    self.assertNotIn('several instances in CustomLife', err)
+    del code
 
   def test_same_named_classes_in_two_files_are_two_classes(self):
     for name, read in (('a', "state.to_pure_dict()"), ('b', "state['h'][0]")):
@@ -769,6 +931,42 @@ class ExecutionTest(absltest.TestCase):
     for name, values in legacy.items():
       for old, new in zip(values, captured[name]):
         sow_testing.assert_close(new, old, err_msg=name)
+
+  def test_capture_through_vmap_collects_what_pop_collected(self):
+    # CAX's pattern: nnx.split_rngs(...)(nnx.vmap(...))(cs, x), then nnx.pop
+    # of the stacked values. Oracle: the original code; the rewrite runs
+    # with Flax 0.12.8's nnx.capture and with capture_compat's.
+    path = os.path.join(_DATA, 'capture', 'pop_through_vmap.input.py')
+    source = _read(path)
+    migrated, flags = ms.migrate_source(source, target='capture', path='m.py')
+    self.assertEmpty([f for f in flags if f.code != 'legacy-reader'])
+    self.assertNotIn('nnx.pop', migrated)
+
+    def execute(code):
+      namespace = {}
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        exec(compile(code, '<m>', 'exec'), namespace)  # pylint: disable=exec-used
+        nnx = namespace['nnx']
+        x = jnp.arange(8.0).reshape(2, 2, 2) / 8
+        model = namespace['Model'](nnx.Rngs(0))
+        y, sown = namespace['run'](model, x)
+        total = namespace['loss'](model, x)
+        left = nnx.state(model, nnx.Intermediate)
+      return [np.asarray(y), np.asarray(sown), np.asarray(total)], left
+
+    legacy, left = execute(source)
+    self.assertEmpty(dict(left))
+    self.assertEqual(legacy[1].shape, (2, 2, 2))  # stacked on the vmap axis
+    for install in (False, True):
+      if install:
+        with capture_compat.install():
+          captured, left = execute(migrated)
+      else:
+        captured, left = execute(migrated)
+      self.assertEmpty(dict(left))
+      for old, new in zip(legacy, captured):
+        np.testing.assert_array_equal(new, old, err_msg=f'install={install}')
 
 
 if __name__ == '__main__':

@@ -24,7 +24,7 @@ import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-from . import consumers, documents
+from . import documents, pops
 from . import facts as facts_lib
 
 
@@ -132,13 +132,13 @@ def analyse(path: str, data: bytes, root: str,
     for site in parsed_unit.facts.sites:
       if site.cross_unit and site.pop_call is None:
         previous = by_index.get(parsed_unit.index - 1)
-        consumers.link_across_units(
+        pops.link_across_units(
             site, previous.module if previous else None)
       if site.kind == 'pop' and doc.kind != 'py':
         # Cells before the one holding the call.
         first = (site.pop_call_unit if site.pop_call_unit is not None
                  else parsed_unit.index)
-        consumers.earlier_call_in_cells(site, [
+        pops.earlier_call_in_cells(site, [
             u.module for u in result.units if u.index < first])
   return result
 

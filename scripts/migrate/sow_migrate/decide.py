@@ -28,6 +28,7 @@ import dataclasses
 import functools
 
 from . import names as nm
+from . import reexports
 from .facts import ClassFact, OtherUse, Site
 from .flags import shorten
 
@@ -46,8 +47,17 @@ class Project:
 
   def __init__(self, sites: list[Site], classes: list[ClassFact],
                others: list[OtherUse],
-               state_names: dict[str, set[str]] | None = None):
+               state_names: dict[str, set[str]] | None = None,
+               aliases: dict[str, str] | None = None):
     state_names = state_names or {}
+    # Names re-exported by a package __init__ are followed to the class.
+    resolve = reexports.resolver(aliases or {})
+    classes = [dataclasses.replace(
+        c, bases=tuple(resolve(b) for b in c.bases),
+        calls=[(resolve(q), loop) for q, loop in c.calls]) for c in classes]
+    for site in sites:
+      site.root = resolve(site.root)
+      site.types = tuple(resolve(t) for t in site.types)
     self.classes = {c.qualified: c for c in classes}
     self.others = [o for o in others if o.code != 'attribute-read'
                    or o.receiver not in state_names.get(o.path, ())]
@@ -140,6 +150,28 @@ class Project:
     return [s for s in self.sows if _importable(s, reader) and (
         classes is None or s.owner is None or s.owner in classes)]
 
+  def nearness(self, reader: Site, sow: Site) -> tuple[int, str, int]:
+    """Orders the readers of ``sow``: the most certain first."""
+    classes = self.closure(reader.root)
+    if classes is not None and sow.owner in classes:
+      rank = 0  # it pops an object known to hold the class
+    elif reader.path == sow.path:
+      rank = 1
+    elif not reader.path.endswith(_DOCS):
+      rank = 2
+    else:
+      rank = 3
+    return rank, reader.path, reader.line
+
+  def filters(self, other: OtherUse, sow: Site) -> bool:
+    """Whether the filter ``other`` may select the values of ``sow``."""
+    if other.owner is not None:
+      return sow.owner == other.owner  # a filter inside the class itself
+    if other.path != sow.path and sow.path.endswith(_DOCS):
+      return False  # a notebook's or page's classes are its own
+    classes = self.closure(other.root)
+    return classes is None or sow.owner is None or sow.owner in classes
+
   def others_reached(self, reader: Site) -> list[OtherUse]:
     classes = self.closure(reader.root)
     return [o for o in self.others
@@ -165,6 +197,10 @@ class Project:
       counts = self.instance_counts(root)
       same = [s for s in self.sows if s.name == sow.name and s.owner in classes]
       owners = {s.owner for s in same}
+      # A class and a base it is not instantiated as are one instance
+      # (CustomLife(Life) overriding the method that sows).
+      owners = {o for o in owners if counts.get(o, 0) or not any(
+          other != o and self.is_subclass(other, o) for other in owners)}
       if len(owners) > 1 or counts.get(sow.owner, 0) > 1:
         return (f"'{sow.name}' is sown by several instances in "
                 f"{root.rsplit('.', 1)[-1]} "
@@ -174,6 +210,14 @@ class Project:
 
 
 _DOCS = ('.ipynb', '.md')
+# flax.nnx's own Variable types: their hierarchy is known.
+_NNX_VARIABLES = frozenset(f'flax.nnx.{n}' for n in nm.NOT_MODULES)
+
+
+def discards(reader: Site) -> bool:
+  """An ``nnx.pop(...)`` statement whose result is thrown away."""
+  return reader.kind == 'pop' and any(
+      code == 'pop-discarded' for code, _ in reader.pop_reasons)
 
 
 def _importable(sow: Site, reader: Site) -> bool:
@@ -200,6 +244,8 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   """Why ``nnx.pop`` -> ``nnx.capture`` would change what is collected."""
   # nnx.pop(m, nnx.Perturbation) -> nnx.capture(m, nnx.Perturbation) keeps
   # the legacy workflow as it is: 'perturbation' concerns the functional API.
+  if discards(pop):
+    return pop.pop_reasons[0]
   reasons = [r for r in pop.reasons if r[0] != 'perturbation']
   if reasons:
     return reasons[0]
@@ -214,7 +260,8 @@ def _pop_to_capture_reason(project: Project, pop: Site):
     if sow.types == (popped,):
       continue
     sown = sow.types[0] if sow.types else '?'
-    if not project.is_subclass(sown, popped) and sown in project.classes:
+    if not project.is_subclass(sown, popped) and (
+        sown in project.classes or sown in _NNX_VARIABLES):
       continue  # neither pop nor capture collects it
     short = sown.rsplit('.', 1)[-1]
     if sow.kind == 'perturb':
@@ -249,7 +296,8 @@ def _decide_capture(project: Project) -> dict[int, Decision]:
       attribute_reads[other.name].append(other)
   legacy = collections.defaultdict(list)
   for reader in project.readers:
-    if decisions[id(reader)].action == 'flag':
+    # A pop whose result is discarded reads nothing: it keeps no sow legacy.
+    if decisions[id(reader)].action == 'flag' and not discards(reader):
       for sow in project.reached(reader):
         legacy[id(sow)].append(reader)
   for sow in project.sows:
@@ -263,7 +311,7 @@ def _decide_capture(project: Project) -> dict[int, Decision]:
     if not readers:
       decisions[id(sow)] = Decision(OK)
       continue
-    first = readers[0]
+    first = min(readers, key=lambda r: project.nearness(r, sow))
     more = f' and {len(readers) - 1} more' if len(readers) > 1 else ''
     decisions[id(sow)] = Decision('flag', 'legacy-reader', (
         f'may be read by nnx.pop at {first.where}{more}, which stays '
@@ -306,11 +354,12 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
   for reader in project.readers:
     # A reader with a reason of its own still links the sows it may reach:
     # they stay legacy with it.
+    if discards(reader):
+      own[id(reader)] = reader.pop_reasons[0]
+      continue  # it reads nothing: the sows it clears may still migrate
     if reader.kind == 'pop' and id(reader) not in own:
       if reader.pop_reasons:
         own[id(reader)] = reader.pop_reasons[0]
-        if reader.pop_reasons[0][0] == 'pop-discarded':
-          continue  # it reads nothing: the sows it clears may still migrate
       elif (reason := _pop_to_capture_reason(project, reader)):
         own[id(reader)] = reason
     if reader.types and reader.types[0] != nm.INTERMEDIATE and id(
@@ -343,11 +392,10 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     if other.code != 'filter-use':
       continue
     for sow in project.sows:
-      if other.owner is None or sow.owner == other.owner:
-        if id(sow) not in own:
-          own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
-                          f'{other.line} may select it; delete that filter '
-                          'once the values are captured')
+      if project.filters(other, sow) and id(sow) not in own:
+        own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
+                        f'{other.line} may select it; delete that filter '
+                        'once the values are captured')
   blocked = collections.defaultdict(list)
   for key, reason in own.items():
     blocked[find(key)].append(key)

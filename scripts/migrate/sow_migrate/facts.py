@@ -30,6 +30,8 @@ from libcst import metadata
 
 from . import consumers as consumers_lib
 from . import names as nm
+from . import other_uses, pops
+from .other_uses import OtherUse
 
 _REDUCER_KEYWORDS = ('reduce_fn', 'init_fn')
 
@@ -87,19 +89,6 @@ class ClassFact:
 
 
 @dataclasses.dataclass
-class OtherUse:
-  """nnx.Intermediate used outside a sow/capture/pop (a filter, a Variable)."""
-
-  code: str  # 'filter-use', 'direct-intermediate' or 'attribute-read'
-  path: str
-  line: int
-  owner: str | None
-  detail: str
-  name: str | None = None  # the attribute read
-  receiver: str | None = None  # `model` in model.features.value
-
-
-@dataclasses.dataclass
 class UnitFacts:
   sites: list[Site] = dataclasses.field(default_factory=list)
   classes: list[ClassFact] = dataclasses.field(default_factory=list)
@@ -117,7 +106,7 @@ def string_value(node: cst.CSTNode) -> str | None:
   return None
 
 
-class Collector(cst.CSTVisitor):
+class Collector(other_uses.OtherUses, cst.CSTVisitor):
   """Records the facts of one code unit."""
 
   METADATA_DEPENDENCIES = (
@@ -367,7 +356,7 @@ class Collector(cst.CSTVisitor):
     if kind == 'capture':
       site.consumer = consumers_lib.analyse_capture(self, site)
     else:
-      consumers_lib.analyse_pop(self, site, target)
+      pops.analyse_pop(self, site, target)
 
   def _record_state_names(self, node: cst.CSTNode) -> None:
     current = self.parent(node)
@@ -417,71 +406,6 @@ class Collector(cst.CSTVisitor):
       names = self.qnames(assign.value.func)
       return sorted(names)[0] if names else None
     return None
-
-  # Other uses of nnx.Intermediate -------------------------------------------
-
-  def visit_Name(self, node: cst.Name) -> None:
-    self._other_use(node)
-
-  def visit_Attribute(self, node: cst.Attribute) -> None:
-    self._other_use(node)
-    self._attribute_read(node)
-
-  def _attribute_read(self, node: cst.Attribute) -> None:
-    # `model.features.value`, `model.features[0]`: a sown value left on the
-    # module by a call outside nnx.capture, read as an attribute. The name
-    # is matched against the sows later.
-    if node in self.handled or (isinstance(node.value, cst.Name)
-                                and node.value.value == 'self'):
-      return
-    parent = self.parent(node)
-    if isinstance(parent, cst.Attribute) and parent.value is node:
-      if parent.attr.value not in ('value', 'get_value'):
-        return
-    elif isinstance(parent, cst.Subscript) and parent.value is node:
-      index = parent.slice[0].slice if len(parent.slice) == 1 else None
-      if not (isinstance(index, cst.Index) and isinstance(
-          index.value, (cst.Integer, cst.UnaryOperation))):
-        return
-    else:
-      return
-    line, _ = self.position(node)
-    self.facts.others.append(OtherUse(
-        'attribute-read', self.path, line, self.owner(),
-        f'read as an attribute, {_code(parent)},', node.attr.value,
-        _code(node.value)))
-
-  def _other_use(self, node: cst.CSTNode) -> None:
-    if node in self.handled:
-      return
-    names = self.qnames(node)
-    if nm.INTERMEDIATE not in names:
-      return
-    parent = self.parent(node)
-    if isinstance(parent, cst.Attribute) and parent.value is node:
-      return  # the prefix of a longer name
-    current = parent
-    while current is not None:
-      if isinstance(current, (cst.Import, cst.ImportFrom)):
-        return
-      if isinstance(current, cst.Arg) and isinstance(
-          self.parent(current), cst.ClassDef):
-        return  # a base class: a subclass is recorded with the class
-      if isinstance(current, cst.Call):
-        break
-      current = self.parent(current)
-    line, _ = self.position(node)
-    if (isinstance(parent, cst.Call) and parent.func is node):
-      self.facts.others.append(OtherUse(
-          'direct-intermediate', self.path, line, self.owner(),
-          'an nnx.Intermediate Variable is created directly; nnx.pop collects '
-          'it, capture does not'))
-      return
-    call = current if isinstance(current, cst.Call) else None
-    context = _code(call.func) if call is not None else 'an expression'
-    self.facts.others.append(OtherUse(
-        'filter-use', self.path, line, self.owner(),
-        f'nnx.Intermediate used in {context}'))
 
 
 def _names_in(node: cst.CSTNode) -> list[str]:

@@ -46,6 +46,7 @@ REASONS = {
     'pop-form': 'nnx.pop with several filters or an unusual shape',
     'pop-discarded': 'nnx.pop result discarded (it clears the module)',
     'earlier-call': 'an earlier call may have left intermediates to pop',
+    'later-pop': 'a later nnx.pop of the object reads what capture keeps',
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',

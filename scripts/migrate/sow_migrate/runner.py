@@ -33,8 +33,8 @@ import time
 import traceback
 
 from . import decide as decide_lib
-from . import plan
-from .analysis import FileAnalysis, analyse
+from . import plan, reexports
+from .analysis import FileAnalysis, analyse, module_name
 from .flags import MAX_LINE, Flag
 
 EXTENSIONS = ('.py', '.ipynb', '.md')
@@ -46,6 +46,7 @@ EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_UNWRITABLE = 3, 4, 5
 _MENTIONS_RE = re.compile(
     rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|\bpop\s*\(|'
     rb'\bcapture\s*\(')
+_CLASS_RE = re.compile(rb'^\s*class\s', re.MULTILINE)
 _RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
 # What a file that could not be analysed must contain to read sown values.
 _READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
@@ -162,12 +163,15 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
     todo, skipped = skipped, []
     if not todo:
       break
+  aliases = reexports.collect(root, given + project_files, _read)
+  _analyse_bases(given + project_files, root, aliases, analyses, verbose, err,
+                 summary, unknown, base)
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
   # out and the decisions are made again without it.
   for _ in range(10):
-    project = _project(analyses, failed)
+    project = _project(analyses, failed, aliases)
     decisions = decide_lib.decide(project, target)
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
@@ -260,7 +264,38 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
     analyses[path] = analysis
 
 
-def _project(analyses, failed) -> decide_lib.Project:
+def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
+                   unknown, base) -> None:
+  """Analyses the files defining the project's unknown base classes.
+
+  A base class in a file that mentions none of the APIs (``class
+  System(nnx.Module): pass``) decides whether its subclasses are Modules.
+  """
+  resolve = reexports.resolver(aliases)
+  by_module = {}
+  for path in files:
+    if path not in analyses:
+      by_module.setdefault(module_name(root, path).name, []).append(path)
+  for _ in range(5):  # bases of bases
+    known = {c.qualified for a in analyses.values() for u in a.units
+             for c in u.facts.classes}
+    wanted = set()
+    for analysis in analyses.values():
+      for unit in analysis.units:
+        for fact in unit.facts.classes:
+          for name in fact.bases:
+            name = resolve(name)
+            if name not in known and '.' in name and not name.startswith(
+                'flax.'):
+              wanted.add(name.rsplit('.', 1)[0])
+    todo = [p for m in sorted(wanted) for p in by_module.pop(m, [])]
+    if not todo:
+      return
+    _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
+                 unknown, [], _CLASS_RE)
+
+
+def _project(analyses, failed, aliases=None) -> decide_lib.Project:
   sites, classes, others = [], [], []
   state_names = collections.defaultdict(set)
   for path, analysis in analyses.items():
@@ -274,7 +309,7 @@ def _project(analyses, failed) -> decide_lib.Project:
             site.block('internal-error', 'the codemod failed on this file; '
                        'it is left as it is')
       sites += unit.facts.sites
-  return decide_lib.Project(sites, classes, others, state_names)
+  return decide_lib.Project(sites, classes, others, state_names, aliases)
 
 
 def _block_unknown(project, decisions, unknown, target) -> None:

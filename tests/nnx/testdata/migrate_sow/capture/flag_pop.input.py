@@ -35,3 +35,49 @@ def with_subclass(model, x):
   y = model(x)
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
+
+
+def pop_of_helper(model):
+  return nnx.pop(model, nnx.Intermediate)
+
+
+def passed_on(model, x):
+  step(model, x)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return intermediates
+
+
+def through_jit(model, x):
+  y = nnx.jit(lambda m, v: m(v))(model, x)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, intermediates
+
+
+def in_a_branch(model, x, flag):
+  y = model(x)
+  if flag:
+    intermediates = nnx.pop(model, nnx.Intermediate)
+    return y, intermediates
+  return y, None
+
+
+def vmap_after_an_earlier_vmap(model, x):
+  axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
+  nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
+  y = nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, intermediates
+
+
+def two_pops(model, x):
+  # maxtext: the subclass popped first, then the rest.
+  y = model(x)
+  scores = nnx.pop(model, Scores)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, scores, intermediates
+
+
+def through_jax_vmap(model, x):
+  y = jax.vmap(lambda m, v: m(v))(model, x)
+  intermediates = nnx.pop(model, nnx.Intermediate)
+  return y, intermediates

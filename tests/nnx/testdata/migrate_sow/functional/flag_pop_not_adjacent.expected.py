@@ -12,6 +12,6 @@ class Model(nnx.Module):
 def run(model, x):
   y = model(x)
   print('ran the model')
-  # TODO(migrate_sow): pop-not-adjacent: the statement before nnx.pop is not a single call of model
+  # TODO(migrate_sow): pop-not-adjacent: model is called at line 12, with 1 statement between the call and nnx.pop: capture by hand
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates['x'][0]
