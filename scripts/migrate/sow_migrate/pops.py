@@ -28,6 +28,20 @@ import libcst as cst
 from .consumers import Consumers, _code, _full, read_chain, state_reads
 
 
+
+class _ThisScopeVisitor(cst.CSTVisitor):
+  """Visits one scope's own code: nested lambdas and functions are not
+  entered (what they do happens when they are called, not here)."""
+
+  def visit_Lambda(self, node) -> bool:
+    del node
+    return False
+
+  def visit_FunctionDef(self, node) -> bool:
+    del node
+    return False
+
+
 def analyse_pop(collector, site, target) -> None:
   """Finds the call a pop belongs to and how its State is read."""
   if target is None or not isinstance(target, (cst.Name, cst.Attribute)):
@@ -169,13 +183,7 @@ def _passed_to(node: cst.CSTNode, target: str) -> tuple[str, str] | None:
   f(target): the call ``node`` passes ``target`` to, if any."""
   found = []
 
-  class Finder(cst.CSTVisitor):
-
-    def visit_Lambda(self, node) -> bool:
-      return False
-
-    def visit_FunctionDef(self, node) -> bool:
-      return False
+  class Finder(_ThisScopeVisitor):
 
     def visit_Call(self, call: cst.Call) -> None:
       if any(_full(arg.value) == target for arg in call.args) and not (
@@ -236,13 +244,7 @@ def _chain_names(func: cst.CSTNode) -> list[str]:
   """The functions called to build ``func``: nnx.split_rngs(..)(nnx.vmap(..))."""
   names = []
 
-  class Names(cst.CSTVisitor):
-
-    def visit_Lambda(self, node) -> bool:
-      return False
-
-    def visit_FunctionDef(self, node) -> bool:
-      return False
+  class Names(_ThisScopeVisitor):
 
     def visit_Call(self, call: cst.Call) -> None:
       if isinstance(call.func, (cst.Name, cst.Attribute)):
@@ -310,13 +312,7 @@ def _later_pop(collector, statement, target: str) -> int | None:
 def _calls(node: cst.CSTNode, target: str) -> bool:
   found = []
 
-  class Finder(cst.CSTVisitor):
-
-    def visit_Lambda(self, node) -> bool:
-      return False  # runs later, if ever, with its own parameters
-
-    def visit_FunctionDef(self, node) -> bool:
-      return False
+  class Finder(_ThisScopeVisitor):
 
     def visit_Call(self, call: cst.Call) -> None:
       func = _full(call.func)
