@@ -189,7 +189,8 @@ class Project:
     return counts
 
   def multi_instance(self, sow: Site) -> str | None:
-    """Where the code shows several instances sowing ``sow.name`` in one model."""
+    """Where the code shows several instances sowing ``sow.name`` in one
+    model."""
     for root in self.classes:
       classes = self.closure(root)
       if not classes or sow.owner not in classes:

@@ -144,7 +144,8 @@ def _read_markdown(path: str, text: str) -> Document:
       continue
     code = ''.join(line[len(indent):] for line in lines)
     first_line = text.count('\n', 0, match.start('body')) + 1
-    units.append(Unit(mask_magics(code), first_line, f'fence at line {first_line}'))
+    units.append(
+        Unit(mask_magics(code), first_line, f'fence at line {first_line}'))
     spans.append((match.start('body'), match.end('body'), indent))
   return Document(path, 'md', text, units, _spans=spans)
 

@@ -169,7 +169,8 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
 
   def visit_ClassDef(self, node: cst.ClassDef) -> None:
     qualified = sorted(self.qnames(node.name) or {node.name.value})[0]
-    bases = tuple(sorted(q for arg in node.bases for q in self.qnames(arg.value)))
+    bases = tuple(
+        sorted(q for arg in node.bases for q in self.qnames(arg.value)))
     fact = ClassFact(qualified, self.path, self.position(node)[0], bases)
     self._classes.append(fact)
     self._class_nodes.append(node)
@@ -193,7 +194,8 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
 
   def visit_Assign(self, node: cst.Assign) -> None:
     if not self._classes:
-      if (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+      if (len(node.targets) == 1
+          and isinstance(node.targets[0].target, cst.Name)
           and string_value(node.value) is not None):
         self.facts.constants[node.targets[0].target.value] = string_value(
             node.value)
@@ -318,7 +320,8 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
             return _code(decorator.decorator)
       if (isinstance(current, cst.Lambda) and isinstance(parent, cst.Arg)):
         call = self.parent(parent)
-        if isinstance(call, cst.Call) and self.qnames(call.func) & nm.TRANSFORMS:
+        if (isinstance(call, cst.Call)
+            and self.qnames(call.func) & nm.TRANSFORMS):
           return _code(call.func)
       current = parent
     return None

@@ -157,14 +157,14 @@ def rewrite_file(analysis: FileAnalysis, decisions, target: str,
       codes[unit.index] = rewrite_unit(unit, edits, used.get(unit.index, {}),
                                        doc.kind)
   if doc.kind != 'py':
-    codes = _move_imports(doc, analysis, codes)
+    codes = _move_imports(doc, codes)
   new = doc.render(codes)
   if new != old:
     result.new = new
   return result
 
 
-def _move_imports(doc, analysis, codes):
+def _move_imports(doc, codes):
   # In a notebook or Markdown page the cells share one namespace: one
   # import line, in the first cell that imports from flax (or the first
   # rewritten cell), is enough.
@@ -187,9 +187,6 @@ def _move_imports(doc, analysis, codes):
   for index, lines in added.items():
     for line in lines:
       codes[index] = codes[index].replace(line, '', 1)
-  merged = imports.import_line(names)
-  unit = next(u for u in analysis.units if u.index == first)
-  module = cst.parse_module(codes[first])
-  codes[first] = imports.add_import(module, names).code if merged else codes[first]
-  del unit
+  codes[first] = imports.add_import(
+      cst.parse_module(codes[first]), names).code
   return codes

@@ -218,7 +218,8 @@ def _call_on(statement, target: str):
           and len(statement.body) == 1):
     return None
   small = statement.body[0]
-  if isinstance(small, cst.Expr) or isinstance(small, cst.Assign) and len(small.targets) == 1:
+  if isinstance(small, cst.Expr) or (
+      isinstance(small, cst.Assign) and len(small.targets) == 1):
     value = small.value
   else:
     return None
@@ -241,7 +242,8 @@ _CAPTURABLE_TRANSFORMS = frozenset({'vmap', 'split_rngs'})
 
 
 def _chain_names(func: cst.CSTNode) -> list[str]:
-  """The functions called to build ``func``: nnx.split_rngs(..)(nnx.vmap(..))."""
+  """The functions called to build ``func``, as in
+  ``nnx.split_rngs(...)(nnx.vmap(...))``."""
   names = []
 
   class Names(_ThisScopeVisitor):
@@ -271,41 +273,48 @@ def _through_transform(call: cst.Call, target: str) -> bool:
       and n.rsplit('.', 1)[0] in (n, 'nnx', 'flax.nnx') for n in names)
 
 
-def _earlier_call(collector, statement, target: str) -> int | None:
-  """The line of an earlier call of ``target`` in the same function."""
+def _neighbours(collector, statement, *, before: bool):
+  """The statements around ``statement`` in its function, nearest first:
+  those of its block before (or after) it, then those of each enclosing
+  block before (or after) the statement holding it."""
   current = statement
   while current is not None and not isinstance(
       current, (cst.FunctionDef, cst.Module, cst.Lambda)):
     block = collector.parent(current)
-    body = block.body if isinstance(block, (cst.Module, cst.IndentedBlock)) else None
+    body = (block.body
+            if isinstance(block, (cst.Module, cst.IndentedBlock)) else None)
     if isinstance(body, (list, tuple)) and current in body:
-      for earlier in reversed(list(body)[:list(body).index(current)]):
-        code = _full(earlier)
-        if f'pop({target},' in code.replace(' ', '').replace('nnx.', ''):
-          return None
-        if _assigns(earlier, target):
-          return None  # a new object: nothing sown on it yet
-        if _calls(earlier, target):
-          return collector.position(earlier)[0]
+      body = list(body)
+      at = body.index(current)
+      yield from reversed(body[:at]) if before else body[at + 1:]
     current = block
+
+
+def _pops(node: cst.CSTNode, target: str) -> bool:
+  """Whether ``node`` holds ``nnx.pop(target, ...)``."""
+  code = _full(node).replace(' ', '').replace('nnx.', '')
+  return f'pop({target},' in code
+
+
+def _earlier_call(collector, statement, target: str) -> int | None:
+  """The line of an earlier call of ``target`` in the same function."""
+  for earlier in _neighbours(collector, statement, before=True):
+    if _pops(earlier, target):
+      return None
+    if _assigns(earlier, target):
+      return None  # a new object: nothing sown on it yet
+    if _calls(earlier, target):
+      return collector.position(earlier)[0]
   return None
 
 
 def _later_pop(collector, statement, target: str) -> int | None:
   """The line of a later ``nnx.pop(target, ...)`` before another call."""
-  current = statement
-  while current is not None and not isinstance(
-      current, (cst.FunctionDef, cst.Module, cst.Lambda)):
-    block = collector.parent(current)
-    body = block.body if isinstance(block, (cst.Module, cst.IndentedBlock)) else None
-    if isinstance(body, (list, tuple)) and current in body:
-      for later in list(body)[list(body).index(current) + 1:]:
-        if _assigns(later, target) or _calls(later, target):
-          return None
-        code = _full(later).replace(' ', '').replace('nnx.', '')
-        if f'pop({target},' in code:
-          return collector.position(later)[0]
-    current = block
+  for later in _neighbours(collector, statement, before=False):
+    if _assigns(later, target) or _calls(later, target):
+      return None
+    if _pops(later, target):
+      return collector.position(later)[0]
   return None
 
 
@@ -368,8 +377,7 @@ def earlier_call_in_cells(site, previous_modules) -> None:
     for statement in reversed(list(module.body)):
       if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
         continue  # defining a function calls nothing
-      code = _full(statement)
-      if f'pop({target},' in code.replace(' ', '').replace('nnx.', ''):
+      if _pops(statement, target):
         return
       if _assigns(statement, target):
         return  # a new object: nothing sown on it yet
