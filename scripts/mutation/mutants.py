@@ -327,7 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "a clobbered sow returns its last value only"),
     # -- plant.py ----------------------------------------------------------
     _m('plant-unused-silent', 'plant.py',
-       '    planter.check_all_used(tag)\n',
+       '      planter.check_all_used(tag)\n',
        '',
        'plant refuses values for names the function never sows'),
     _m('plant-too-few-entries', 'plant.py',
@@ -369,9 +369,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '    self.traced_graphdef = self.graphdef',
        'Hijax Variables are traced as ordinary copies'),
     _m('tracing-write-unchanged', 'tracing.py',
-       '      if after is not before:\n        outcome.updates.append(',
-       '      if True:\n        outcome.updates.append(',
+       '        if after is not before:\n'
+       '          outcome.updates.append(',
+       '        if True:\n          outcome.updates.append(',
        'a call that changes nothing writes nothing to the caller'),
+    _m('tracing-graph-mode-ignored', 'tracing.py',
+       '    self.graph = graphlib.set_graph_mode.current_value()',
+       '    self.graph = True',
+       'capture splits graph nodes in the current graph mode, as nnx.jit'),
     _m('tracing-innermost-frozen', 'tracing.py',
        '  while depth > 1 and _is_immutable_node(chain[depth - 1]):\n'
        '    depth -= 1\n',

@@ -164,6 +164,52 @@ class GraphNodesTest(parameterized.TestCase):
       capture(f)(model, X)
     np.testing.assert_array_equal(model.extra.get_value(), X.sum())
 
+  def test_tree_mode_refuses_what_nnx_jit_refuses(self):
+    # The oracle: nnx.jit in tree mode refuses the same calls; in graph mode
+    # (the default) both accept them.
+    def tied(a, b, x):
+      return b(x)
+
+    def returns_input(m, x):
+      return m, m(x)
+
+    def adds_attribute(m, x):
+      m.extra = nnx.Variable(x.sum())
+      return x
+
+    cases = [
+        ('shared', tied, 'shared references'),
+        ('returned', returns_input, 'returned a graph node or Variable'),
+        ('structure', adds_attribute, 'changed the structure'),
+    ]
+    for name, f, message in cases:
+      with self.subTest(name):
+        linear = nnx.Linear(3, 3, rngs=nnx.Rngs(0))
+        args = (linear, linear, X) if f is tied else (linear, X)
+        graphdef = nnx.graphdef(linear)
+        kernel = linear.kernel.get_raw_value()
+        with nnx.set_graph_mode(False):
+          if f is not adds_attribute:  # tree-mode nnx.jit drops it silently
+            with self.assertRaises(ValueError):
+              nnx.jit(f)(*args)
+          with self.assertRaisesRegex(ValueError, 'capture.*' + message):
+            capture(f)(*args)
+        # Nothing was written.
+        self.assertEqual(nnx.graphdef(linear), graphdef)
+        self.assertIs(linear.kernel.get_raw_value(), kernel)
+        with nnx.set_graph_mode(True):
+          capture(f)(*args)
+          nnx.jit(f)(*args)
+
+  def test_tree_mode_updates_like_a_direct_call(self):
+    model = Model(nnx.Rngs(0))
+    twin = nnx.clone(model)
+    with nnx.set_graph_mode(False):
+      out, collected = capture(model)(X)
+    np.testing.assert_array_equal(out, twin(X))
+    self.assertSameState(model, twin)
+    self.assertEqual(list(collected), ['h'])
+
   def test_static_outputs_are_returned_as_is(self):
     out, _ = capture(lambda m, x: ('label', 3, None, m.linear(x)))(
         Model(nnx.Rngs(0)), X

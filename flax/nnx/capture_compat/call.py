@@ -160,6 +160,17 @@ class Call:
     for path, _, var_type, _ in init_entries:
       init_types.setdefault(path, set()).add(var_type)
     frame = frames.Frame(self.var_types, init_types, self.method_outputs)
+    with tracing.updating():
+      out, trace, records = self._run(frame, init_entries, root, args, kwargs)
+    states = self._states(trace, init_entries, records['records'])
+    if not self.var_types:
+      return out
+    if len(self.var_types) == 1:
+      return out, states[0]
+    return (out, *states)
+
+  def _run(self, frame, init_entries, root, args, kwargs):
+    """Stages (or finds the trace of) the call, evaluates, writes back."""
     # The init values are not traced: perturbations are planted when the
     # staged program is evaluated (see `_InitPlanter`), accumulators are
     # applied to the records after it.
@@ -190,12 +201,7 @@ class Call:
       e.add_note(MODES_NOTE)
       raise
     out = prepared.finish(trace.outcome, records.pop('out'))
-    states = self._states(trace, init_entries, records['records'])
-    if not self.var_types:
-      return out
-    if len(self.var_types) == 1:
-      return out, states[0]
-    return (out, *states)
+    return out, trace, records
 
   def _traced(self, frame):
     """The function staged: ``call`` on the copies, inside ``frame``."""

@@ -209,12 +209,12 @@ def _compiled_runners(f, selection) -> _CompiledRunners:
 
 
 def _call(f, selection, args, kwargs):
-  staged = tracing.stage(f, args, kwargs)
-  scope = interpreter.Scope(interpreter.Request(selection))
-  out_flat = interpreter.evaluate(
-      staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
-  )
-  return staged.unflatten_out(out_flat), collect(scope.records)
+  with tracing.staged(f, args, kwargs) as staged:
+    scope = interpreter.Scope(interpreter.Request(selection))
+    out_flat = interpreter.evaluate(
+        staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
+    )
+    return staged.unflatten_out(out_flat), collect(scope.records)
 
 
 def collect(records: tp.Iterable[interpreter.Record]) -> Collected:

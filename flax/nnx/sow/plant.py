@@ -77,14 +77,14 @@ def plant(
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
-    staged = tracing.stage(f, args, kwargs)
-    planter = _ValuesPlanter(values)
-    scope = interpreter.Scope(request, planter)
-    out_flat = interpreter.evaluate(
-        staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
-    )
-    planter.check_all_used(tag)
-    return staged.unflatten_out(out_flat)
+    with tracing.staged(f, args, kwargs) as staged:
+      planter = _ValuesPlanter(values)
+      scope = interpreter.Scope(request, planter)
+      out_flat = interpreter.evaluate(
+          staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
+      )
+      planter.check_all_used(tag)
+      return staged.unflatten_out(out_flat)
 
   return planted
 

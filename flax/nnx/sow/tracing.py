@@ -54,6 +54,7 @@ Their final values are written back into the caller's Hijax Variables.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -88,26 +89,20 @@ def _split_callable(f):
 
 def _without_hijax(graphdef: graphlib.GraphDef) -> graphlib.GraphDef:
   """``graphdef`` with its Hijax Variables made ordinary ones."""
-  nodes = []
-  changed = False
-  for node in graphdef.nodes:
-    if isinstance(node, graphlib.VariableDef) and node.metadata.get('hijax'):
-      metadata = dict(node.metadata, hijax=False)
-      node = graphlib.VariableDef(
-          type=node.type,
-          index=node.index,
-          outer_index=node.outer_index,
-          metadata=graphlib.HashableMapping(metadata, copy=False),
-          array_refdef=node.array_refdef,
+  nodes = [
+      dataclasses.replace(
+          node,
+          metadata=graphlib.HashableMapping(
+              dict(node.metadata, hijax=False), copy=False
+          ),
       )
-      changed = True
-    nodes.append(node)
-  if not changed:
+      if isinstance(node, graphlib.VariableDef) and node.metadata.get('hijax')
+      else node
+      for node in graphdef.nodes
+  ]
+  if all(a is b for a, b in zip(nodes, graphdef.nodes)):
     return graphdef
-  return graphlib.GraphDef(
-      nodes=nodes, attributes=graphdef.attributes,
-      num_leaves=graphdef.num_leaves,
-  )
+  return dataclasses.replace(graphdef, nodes=nodes)
 
 
 def _raw_value(leaf: tp.Any) -> tp.Any:
@@ -198,9 +193,33 @@ class StagedCall:
     return self._finish(out_flat)
 
 
-def stage(f: tp.Callable[..., tp.Any], args, kwargs) -> StagedCall:
-  """Traces ``f(*args, **kwargs)`` to a jaxpr over its array leaves."""
-  return Prepared(f, args, kwargs).stage()
+# The tag of the update context a staged call runs in: nested captures
+# stack their contexts under it, apart from those of NNX's transforms.
+_UPDATE_TAG = 'flax.nnx.sow'
+
+
+def updating() -> tp.ContextManager[tp.Any]:
+  """The context in which calls are prepared, traced and finished.
+
+  In graph mode, the four steps of a staged call are the four splits and
+  merges of ``nnx.update_context``, which keeps the references between the
+  caller's objects and their copies, as ``nnx.jit`` does; so every
+  :class:`Prepared` call is made, traced and finished inside one.
+  """
+  return graphlib.update_context(_UPDATE_TAG)
+
+
+@contextlib.contextmanager
+def staged(
+    f: tp.Callable[..., tp.Any], args, kwargs
+) -> tp.Iterator[StagedCall]:
+  """Traces ``f(*args, **kwargs)`` to a jaxpr over its array leaves.
+
+  Evaluate the jaxpr and call :meth:`StagedCall.unflatten_out` inside the
+  ``with`` block.
+  """
+  with updating():
+    yield Prepared(f, args, kwargs).stage()
 
 
 class Unkeyable(TypeError):
@@ -295,6 +314,14 @@ def freeze(value: tp.Any, *, snapshot: bool = False) -> tp.Hashable:
 class Prepared:
   """Step (1) of staging a call: its arguments split, ready to be traced.
 
+  Graph nodes are split as ``nnx.jit`` splits them in the current graph mode
+  (``nnx.set_graph_mode``, default the ``nnx_graph_mode`` flag): in graph
+  mode, shared references stay shared and the copies returned by ``f`` are
+  the caller's objects; in tree mode, graph nodes are pytrees, and a shared
+  Variable, a Variable returned by ``f`` or a change of structure is an
+  error, as in ``nnx.jit``. Make, trace and finish it inside
+  :func:`updating`.
+
   Splitting is cheap next to tracing, so a caller may keep the outcome of
   :meth:`trace` and reuse it for a later call whose :meth:`cache_key` is
   equal: :meth:`finish` then writes that call's results back into that
@@ -312,10 +339,22 @@ class Prepared:
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
     # Flatten every graph node at once, keeping shared references.
-    self.ref_index = graphlib.RefMap()
-    self.graphdef, self.flat_state = graphlib.flatten(
-        self.nodes, ref_index=self.ref_index, with_paths=True, graph=True
-    )
+    self.graph = graphlib.set_graph_mode.current_value()
+    if self.graph:
+      with graphlib.split_context(_UPDATE_TAG) as split:
+        self.graphdef, self.flat_state = split.flatten(
+            self.nodes, with_paths=True
+        )
+    else:
+      try:
+        self.graphdef, self.flat_state = graphlib.flatten(
+            self.nodes, with_paths=True, graph=False
+        )
+      except ValueError as e:  # a Variable reached twice
+        raise ValueError(
+            'capture: tree mode (nnx_graph_mode=False) does not support'
+            f' shared references among the arguments, as in nnx.jit. {e}'
+        ) from None
     self.traced_graphdef = _without_hijax(self.graphdef)
     state_values = [_raw_value(leaf) for leaf in self.flat_state.leaves]
     self.state_leaves, self.state_treedef = jax.tree_util.tree_flatten(
@@ -381,10 +420,11 @@ class Prepared:
            for leaf, t in zip(state_leaves, state_traced)],
       )
       # (2) Inside: merge the traced leaves into copies.
-      index_ref = graphlib.IndexMap()
-      copies = graphlib.unflatten(
-          graphdef, list(values_in), index_ref=index_ref
-      )
+      if self.graph:
+        with graphlib.merge_context(_UPDATE_TAG, inner=True) as merge:
+          copies = merge.unflatten(graphdef, list(values_in))
+      else:
+        copies = graphlib.unflatten(graphdef, list(values_in))
       for i, node_copy in zip(self.node_pos, copies):
         call_leaves[i] = node_copy
       node, call_args, call_kwargs = jax.tree_util.tree_unflatten(
@@ -392,13 +432,14 @@ class Prepared:
       )
       out = self.call(node, *call_args, **call_kwargs)
       # (3) After f: flatten the copies again and return what changed.
-      return _after_call(out, copies, index_ref, graphdef, values_in, outcome)
+      return _after_call(out, copies, self.graph, graphdef, values_in, outcome)
 
     with primitive.harvesting(True):
       closed = jax.make_jaxpr(flat_f)(*self.inputs)
     return closed, outcome
 
   def stage(self) -> StagedCall:
+    """Steps (2) and (3), with step (4) ready for the evaluated outputs."""
     closed, outcome = self.trace()
     return StagedCall(
         jaxpr=closed,
@@ -411,15 +452,17 @@ class Prepared:
     out_flat = list(out_flat)
     results = iter(out_flat[: outcome.num_out_leaves])
     state_out = iter(out_flat[outcome.num_out_leaves :])
-    originals = graphlib.IndexMap.from_refmap(self.ref_index)
+    originals = (
+        graphlib.current_update_context(_UPDATE_TAG).outer_index_outer_ref
+        if self.graph else None
+    )
     new_nodes = []
     if outcome.graph_graphdef is not None:
       assert outcome.graph_state is not None
-      _, new_nodes = graphlib.unflatten(
-          outcome.graph_graphdef,
-          outcome.graph_state.unpack(state_out),
-          outer_index_outer_ref=originals,
-      )
+      with graphlib.merge_context(_UPDATE_TAG, inner=False) as merge:
+        _, new_nodes = merge.unflatten(
+            outcome.graph_graphdef, outcome.graph_state.unpack(state_out)
+        )
     else:
       _write_back(
           self.nodes,
@@ -436,6 +479,7 @@ class Prepared:
       if kind == 'out':
         out_leaves.append(next(results))
       elif kind == 'original':
+        assert originals is not None  # only in graph mode
         out_leaves.append(originals[value])
       elif kind == 'new':
         out_leaves.append(new_nodes[value])
@@ -452,9 +496,14 @@ def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:
   return False
 
 
-def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
+def _after_call(out, copies, graph, graphdef, values_in, outcome):
   """Step (3): the jaxpr outputs, recording in ``outcome`` how to use them."""
-  copy_index = graphlib.RefMap.from_indexmap(index_ref)
+  # In graph mode, the copies by the index of their originals (step (2)
+  # recorded it); in tree mode, graph nodes have no identity to keep.
+  copy_index = (
+      graphlib.current_update_context(_UPDATE_TAG).inner_ref_outer_index
+      if graph else None
+  ) or graphlib.RefMap()
   out_leaves, outcome.out_treedef = jax.tree_util.tree_flatten(
       out, is_leaf=graphlib.is_graph_node
   )
@@ -481,32 +530,58 @@ def _after_call(out, copies, index_ref, graphdef, values_in, outcome):
   outcome.num_out_leaves = len(result)
 
   state_out: list[tp.Any] = []
-  final_graphdef, final_values = graphlib.flatten(
-      copies, with_paths=False, graph=True
-  )
-  if final_graphdef == graphdef and not _references(new_nodes, copy_index):
-    for i, (before, after) in enumerate(zip(values_in, final_values)):
-      if after is not before:
-        outcome.updates.append(
-            (i, _pack(after, state_out))
-        )
-    if new_nodes:
-      outcome.new_graphdef, new_values = graphlib.flatten(
-          new_nodes, with_paths=False, graph=True
+  # Step (3) of the update context: it forgets the copies when it ends.
+  with (
+      graphlib.split_context(_UPDATE_TAG) if graph
+      else contextlib.nullcontext()
+  ) as split:
+    final_graphdef, final_values = _flatten_values(copies, graph)
+    if not graph:
+      _check_tree_mode(copies, new_nodes, graphdef, final_graphdef)
+    if final_graphdef == graphdef and not (
+        graph and _references(new_nodes, copy_index)
+    ):
+      for i, (before, after) in enumerate(zip(values_in, final_values)):
+        if after is not before:
+          outcome.updates.append((i, _pack(after, state_out)))
+      if new_nodes:
+        outcome.new_graphdef, new_values = _flatten_values(new_nodes, graph)
+        outcome.new_state = _pack(new_values, state_out)
+    else:
+      # As nnx.jit's graph updates: flatten the copies and the new nodes
+      # against the input indexes, to be merged into the originals.
+      outcome.graph_graphdef, graph_values = split.flatten(
+          [copies, new_nodes], with_paths=False
       )
-      outcome.new_state = _pack(new_values, state_out)
-  else:
-    # As nnx.jit's graph updates: flatten the copies and the new nodes
-    # against the input indexes, to be merged into the originals.
-    outcome.graph_graphdef, graph_values = graphlib.flatten(
-        [copies, new_nodes],
-        ref_index=graphlib.RefMap(),
-        ref_outer_index=copy_index,
-        with_paths=False,
-        graph=True,
-    )
-    outcome.graph_state = _pack(graph_values, state_out)
+      outcome.graph_state = _pack(graph_values, state_out)
   return result + state_out
+
+
+def _flatten_values(nodes, graph: bool):
+  """``nodes``' graph definition and the values of their leaves."""
+  graphdef, leaves = graphlib.flatten(nodes, with_paths=False, graph=graph)
+  # Tree mode keeps the Variables themselves as leaves.
+  return graphdef, [_raw_value(leaf) for leaf in leaves]
+
+
+def _check_tree_mode(copies, new_nodes, graphdef, final_graphdef) -> None:
+  """Refuses in tree mode what ``nnx.jit`` cannot write back there either."""
+  try:
+    graphlib.flatten([copies, new_nodes], with_paths=False, graph=False)
+  except ValueError as e:  # a Variable both in the input and the output
+    raise ValueError(
+        'capture: the function returned a graph node or Variable of its'
+        ' arguments, which tree mode (nnx_graph_mode=False) cannot tell'
+        f' from a copy, as in nnx.jit. {e}'
+    ) from None
+  if final_graphdef != graphdef:
+    raise ValueError(
+        'capture: the function changed the structure of its graph-node'
+        ' arguments (added, removed or replaced an attribute, or a'
+        ' submodule), which tree mode (nnx_graph_mode=False) cannot write'
+        ' back. Make the change outside the captured function, or capture'
+        ' in graph mode: `with nnx.set_graph_mode(True): ...`.'
+    )
 
 
 def _write_back(nodes, flat_state, changed) -> None:
