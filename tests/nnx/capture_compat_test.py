@@ -646,6 +646,59 @@ class MethodOutputsTest(CompatTestCase):
         ('__call__',): [c * 3],
     })
 
+  def test_a_profiler_keeps_running(self):
+    # Method outputs are not watched through the interpreter's profile hook:
+    # a profiler (cProfile, a debugger) set before the capture sees the call.
+    model = self.Model(nnx.Rngs(0))
+    seen = []
+
+    def forward(model, x):
+      seen.append(sys.getprofile())
+      return model(x)
+
+    def profiler(py_frame, event, arg):
+      del arg
+      if event == 'call' and py_frame.f_code is forward.__code__:
+        seen.append('called')
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    try:
+      _, state = nnx.capture(
+          forward, nnx.Intermediate, method_outputs=nnx.Intermediate
+      )(model, X)
+    finally:
+      sys.setprofile(previous)
+    self.assertEqual(seen, ['called', profiler])
+    self.assertIn(('features',), [p for p, _, _ in flat(state)])
+
+  def test_copies_watch_methods_in_a_subclass_of_their_own(self):
+    model = self.Model(nnx.Rngs(0))
+    inside = []
+
+    def forward(model, x):
+      inside.append(type(model))
+      return model(x)
+
+    graphdef = nnx.graphdef(model)
+    nnx.capture(forward, nnx.Intermediate, method_outputs=nnx.Intermediate)(
+        model, X
+    )
+    cls = inside[0]
+    self.assertIsNot(cls, self.Model)
+    self.assertTrue(issubclass(cls, self.Model))
+    self.assertEqual(cls.__qualname__, self.Model.__qualname__)
+    # Outside the call, every module has its own class again.
+    self.assertIs(type(model), self.Model)
+    self.assertEqual(nnx.graphdef(model), graphdef)
+    self.assertNotIn('__class__', dict(model._pytree__nodes))
+    # One subclass per class, whatever the number of captures (another
+    # shape, so that the call is traced again).
+    nnx.capture(forward, nnx.Intermediate, method_outputs=nnx.Intermediate)(
+        model, X[None]
+    )
+    self.assertIs(inside[1], cls)
+
   def test_method_that_raises_is_not_sown(self):
 
     class Fragile(nnx.Module):
@@ -1209,7 +1262,7 @@ class TraceReuseTest(CompatTestCase):
     self.assertLen(traces, 4)
 
   def test_method_outputs_and_init_on_a_reused_trace(self):
-    # Sites found by the profile hook and perturbations given in `init` are
+    # Sites found by the watched methods and perturbations given in `init` are
     # part of the reused trace: each later call collects its own values.
     trace = self.enter_context(mock.patch.object(
         tracing.Prepared, 'trace', autospec=True,

@@ -24,7 +24,7 @@ and the property tests skip.
 
 The guard: every test must leave the process as it found it (the compat
 layer installed or not, JAX's configuration, the sow rule table, the
-profile hook, the environment), so that the suite passes in any order, in
+profile function, the environment), so that the suite passes in any order, in
 any split across workers, and beside other test suites. A test that changes
 any of it fails, naming what it changed.
 """

@@ -22,7 +22,6 @@ own modules and inputs.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 import typing as tp
 import weakref
@@ -212,22 +211,16 @@ class Call:
       frame.module_paths = [path for path, _ in modules]
       for path, module in modules:
         frames.mark(module, frame, path)
-      hook = None
+      watched = []
       if self.method_outputs is not None:
-        hook = method_outputs_lib.MethodOutputs(
-            frame, method_outputs_lib.method_entries(m for _, m in modules)
-        )
+        watched = method_outputs_lib.watch(m for _, m in modules)
       frames.FRAMES.stack.append(frame)
-      previous_profile = sys.getprofile()
       out = None
       try:
-        if hook is not None:
-          sys.setprofile(hook)
         out = self.call(root, *args, **kwargs)
         return out
       finally:
-        if hook is not None:
-          sys.setprofile(previous_profile)
+        method_outputs_lib.restore(watched)
         popped = frames.FRAMES.stack.pop()
         assert popped is frame
         # The copies, and what the call returns (a module built from a

@@ -15,18 +15,27 @@
 
 Flax 0.12.8 wraps the methods of the captured modules' classes while the
 capture runs, which every other instance of those classes (in other threads)
-sees too. Here the methods' code is watched instead, by a profile hook of the
-capturing thread, and only calls on the capture's own module copies are
-sown.
+sees too. Here, only the module copies the capture runs on (private to it)
+change: for the duration of the call, each copy's class is a *watching*
+subclass of its own, whose methods call the class's and sow what they return.
+One watching subclass is made per class, the first time one is captured; the
+classes themselves, and every other instance, are left as they are, and no
+profile or trace function is installed.
+
+Inside the call, ``type(copy)`` is therefore the subclass (``isinstance``
+holds, and it has the class's name), and a ``super().method()`` call into a
+base class is not sown, whereas legacy wraps the base class too when a
+module of it is captured.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import dis
+import functools
 import inspect
+import threading
 import types
 import typing as tp
+import weakref
 
 from flax.nnx import module as module_lib
 from flax.nnx.capture_compat import frames
@@ -35,139 +44,124 @@ from flax.nnx.sow import primitive
 
 Module = module_lib.Module
 
-
-_RETURN_OPCODES = frozenset(
-    dis.opmap[op] for op in ('RETURN_VALUE', 'RETURN_CONST') if op in dis.opmap
-)
 _NOT_PLAIN = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 )
 
 
-_NO_VALUE = object()
+def _wrapped_methods(cls: type) -> dict[str, tp.Any]:
+  """The callables legacy ``method_outputs`` wraps in ``cls``, by name.
 
-
-@dataclasses.dataclass(frozen=True)
-class _Method:
-  """A callable class attribute legacy ``method_outputs`` wraps.
-
-  Attributes:
-    name: its name in the class.
-    attr: the attribute: a function (which a decorator may have returned), or
-      a callable object that binds like a method (``nnx.jit``'s), whose
-      ``__call__`` receives the module after the object itself.
-    module_arg: the position, in the frame of the code that runs first, of
-      the module the method is called on.
+  Those are the public callables and ``__call__`` defined in the class itself
+  (not inherited ones): functions, also decorated ones (a decorator's
+  wrapper, ``nnx.remat``), and objects that bind like methods (``nnx.jit``'s).
+  Nested classes, static and class methods, properties and generator
+  functions are left out (legacy wrapping breaks them).
   """
-
-  name: str
-  attr: tp.Any
-  module_arg: int
-
-  def runs_in(self, code: types.CodeType, local: dict[str, tp.Any]) -> bool:
-    """Whether a frame of ``code`` with locals ``local`` is a call of it.
-
-    Functions wrapped by one decorator (with ``functools.wraps``, or
-    ``nnx.remat``) share its wrapper's code: each has its own closure. A
-    callable object shares its type's ``__call__``: it is that call's first
-    argument.
-    """
-    if self.module_arg:
-      return _positional(code, local, 0) is self.attr
-    for name, cell in zip(code.co_freevars, self.attr.__closure__ or ()):
-      try:
-        if local.get(name, _NO_VALUE) is not cell.cell_contents:
-          return False
-      except ValueError:  # an empty cell
-        return False
-    return True
-
-
-def _positional(code: types.CodeType, local, index: int) -> tp.Any:
-  """The ``index``-th positional argument of a frame, also from ``*args``."""
-  if index < code.co_argcount:
-    return local.get(code.co_varnames[index], _NO_VALUE)
-  if code.co_flags & inspect.CO_VARARGS:
-    rest = local.get(
-        code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()
-    )
-    index -= code.co_argcount
-    if isinstance(rest, tuple) and index < len(rest):
-      return rest[index]
-  return _NO_VALUE
-
-
-def _takes_positional(code: types.CodeType, index: int) -> bool:
-  return code.co_argcount > index or bool(code.co_flags & inspect.CO_VARARGS)
-
-
-def method_entries(
-    modules: tp.Iterable[Module],
-) -> dict[types.CodeType, list[_Method]]:
-  """The methods legacy ``method_outputs`` wraps, by the code they run first.
-
-  Those are the public callables and ``__call__`` defined in the class of a
-  captured module itself (not inherited ones): functions, also decorated
-  ones (a decorator's wrapper, ``nnx.remat``), and objects that bind like
-  methods (``nnx.jit``). Legacy wraps them in the class, so a call through
-  the class attribute is sown under its name; here the code that such a
-  call runs first is watched instead, and several methods may share it.
-  Nested classes, static and class methods and properties are left out
-  (legacy wrapping breaks them).
-  """
-  entries: dict[types.CodeType, list[_Method]] = {}
-  for cls in dict.fromkeys(type(m) for m in modules):
-    for name, attr in vars(cls).items():
-      if name.startswith('_') and name != '__call__':
-        continue
-      if isinstance(attr, types.FunctionType):
-        code, module_arg = attr.__code__, 0
-      elif (
-          not isinstance(attr, type)
-          and hasattr(type(attr), '__get__')
-          and isinstance(getattr(type(attr), '__call__', None),
-                         types.FunctionType)
-      ):
-        code, module_arg = type(attr).__call__.__code__, 1
-      else:
-        continue
-      if code.co_flags & _NOT_PLAIN or not _takes_positional(code,
-                                                             module_arg):
-        continue
-      methods = entries.setdefault(code, [])
-      if all(m.attr is not attr for m in methods):  # an alias: first name
-        methods.append(_Method(name, attr, module_arg))
-  return entries
-
-
-@dataclasses.dataclass
-class MethodOutputs:
-  """A per-thread profile hook that sows the result of captured methods."""
-
-  frame: frames.Frame
-  entries: dict[types.CodeType, list[_Method]]
-
-  def __call__(self, py_frame, event, arg):
-    if event != 'return':
-      return
-    code = py_frame.f_code
-    methods = self.entries.get(code)
-    if methods is None:
-      return
-    if code.co_code[py_frame.f_lasti] not in _RETURN_OPCODES:
-      return  # the method raised
-    local = py_frame.f_locals
-    for method in methods:
-      if method.runs_in(code, local):
-        break
+  methods = {}
+  for name, attr in vars(cls).items():
+    if name.startswith('_') and name != '__call__':
+      continue
+    if isinstance(attr, types.FunctionType):
+      code, module_arg = attr.__code__, 0
+    elif (
+        not isinstance(attr, type)
+        and hasattr(type(attr), '__get__')
+        and isinstance(getattr(type(attr), '__call__', None),
+                       types.FunctionType)
+    ):
+      code, module_arg = type(attr).__call__.__code__, 1
     else:
-      return  # the shared code, run for something else
-    module = _positional(code, local, method.module_arg)
-    if not isinstance(module, Module) or not primitive.is_sowable(arg):
-      return
-    if self.frame.path_of(module) is None:
-      return
-    module_methods.sow(module, self.frame.method_outputs, method.name, arg)
+      continue
+    takes_module = code.co_argcount > module_arg or bool(
+        code.co_flags & inspect.CO_VARARGS
+    )
+    if not code.co_flags & _NOT_PLAIN and takes_module:
+      methods[name] = attr
+  return methods
 
 
-# ---------------------------------------------------------------------------
+def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
+  """``attr`` as a method that also sows its result under ``name``."""
+
+  def method(self, *args, **kwargs):
+    # Called as legacy calls it: the class attribute, with the module first.
+    result = attr(self, *args, **kwargs)
+    frame = _frame_of(self)
+    if frame is not None and primitive.is_sowable(result):
+      assert frame.method_outputs is not None
+      module_methods.sow(self, frame.method_outputs, name, result)
+    return result
+
+  if isinstance(attr, types.FunctionType):
+    functools.update_wrapper(method, attr)
+  return method
+
+
+def _frame_of(module: Module) -> frames.Frame | None:
+  """The innermost capture with ``method_outputs`` that holds ``module``."""
+  for frame in reversed(frames.FRAMES.stack):
+    if frame.method_outputs is not None and frame.path_of(module) is not None:
+      return frame
+  return None
+
+
+# Class -> its watching subclass; the subclass's entry holds its class.
+_WATCHING: weakref.WeakKeyDictionary[type, type] = (
+    weakref.WeakKeyDictionary()
+)
+_WATCHED_BY: weakref.WeakKeyDictionary[type, type] = (
+    weakref.WeakKeyDictionary()
+)
+_LOCK = threading.Lock()
+
+
+def _watching_class(cls: type) -> type:
+  """The subclass of ``cls`` whose methods sow their results (made once)."""
+  if cls in _WATCHED_BY:  # already watching: a copy of a copy
+    return cls
+  with _LOCK:
+    watching = _WATCHING.get(cls)
+    if watching is None:
+      namespace: dict[str, tp.Any] = {
+          name: _watching(name, attr)
+          for name, attr in _wrapped_methods(cls).items()
+      }
+      namespace.update(
+          __module__=cls.__module__,
+          __qualname__=cls.__qualname__,
+          __doc__=cls.__doc__,
+      )
+      # The same metaclass and pytree setting as the class: a copy of the
+      # subclass flattens, merges and prints as one of the class would.
+      watching = type(cls)(
+          cls.__name__, (cls,), namespace,
+          pytree=getattr(cls, '_pytree__is_pytree'),
+      )
+      _WATCHING[cls] = watching
+      _WATCHED_BY[watching] = cls
+    return watching
+
+
+def watch(modules: tp.Iterable[Module]) -> list[tuple[Module, type]]:
+  """Gives each module copy its watching class; returns what to restore."""
+  changed = []
+  for module in modules:
+    cls = type(module)
+    watching = _watching_class(cls)
+    if watching is not cls:
+      _set_class(module, watching)
+      changed.append((module, cls))
+  return changed
+
+
+def restore(changed: tp.Iterable[tuple[Module, type]]) -> None:
+  """Gives the modules :func:`watch` changed their own classes back."""
+  for module, cls in changed:
+    _set_class(module, cls)
+
+
+def _set_class(module: Module, cls: type) -> None:
+  # Not through the module's __setattr__, which would record `__class__` as
+  # an attribute of the module.
+  object.__setattr__(module, '__class__', cls)
