@@ -1,0 +1,277 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Puts the sow transform's documentation into a Flax checkout.
+
+:func:`apply_docs` edits a Flax checkout in place (the docs commit of the
+upstream patch series) and returns the paths it changed or added:
+
+* our guides (``docs_nnx/guides/*.md`` here) become ``ipynb,md:myst`` pairs
+  in the checkout's ``docs_nnx/guides/``, as Flax's guides are kept
+  (:mod:`flax_notebooks`); links between them become ``{doc}`` roles, and
+  passages between ``<!-- upstream:omit -->`` and ``<!-- upstream:end -->``
+  (about this repository, not Flax) are left out;
+* they are listed in the advanced guides' toctree after
+  ``extracting_intermediates``;
+* ``docs_nnx/api_reference/flax.nnx/sow.rst`` documents ``flax.nnx.sow`` and
+  ``nnx.capture``, listed after ``transforms`` in the API reference;
+* Flax's ``extracting_intermediates`` guide is rewritten for the new
+  ``nnx.capture`` (:mod:`intermediates_guide`);
+* the migration guide needs libcst, which Flax does not depend on, so the doc
+  build does not execute it (``nb_execution_excludepatterns``);
+* ``CHANGELOG.md`` gets an entry under vNext.
+
+Every edit finds its place by the checkout's own text and fails with the
+file and what it looked for if that text is not there; nothing is edited
+twice (running it on an edited checkout fails on the first guide).
+
+Usage: ``python scripts/upstream/flax_docs.py FLAX_CHECKOUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import sys
+
+import flax_notebooks
+import intermediates_guide
+
+# In the order a reader should take them: the transform, then what changes
+# for nnx.capture users, the errors, the codemod.
+GUIDES = (
+    'sow_transform', 'capture_behavior_changes', 'sow_bad_inputs',
+    'migrate_sow',
+)
+# Executed by the doc build only with libcst installed (the codemod).
+NOT_EXECUTED = ('migrate_sow',)
+GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')
+TOCTREE = pathlib.Path('docs_nnx', 'guides_advanced.rst')
+TOCTREE_AFTER = 'guides/extracting_intermediates'
+API_DIR = pathlib.Path('docs_nnx', 'api_reference', 'flax.nnx')
+API_PAGE = API_DIR / 'sow.rst'
+API_AFTER = 'transforms'
+CONF = pathlib.Path('docs_nnx', 'conf.py')
+CHANGELOG = pathlib.Path('CHANGELOG.md')
+
+OMIT = re.compile(
+    r'^<!-- upstream:omit -->\n.*?^<!-- upstream:end -->\n', re.M | re.S
+)
+MARKER = re.compile(r'<!-- upstream:\w+ -->')
+LINK = re.compile(r'\[([^\]]+)\]\(([^)\s]+)\)')
+FENCED = re.compile(r'(^```.*?^```$)', re.M | re.S)
+
+API_TEXT = """\
+sow
+------------------------
+
+.. automodule:: flax.nnx.sow
+.. currentmodule:: flax.nnx.sow
+
+.. autofunction:: sow
+.. autofunction:: capture
+.. autofunction:: perturb
+.. autofunction:: plant
+
+.. currentmodule:: flax.nnx
+
+.. autofunction:: capture
+"""
+
+CHANGELOG_ENTRY = (
+    '- added `flax.nnx.sow`, a functional transform that collects'
+    ' intermediate values from any JAX function (`sow`, `capture`,'
+    ' `perturb`, `plant`); `nnx.capture`, `Module.sow` and `Module.perturb`'
+    ' now run on it and no longer modify modules (no `__captures__`'
+    ' attribute). See the `sow_transform` and `capture_behavior_changes`'
+    ' guides.'
+)
+
+
+def _read(checkout: pathlib.Path, path: pathlib.Path) -> str:
+  if not (checkout / path).exists():
+    raise FileNotFoundError(
+        f'{checkout / path} not found: is {checkout} a complete Flax checkout'
+        ' (git clone or git archive)?'
+    )
+  return (checkout / path).read_text()
+
+
+def _one_line(text: str, line: str, where: pathlib.Path) -> int:
+  """The index of the only line of ``text`` equal to ``line`` (stripped)."""
+  found = [i for i, l in enumerate(text.splitlines()) if l.strip() == line]
+  if len(found) != 1:
+    raise ValueError(
+        f'{where}: expected one line {line!r}, found {len(found)}'
+    )
+  return found[0]
+
+
+def _insert_lines_after(
+    checkout: pathlib.Path, path: pathlib.Path, after: str, new: list[str]
+) -> pathlib.Path:
+  """Inserts ``new`` after the line ``after``, with that line's indent."""
+  text = _read(checkout, path)
+  lines = text.splitlines(keepends=True)
+  index = _one_line(text, after, path)
+  indent = lines[index][:len(lines[index]) - len(lines[index].lstrip())]
+  for name in new:
+    if any(l.strip() == name for l in lines):
+      raise ValueError(f'{path}: already lists {name!r}')
+  lines[index + 1:index + 1] = [f'{indent}{name}\n' for name in new]
+  (checkout / path).write_text(''.join(lines))
+  return checkout / path
+
+
+# --- our guides -------------------------------------------------------------
+
+
+def flax_text(text: str, where: pathlib.Path) -> str:
+  """Our guide's text without the passages about this repository."""
+  text = OMIT.sub('', text)
+  if MARKER.search(text):
+    raise ValueError(f'{where}: unpaired {MARKER.search(text).group(0)}')
+  return text
+
+
+def flax_links(markdown: str, where: pathlib.Path) -> str:
+  """Links between guides as ``{doc}`` roles (outside code blocks); any
+  other relative link would not resolve in Flax and is refused."""
+
+  def link(match: re.Match[str]) -> str:
+    label, target = match.groups()
+    if re.match(r'[a-z]+://', target) or target.startswith('#'):
+      return match.group(0)
+    stem = target.removesuffix('.md')
+    if '/' in stem or '#' in stem or stem not in GUIDES or '`' in label:
+      raise ValueError(
+          f'{where}: link {match.group(0)!r} would not resolve in Flax;'
+          ' link to a guide by name, or wrap the passage in'
+          ' <!-- upstream:omit --> ... <!-- upstream:end -->'
+      )
+    return f'{{doc}}`{label} <{stem}>`'
+
+  # Odd pieces are fenced code blocks, kept as they are.
+  pieces = FENCED.split(markdown)
+  for i in range(0, len(pieces), 2):
+    pieces[i] = LINK.sub(link, pieces[i])
+  return ''.join(pieces)
+
+
+def add_guide(
+    checkout: pathlib.Path, ours: pathlib.Path, name: str, pin: str
+) -> list[pathlib.Path]:
+  source = ours / GUIDES_DIR / f'{name}.md'
+  stem = checkout / GUIDES_DIR / name
+  for path in (stem.with_suffix('.md'), stem.with_suffix('.ipynb')):
+    if path.exists():
+      raise FileExistsError(f'{path} exists already')
+  notebook = flax_notebooks.read_guide_text(
+      flax_text(source.read_text(), source)
+  )
+  for cell in notebook.cells:
+    if cell.cell_type == 'markdown':
+      cell.source = flax_links(cell.source, source)
+  notebook = flax_notebooks.as_flax_guide(notebook, name)
+  return flax_notebooks.write_pair(notebook, stem, flax_notebooks.MYST, pin)
+
+
+# --- toctree, API reference, conf.py, CHANGELOG -------------------------------
+
+
+def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
+  return _insert_lines_after(
+      checkout, TOCTREE, TOCTREE_AFTER, [f'guides/{g}' for g in GUIDES]
+  )
+
+
+def add_api_page(checkout: pathlib.Path) -> list[pathlib.Path]:
+  page = checkout / API_PAGE
+  if page.exists():
+    raise FileExistsError(f'{page} exists already')
+  index = _insert_lines_after(
+      checkout, API_DIR / 'index.rst', API_AFTER, [API_PAGE.stem]
+  )
+  page.write_text(API_TEXT)
+  return [index, page]
+
+
+def exclude_from_execution(checkout: pathlib.Path) -> pathlib.Path:
+  """Adds the guides in :data:`NOT_EXECUTED` to the doc build's
+  ``nb_execution_excludepatterns``, after its last entry."""
+  text = _read(checkout, CONF)
+  match = re.search(
+      r'^nb_execution_excludepatterns = \[\n(.*?)^\]\n', text, re.M | re.S
+  )
+  if match is None:
+    raise ValueError(f'{CONF}: no nb_execution_excludepatterns list')
+  added = ''.join(
+      f"  'guides/{name}.ipynb',  # needs libcst, not a Flax dependency\n"
+      for name in NOT_EXECUTED
+  )
+  text = text[:match.end(1)] + added + text[match.end(1):]
+  (checkout / CONF).write_text(text)
+  return checkout / CONF
+
+
+def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
+  """Fills the first empty ``-`` line of the vNext section, as Flax's
+  CHANGELOG asks (an empty line, to avoid merge conflicts)."""
+  lines = _read(checkout, CHANGELOG).splitlines(keepends=True)
+  try:
+    start = next(i for i, l in enumerate(lines) if l.strip() == 'vNext')
+  except StopIteration:
+    raise ValueError(f'{CHANGELOG}: no vNext section') from None
+  for i in range(start + 1, len(lines)):
+    if re.fullmatch(r'\d+\.\d+\.\d+', lines[i].strip()):
+      break
+    if lines[i].strip() == '-':
+      lines[i] = CHANGELOG_ENTRY + '\n'
+      (checkout / CHANGELOG).write_text(''.join(lines))
+      return checkout / CHANGELOG
+  raise ValueError(f'{CHANGELOG}: no empty "-" line left under vNext')
+
+
+# --- all of it ------------------------------------------------------------------
+
+
+def apply_docs(checkout: pathlib.Path, ours: pathlib.Path) -> list[str]:
+  """Edits the Flax checkout ``checkout`` in place; ``ours`` is the root of
+  this repository. Returns the paths changed or added, relative to
+  ``checkout``, sorted."""
+  checkout, ours = pathlib.Path(checkout), pathlib.Path(ours)
+  pin = flax_notebooks.jupytext_pin(checkout)
+  changed: list[pathlib.Path] = []
+  for name in GUIDES:
+    changed += add_guide(checkout, ours, name, pin)
+  changed += intermediates_guide.apply(checkout, pin)
+  changed.append(add_to_toctree(checkout))
+  changed += add_api_page(checkout)
+  changed.append(exclude_from_execution(checkout))
+  changed.append(add_changelog_entry(checkout))
+  return sorted({str(p.relative_to(checkout)) for p in changed})
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('checkout', type=pathlib.Path, help='a Flax checkout')
+  args = parser.parse_args(argv)
+  ours = pathlib.Path(__file__).resolve().parents[2]
+  for path in apply_docs(args.checkout, ours):
+    print(path)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
