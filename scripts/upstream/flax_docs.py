@@ -27,8 +27,10 @@ upstream patch series) and returns the paths it changed or added:
   ``nnx.capture``, listed after ``transforms`` in the API reference;
 * Flax's ``extracting_intermediates`` guide is rewritten for the new
   ``nnx.capture`` (:mod:`intermediates_guide`);
-* the migration guide needs libcst, which Flax does not depend on, so the doc
-  build does not execute it (``nb_execution_excludepatterns``);
+* the doc build does not execute two of them (``nb_execution_excludepatterns``
+  in ``docs_nnx/conf.py``): the behavior-changes guide compares the new
+  ``nnx.capture`` with Flax 0.12.8's, which Flax no longer has, and the
+  migration guide needs libcst, which Flax does not depend on;
 * ``CHANGELOG.md`` gets an entry under vNext.
 
 Every edit finds its place by the checkout's own text and fails with the
@@ -54,8 +56,13 @@ GUIDES = (
     'sow_transform', 'capture_behavior_changes', 'sow_bad_inputs',
     'migrate_sow',
 )
-# Executed by the doc build only with libcst installed (the codemod).
-NOT_EXECUTED = ('migrate_sow',)
+# Guides the doc build cannot execute inside Flax, and why.
+NOT_EXECUTED = {
+    # It runs beside Flax 0.12.8's own nnx.capture to show each difference;
+    # in Flax, nnx.capture is the new one. It runs with the overlay on 0.12.8.
+    'capture_behavior_changes': "compares with Flax 0.12.8's nnx.capture",
+    'migrate_sow': 'needs libcst, not a Flax dependency',
+}
 GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')
 TOCTREE = pathlib.Path('docs_nnx', 'guides_advanced.rst')
 TOCTREE_AFTER = 'guides/extracting_intermediates'
@@ -110,7 +117,9 @@ def _read(checkout: pathlib.Path, path: pathlib.Path) -> str:
 
 def _one_line(text: str, line: str, where: pathlib.Path) -> int:
   """The index of the only line of ``text`` equal to ``line`` (stripped)."""
-  found = [i for i, l in enumerate(text.splitlines()) if l.strip() == line]
+  found = [
+      i for i, each in enumerate(text.splitlines()) if each.strip() == line
+  ]
   if len(found) != 1:
     raise ValueError(
         f'{where}: expected one line {line!r}, found {len(found)}'
@@ -127,7 +136,7 @@ def _insert_lines_after(
   index = _one_line(text, after, path)
   indent = lines[index][:len(lines[index]) - len(lines[index].lstrip())]
   for name in new:
-    if any(l.strip() == name for l in lines):
+    if any(each.strip() == name for each in lines):
       raise ValueError(f'{path}: already lists {name!r}')
   lines[index + 1:index + 1] = [f'{indent}{name}\n' for name in new]
   (checkout / path).write_text(''.join(lines))
@@ -187,7 +196,7 @@ def add_guide(
   return flax_notebooks.write_pair(notebook, stem, flax_notebooks.MYST, pin)
 
 
-# --- toctree, API reference, conf.py, CHANGELOG -------------------------------
+# --- toctree, API reference, conf.py, CHANGELOG ------------------------------
 
 
 def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
@@ -217,8 +226,8 @@ def exclude_from_execution(checkout: pathlib.Path) -> pathlib.Path:
   if match is None:
     raise ValueError(f'{CONF}: no nb_execution_excludepatterns list')
   added = ''.join(
-      f"  'guides/{name}.ipynb',  # needs libcst, not a Flax dependency\n"
-      for name in NOT_EXECUTED
+      f"  'guides/{name}.ipynb',  # {why}\n"
+      for name, why in NOT_EXECUTED.items()
   )
   text = text[:match.end(1)] + added + text[match.end(1):]
   (checkout / CONF).write_text(text)
@@ -230,7 +239,9 @@ def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
   CHANGELOG asks (an empty line, to avoid merge conflicts)."""
   lines = _read(checkout, CHANGELOG).splitlines(keepends=True)
   try:
-    start = next(i for i, l in enumerate(lines) if l.strip() == 'vNext')
+    start = next(
+        i for i, each in enumerate(lines) if each.strip() == 'vNext'
+    )
   except StopIteration:
     raise ValueError(f'{CHANGELOG}: no vNext section') from None
   for i in range(start + 1, len(lines)):
@@ -243,7 +254,7 @@ def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
   raise ValueError(f'{CHANGELOG}: no empty "-" line left under vNext')
 
 
-# --- all of it ------------------------------------------------------------------
+# --- all of it --------------------------------------------------------------
 
 
 def apply_docs(checkout: pathlib.Path, ours: pathlib.Path) -> list[str]:

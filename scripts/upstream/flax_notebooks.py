@@ -145,7 +145,9 @@ def as_flax_guide(
   """Our guide as a new Flax MyST pair: the metadata Flax's MyST guides
   have before they are executed (``flax_gspmd.ipynb``), stable cell ids."""
   notebook = nbformat.from_dict(notebook)
-  notebook.metadata = nbformat.from_dict({'jupytext': {'formats': 'ipynb,md:myst'}})
+  notebook.metadata = nbformat.from_dict(
+      {'jupytext': {'formats': 'ipynb,md:myst'}}
+  )
   notebook.nbformat, notebook.nbformat_minor = 4, 5
   for cell in notebook.cells:
     cell.pop('id', None)
@@ -159,7 +161,9 @@ def read_pair(stem: pathlib.Path) -> tuple[nbformat.NotebookNode, str]:
   ipynb, md = stem.with_suffix('.ipynb'), stem.with_suffix('.md')
   for path in (ipynb, md):
     if not path.exists():
-      raise FileNotFoundError(f'{path}: half of the pair {stem.name} is missing')
+      raise FileNotFoundError(
+          f'{path}: half of the pair {stem.name} is missing'
+      )
   notebook = jupytext.read(ipynb)
   formats = notebook.metadata.get('jupytext', {}).get('formats', '')
   text_format = next(

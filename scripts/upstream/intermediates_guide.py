@@ -16,13 +16,13 @@
 Flax's guide explains ``nnx.capture`` by printing the ``__captures__``
 attribute it used to install on every module; with the sow transform there
 is no such attribute, and those cells fail. Two runs of cells are replaced,
-each by a fragment of ours in ``guide_edits/`` (Jupytext Markdown): from the
-cell that ends the first example to the one before the ``Metric1`` example
-(how ``nnx.capture`` works), and the four steps of the perturbation
-workflow. Every other cell, its outputs and its id are kept. Nothing of
-Flax's text is stored here: a run is found by a phrase of its first and of
-its last cell, and the rewrite fails if either is missing or ambiguous, or
-if ``__captures__`` is still mentioned afterwards (Flax changed the guide).
+each by a fragment of ours in ``guide_edits/`` (Jupytext Markdown): the
+section on how ``nnx.capture`` works (up to the ``Metric1`` example, which
+stays), and the four steps of the perturbation workflow. Every other cell,
+its outputs and its id are kept. Of Flax's text only the phrases that locate
+a run are stored here (a heading or the start of a sentence in its first and
+in its last cell); the rewrite fails if either is missing or ambiguous, or if
+``__captures__`` is still mentioned afterwards (Flax changed the guide).
 """
 
 from __future__ import annotations

@@ -1,0 +1,127 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Executes guide notebooks of a Flax checkout as its doc build would.
+
+Each ``docs_nnx/guides/NAME.ipynb`` runs with nbclient in a ``python3``
+kernel of this interpreter, in the notebook's own directory (as myst-nb
+runs it), cell by cell, continuing after a failing cell so that every
+failure is reported. ``--setup`` code runs first in the kernel, in a cell of
+its own that is not stored; to run the guides on released Flax with this
+repository's layer, as they run inside the patched Flax::
+
+  python scripts/upstream/execute_guides.py CHECKOUT --overlay NAME...
+
+With ``--write`` the outputs are stored in the ``.ipynb`` as Flax stores
+them (no kernelspec, no timing metadata), so the pair stays in sync: the
+``.md`` holds no outputs. Exits 1 if any cell failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+
+import nbclient
+import nbformat
+
+import flax_notebooks
+
+GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')
+OURS = pathlib.Path(__file__).resolve().parents[2]
+OVERLAY_SETUP = f"""\
+import sys
+sys.path.insert(0, {str(OURS)!r})
+import _worktree
+from flax.nnx import capture_compat
+capture_compat.install()
+"""
+
+
+@dataclasses.dataclass
+class Run:
+  name: str
+  code_cells: int
+  failed: list[tuple[int, str]]  # (code cell number from 1, error line)
+
+  @property
+  def ran(self) -> int:
+    return self.code_cells - len(self.failed)
+
+
+def _error_line(cell: nbformat.NotebookNode) -> str | None:
+  for output in cell.get('outputs', []):
+    if output.get('output_type') == 'error':
+      return f"{output['ename']}: {output['evalue']}".splitlines()[0][:200]
+  return None
+
+
+def execute(
+    stem: pathlib.Path, setup: str = '', timeout: int = 600
+) -> tuple[Run, nbformat.NotebookNode]:
+  """Runs ``STEM.ipynb``; returns the run and the executed notebook."""
+  notebook = nbformat.read(stem.with_suffix('.ipynb'), as_version=4)
+  executed = nbformat.from_dict(notebook)
+  if setup:
+    executed.cells.insert(0, nbformat.v4.new_code_cell(setup))
+  client = nbclient.NotebookClient(
+      executed, timeout=timeout, kernel_name='python3', allow_errors=True,
+      record_timing=False, resources={'metadata': {'path': str(stem.parent)}},
+  )
+  client.execute()
+  if setup:
+    setup_error = _error_line(executed.cells.pop(0))
+    if setup_error:
+      raise RuntimeError(f'{stem.name}: the setup cell failed: {setup_error}')
+  code = [c for c in executed.cells if c.cell_type == 'code']
+  failed = [(i, e) for i, c in enumerate(code, 1)
+            if (e := _error_line(c)) is not None]
+  return Run(stem.name, len(code), failed), executed
+
+
+def store_outputs(stem: pathlib.Path, executed: nbformat.NotebookNode) -> None:
+  """Writes the executed notebook as Flax keeps its ``.ipynb`` files."""
+  executed.metadata.pop('kernelspec', None)
+  stem.with_suffix('.ipynb').write_text(flax_notebooks.ipynb_of(executed))
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('checkout', type=pathlib.Path)
+  parser.add_argument('names', nargs='+', help='guides, e.g. sow_transform')
+  parser.add_argument('--setup', default='', help='code run first')
+  parser.add_argument('--overlay', action='store_true',
+                      help="run with this repository's capture_compat"
+                      ' installed (released Flax)')
+  parser.add_argument('--write', action='store_true',
+                      help='store the outputs in the .ipynb files')
+  args = parser.parse_args(argv)
+  setup = args.setup + (OVERLAY_SETUP if args.overlay else '')
+  failures = 0
+  for name in args.names:
+    stem = args.checkout / GUIDES_DIR / name
+    run, executed = execute(stem, setup)
+    failures += len(run.failed)
+    print(f'{name}: {run.code_cells} code cells, {run.ran} ran,'
+          f' {len(run.failed)} failed')
+    for number, error in run.failed:
+      print(f'  code cell {number}: {error}')
+    if args.write:
+      store_outputs(stem, executed)
+  return 1 if failures else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
