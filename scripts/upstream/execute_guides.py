@@ -23,8 +23,9 @@ repository's layer, as they run inside the patched Flax::
   python scripts/upstream/execute_guides.py CHECKOUT --overlay NAME...
 
 With ``--write`` the outputs are stored in the ``.ipynb`` as Flax stores
-them (no kernelspec, no timing metadata), so the pair stays in sync: the
-``.md`` holds no outputs. Exits 1 if any cell failed.
+them (no kernelspec, no timing metadata) and the ``.md`` is rewritten to
+match (its code cells name the notebook's lexer once it has run). Exits 1 if
+any cell failed.
 """
 
 from __future__ import annotations
@@ -91,10 +92,15 @@ def execute(
   return Run(stem.name, len(code), failed), executed
 
 
-def store_outputs(stem: pathlib.Path, executed: nbformat.NotebookNode) -> None:
-  """Writes the executed notebook as Flax keeps its ``.ipynb`` files."""
+def store_outputs(
+    stem: pathlib.Path, executed: nbformat.NotebookNode, pin: str
+) -> list[pathlib.Path]:
+  """Writes the executed notebook as Flax keeps its pairs: the kernelspec
+  dropped (Flax's nbstripout hook), and the ``.md`` rewritten too, as the
+  notebook's language info changes how jupytext writes its code cells."""
+  _, text_format = flax_notebooks.read_pair(stem)
   executed.metadata.pop('kernelspec', None)
-  stem.with_suffix('.ipynb').write_text(flax_notebooks.ipynb_of(executed))
+  return flax_notebooks.write_pair(executed, stem, text_format, pin)
 
 
 def main(argv: list[str]) -> int:
@@ -119,7 +125,7 @@ def main(argv: list[str]) -> int:
     for number, error in run.failed:
       print(f'  code cell {number}: {error}')
     if args.write:
-      store_outputs(stem, executed)
+      store_outputs(stem, executed, flax_notebooks.jupytext_pin(args.checkout))
   return 1 if failures else 0
 
 
