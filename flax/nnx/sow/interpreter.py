@@ -552,6 +552,9 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
+  dead = dead_after(jaxpr)
+  for var in dead[0]:
+    del env[var]
   copyable = reemittable(jaxpr) if staging is not None else ()
   for i, (eqn, rule) in enumerate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
@@ -575,10 +578,39 @@ def evaluate(
       else:
         outs = bind(eqn, invals)
     env.update(zip(eqn.outvars, outs))
+    # Eagerly, each value is a buffer: drop it once nothing reads it, as
+    # `f` itself would (its intermediates die as it goes).
+    for var in dead[i + 1]:
+      del env[var]
   return [
       as_array(v.val) if isinstance(v, core.Literal) else env[v]
       for v in jaxpr.outvars
   ]
+
+
+@_jax.weakref_lru_cache(trace_context_in_key=False)
+def dead_after(jaxpr: core.Jaxpr) -> tuple[tuple[core.Var, ...], ...]:
+  """The variables no later equation or output of ``jaxpr`` reads.
+
+  Entry 0 lists the inputs and constants nothing reads; entry ``i + 1`` the
+  variables equation ``i`` reads for the last time or defines unread.
+  """
+  last: dict[core.Var, int] = {}
+  for var in (*jaxpr.constvars, *jaxpr.invars):
+    last[var] = 0
+  for i, eqn in enumerate(jaxpr.eqns, 1):
+    for atom in eqn.invars:
+      if isinstance(atom, core.Var):
+        last[atom] = i
+    for var in eqn.outvars:
+      last[var] = i
+  for atom in jaxpr.outvars:
+    if isinstance(atom, core.Var):
+      last.pop(atom, None)  # returned: kept to the end
+  dead: list[list[core.Var]] = [[] for _ in range(len(jaxpr.eqns) + 1)]
+  for var, i in last.items():
+    dead[i].append(var)
+  return tuple(map(tuple, dead))
 
 
 @dataclasses.dataclass(frozen=True)
