@@ -187,7 +187,10 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
 
 sow_p.def_impl(_sow_impl)
 sow_p.def_effectful_abstract_eval(_sow_abstract_eval)
-mlir.register_lowering(sow_p, _sow_lowering)
+# Not cached: JAX caches a lowering per (primitive, parameters) as a function
+# it then inlines, and every sow site has parameters of its own (its name),
+# so the cache never hits and only costs a function per sow.
+mlir.register_lowering(sow_p, _sow_lowering, cacheable=False)
 ad.primitive_jvps[sow_p] = _sow_jvp
 ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch
