@@ -107,7 +107,12 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
-    if harvesting.value:
+    # Such a cond binds its branches' sows under a batch trace: a sow bound
+    # straight into a jaxpr (the common case while capturing) is in none, and
+    # searching the stack would cost several microseconds per sow.
+    if harvesting.value and (
+        type(_jax.trace_ctx.trace) is not _jax.DynamicJaxprTrace
+    ):
       branches = _jax.branches_of_batched_cond()
       if branches is not None:
         _refuse_batched_cond(params['name'], branches)
