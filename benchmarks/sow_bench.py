@@ -174,6 +174,40 @@ def bench_trace_lower(quick: bool) -> list[Row]:
   return rows
 
 
+def bench_many_sows(quick: bool) -> list[Row]:
+  """Staging cost with a sow on every layer, against ``f`` and by hand.
+
+  Fresh function objects, so that no JAX cache can hit; the weights are
+  arguments, as in a training step. The garbage collector runs as it would
+  (not between repeats): its full collections, which come at a rate set by
+  how many objects a side allocates, are part of each side's cost.
+  """
+  rows = []
+  width = 16
+  for n_layers in (500,) if quick else (500, 2000):
+    keys = jax.random.split(jax.random.key(2), n_layers)
+    params = [jax.random.normal(k, (width, width)) / 4 for k in keys]
+    x = jnp.ones((4, width))
+    t_plain, t_hand, t_capture = paired(
+        lambda: jax.jit(lambda p, x: mlp(p, x)).lower(params, x),
+        lambda: jax.jit(lambda p, x: mlp_by_hand(p, x)).lower(params, x),
+        lambda: jax.jit(capture(lambda p, x: mlp(p, x))).lower(params, x),
+        repeats=3 if quick else 7,
+    )
+    ratio = t_capture / t_plain
+    rows.append(Row(
+        '2', f'jax.jit(capture(f)).lower / jax.jit(f).lower, MLP with a sow '
+        f'on each of {n_layers} layers', ratio, '<= 1.1', ratio <= 1.1,
+        f'jit(f) {t_plain:.3f} s, capture {t_capture:.3f} s',
+    ))
+    rows.append(Row(
+        '2', f'jax.jit(capture(f)).lower / hand-written f returning the '
+        f'{n_layers} values, same MLP', t_capture / t_hand, 'reported', None,
+        f'hand {t_hand:.3f} s, {t_hand / t_plain:.2f}x jit(f)',
+    ))
+  return rows
+
+
 # 3. Compiled runtime against the hand-written limit ------------------------
 
 
@@ -330,6 +364,99 @@ def bench_memory(quick: bool) -> list[Row]:
       f'plain {total(plain)} B, captured values {captured_bytes} B, '
       f'capture {total(captured)} B (temp {captured.temp_size_in_bytes} B)',
   )]
+
+
+def elementwise_chain(x, keep):
+  """60 elementwise steps; ``keep`` (a sow, or a list's append) gets 3."""
+  for i in range(60):
+    x = jnp.sin(x) if i % 2 else x * 1.01
+    if i % 20 == 19:
+      x = keep(x, ('step', i))
+  return x
+
+
+def eager_sowing(x):
+  return elementwise_chain(x, lambda v, name: sow(v, name=name))
+
+
+def eager_by_hand(x):
+  kept = []
+  out = elementwise_chain(x, lambda v, name: kept.append(v) or v)
+  return out, kept
+
+
+_EAGER_SHAPE = (1024, 1024)  # 4 MiB of float32
+_EAGER_CAPTURED = 3 * 1024 * 1024 * 4  # bytes of the three sown values
+
+
+def peak_rss_child(which: str) -> None:
+  """In a fresh process: prints how far one eager call raises peak RSS.
+
+  From the resident size just before the call (Linux ``/proc``) to the
+  process's peak after it; both sides start alike, so a peak reached while
+  importing would inflate both.
+  """
+  import resource  # pylint: disable=g-import-not-at-top
+  x = jax.block_until_ready(jnp.ones(_EAGER_SHAPE))
+  fn = {'f': eager_sowing, 'capture': capture(eager_sowing)}[which]
+  gc.collect()
+  with open('/proc/self/statm') as f:
+    before = int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+  jax.block_until_ready(fn(x))
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB
+  print(peak - before)
+
+
+def _peak_rss_increase(which: str) -> int:
+  result = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), '--peak_rss_child', which],
+      check=True, capture_output=True, text=True,
+  )
+  return int(result.stdout.split()[-1])
+
+
+def bench_eager_memory(quick: bool) -> list[Row]:
+  """Peak memory of an eager capture, and of a compiled one, by their sides.
+
+  Eagerly, each measurement is one call in a fresh process (the peak only
+  grows), the two sides alternating; compiled, XLA's memory analysis.
+  """
+  rows = []
+  if os.path.exists('/proc/self/statm'):
+    sizes = {'f': [], 'capture': []}
+    for _ in range(3 if quick else 7):
+      for which, runs in sizes.items():
+        runs.append(_peak_rss_increase(which))
+    plain, captured = (statistics.median(runs) for runs in sizes.values())
+    ratio = (captured - _EAGER_CAPTURED) / plain
+
+    def mib(size):
+      return f'{size / 2**20:.1f} MiB'
+
+    rows.append(Row(
+        '5', 'eager capture(f) / eager f, peak RSS increase of one call in a '
+        'fresh process, less the captured bytes; 60 elementwise ops on 4 MiB',
+        ratio, '<= 1.2', ratio <= 1.2,
+        f'f {mib(plain)}, capture {mib(captured)}, captured values '
+        f'{mib(_EAGER_CAPTURED)}; medians of {len(sizes["f"])} processes',
+    ))
+  else:
+    print('[5] eager peak memory skipped: no /proc/self/statm')
+  rows.append(compiled_peak_memory())
+  return rows
+
+
+def compiled_peak_memory() -> Row:
+  x = jnp.ones(_EAGER_SHAPE)
+  hand, captured = (
+      jax.jit(g).lower(x).compile().memory_analysis().peak_memory_in_bytes
+      for g in (eager_by_hand, capture(eager_sowing))
+  )
+  return Row(
+      '5', 'jax.jit(capture(f)) / hand-written f returning the same values, '
+      'peak memory (XLA memory analysis)', captured / hand, '1.00 (equal)',
+      captured == hand, f'hand {hand} B, capture {captured} B',
+  )
 
 
 # 6. Codemod throughput -----------------------------------------------------
@@ -603,11 +730,19 @@ def main():
   parser.add_argument('--models_from', default=None,
                       help='a directory with a checkout of google/flax in '
                       f'flax/, for item 7 (or ${MODELS_FROM_ENV})')
+  parser.add_argument('--peak_rss_child', choices=('f', 'capture'),
+                      help=argparse.SUPPRESS)  # one measurement of item 5
   args = parser.parse_args()
+  if args.peak_rss_child:
+    peak_rss_child(args.peak_rss_child)
+    return
   if args.publish and (args.quick or args.only != ALL_ITEMS):
     parser.error('--publish needs a full run: no --quick, no --only')
-  benches = {'1': bench_eager_jit, '2': bench_trace_lower,
-             '3': bench_compiled, '4': bench_nnx, '5': bench_memory,
+  benches = {'1': bench_eager_jit,
+             '2': lambda quick: (bench_trace_lower(quick)
+                                 + bench_many_sows(quick)),
+             '3': bench_compiled, '4': bench_nnx,
+             '5': lambda quick: bench_memory(quick) + bench_eager_memory(quick),
              '6': bench_codemod,
              '7': lambda quick: bench_gemma(quick, args.models_from)}
   rows = []

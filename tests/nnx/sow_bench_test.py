@@ -14,8 +14,8 @@
 """Tests that benchmarks/sow_bench.py keeps working; no timing is asserted.
 
 The benchmark script is only run by hand, so these check its machinery (the
-side-by-side timer, the table, publishing between markers) and run its one
-deterministic item, peak memory, whose figure comes from XLA's memory
+side-by-side timer, the table, publishing between markers) and run its
+deterministic rows, peak memories whose figures come from XLA's memory
 analysis rather than a clock.
 """
 
@@ -26,6 +26,7 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -48,6 +49,22 @@ class SowBenchTest(absltest.TestCase):
     (row,) = sow_bench.bench_memory(quick=True)
     self.assertEqual(row.item, '5')
     self.assertTrue(row.ok, row.detail)
+
+  def test_compiled_capture_peaks_like_the_hand_written_function(self):
+    row = sow_bench.compiled_peak_memory()
+    self.assertEqual(row.item, '5')
+    self.assertTrue(row.ok, row.detail)
+
+  def test_eager_memory_functions_agree(self):
+    # The two eager sides of item 5 compute the same values.
+    x = sow_bench.jnp.linspace(0.0, 1.0, 8)
+    out, kept = sow_bench.eager_by_hand(x)
+    out_c, collected = sow_bench.capture(sow_bench.eager_sowing)(x)
+    self.assertEqual(list(collected), [('step', 19), ('step', 39),
+                                       ('step', 59)])
+    for (value,), expected in zip(collected.values(), kept):
+      np.testing.assert_array_equal(value, expected)  # the same operations
+    np.testing.assert_array_equal(out_c, out)
 
   def test_render_and_publish_between_the_markers(self):
     rows = [

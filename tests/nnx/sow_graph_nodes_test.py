@@ -269,6 +269,28 @@ class GraphNodesTest(parameterized.TestCase):
     self.assertEqual(int(model.model.calls.get_value()), 2)
     self.assertEqual(collected['h'][0].shape, (2, 3))
 
+  def test_fast_graph_node_check_agrees_with_flax(self):
+    # Staging answers the check itself for plain arrays; Flax's is the oracle.
+    from flax.nnx import graphlib  # pylint: disable=g-import-not-at-top
+    from flax.nnx.sow import tracing  # pylint: disable=g-import-not-at-top
+
+    def check(values):
+      for value in values:
+        self.assertEqual(tracing._is_graph_node(value),
+                         graphlib.is_graph_node(value), repr(value))
+
+    model = Model(nnx.Rngs(0))
+    check([X, np.ones(2), np.float32(1.0), 1.0, None, model, model.calls,
+           jax.new_ref(X)])
+
+    def traced(x, ref):
+      check([x, ref, jax.new_ref(x)])
+      return x
+
+    jax.jit(traced)(X, jax.new_ref(X))
+    jax.vmap(traced, in_axes=(0, None))(X, jax.new_ref(X))
+    self.assertTrue(tracing._is_graph_node(jax.new_ref(X)))  # not vacuous
+
   def test_an_exception_writes_nothing(self):
     model = Model(nnx.Rngs(0))
     before = nnx.clone(model)

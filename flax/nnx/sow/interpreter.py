@@ -459,6 +459,8 @@ def _rewrite(
   types, or effects that refer to inputs by position.
   """
   if request.planted is not None or jaxpr.is_high:
+    # A jaxpr with a Hijax equation is marked ``is_high`` (JAX lowers a
+    # jaxpr by that mark alone), so no equation needs checking for it.
     return None
   rules = _plan(jaxpr, request, strip)
   substitute: dict[core.Var, jax.core.Atom] = {}
@@ -466,28 +468,29 @@ def _rewrite(
   def read(atom):
     return substitute.get(atom, atom) if isinstance(atom, core.Var) else atom
 
+  # Runs once per staged program: per equation, only what must be done.
   eqns, sites, sown = [], [], []
   for eqn, rule in zip(jaxpr.eqns, rules):
     invars = [read(v) for v in eqn.invars]
-    if rule is _handle_sow or rule is _drop_sow:
+    if rule is not None:
+      if rule is not _handle_sow and rule is not _drop_sow:
+        return None
       if rule is _handle_sow:
         sites.append(site_of(eqn))
         sown.extend(invars)
       substitute.update(zip(eqn.outvars, invars))
       continue
-    if rule is not None:
-      return None
-    if any(isinstance(e, _jax.JaxprInputEffect) for e in eqn.effects):
+    if eqn.effects and any(
+        isinstance(e, _jax.JaxprInputEffect) for e in eqn.effects
+    ):
       return None
     if eqn.primitive is primitive.sow_p:
       # Re-bound (not handled): its effect is what binding it now gives.
       sow_effects = core.no_effects if strip else {primitive.sow_effect}
       eqns.append(eqn.replace(invars=invars, effects=sow_effects))
       continue
-    if eqn.primitive.is_high(*[v.aval for v in eqn.invars], **eqn.params):
-      return None
-    changed = any(a is not b for a, b in zip(invars, eqn.invars))
-    eqns.append(eqn.replace(invars=invars) if changed else eqn)
+    # Atoms compare by identity: equal lists read no removed sow.
+    eqns.append(eqn if invars == eqn.invars else eqn.replace(invars=invars))
   if not sites:
     return None  # nothing to collect: evaluate keeps the program as it is
   outvars = [read(v) for v in jaxpr.outvars] + sown
@@ -523,9 +526,11 @@ def _evaluate_rewritten(
       call.jaxpr.effects,
       source_info,
   )
-  sown = outs[num_outs:]
-  for site, leaves in split_records(rewritten.sites, sown):
-    scope.record(scope.here(site), leaves)
+  start = num_outs
+  for site in rewritten.sites:
+    end = start + site.num_leaves
+    scope.record(scope.here(site), outs[start:end])
+    start = end
   return outs[:num_outs]
 
 
@@ -552,6 +557,9 @@ def evaluate(
 
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
+  dead = dead_after(jaxpr)
+  for var in dead[0]:
+    del env[var]
   copyable = reemittable(jaxpr) if staging is not None else ()
   for i, (eqn, rule) in enumerate(
       zip(jaxpr.eqns, plan(jaxpr, scope.request))
@@ -575,10 +583,39 @@ def evaluate(
       else:
         outs = bind(eqn, invals)
     env.update(zip(eqn.outvars, outs))
+    # Eagerly, each value is a buffer: drop it once nothing reads it, as
+    # `f` itself would (its intermediates die as it goes).
+    for var in dead[i + 1]:
+      del env[var]
   return [
       as_array(v.val) if isinstance(v, core.Literal) else env[v]
       for v in jaxpr.outvars
   ]
+
+
+@_jax.weakref_lru_cache(trace_context_in_key=False)
+def dead_after(jaxpr: core.Jaxpr) -> tuple[tuple[core.Var, ...], ...]:
+  """The variables no later equation or output of ``jaxpr`` reads.
+
+  Entry 0 lists the inputs and constants nothing reads; entry ``i + 1`` the
+  variables equation ``i`` reads for the last time or defines unread.
+  """
+  last: dict[core.Var, int] = {}
+  for var in (*jaxpr.constvars, *jaxpr.invars):
+    last[var] = 0
+  for i, eqn in enumerate(jaxpr.eqns, 1):
+    for atom in eqn.invars:
+      if isinstance(atom, core.Var):
+        last[atom] = i
+    for var in eqn.outvars:
+      last[var] = i
+  for atom in jaxpr.outvars:
+    if isinstance(atom, core.Var):
+      last.pop(atom, None)  # returned: kept to the end
+  dead: list[list[core.Var]] = [[] for _ in range(len(jaxpr.eqns) + 1)]
+  for var, i in last.items():
+    dead[i].append(var)
+  return tuple(map(tuple, dead))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,7 +107,12 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
-    if harvesting.value:
+    # Such a cond binds its branches' sows under a batch trace: a sow bound
+    # straight into a jaxpr (the common case while capturing) is in none, and
+    # searching the stack would cost several microseconds per sow.
+    if harvesting.value and (
+        type(_jax.trace_ctx.trace) is not _jax.DynamicJaxprTrace
+    ):
       branches = _jax.branches_of_batched_cond()
       if branches is not None:
         _refuse_batched_cond(params['name'], branches)
@@ -187,7 +192,10 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
 
 sow_p.def_impl(_sow_impl)
 sow_p.def_effectful_abstract_eval(_sow_abstract_eval)
-mlir.register_lowering(sow_p, _sow_lowering)
+# Not cached: JAX caches a lowering per (primitive, parameters) as a function
+# it then inlines, and every sow site has parameters of its own (its name),
+# so the cache never hits and only costs a function per sow.
+mlir.register_lowering(sow_p, _sow_lowering, cacheable=False)
 ad.primitive_jvps[sow_p] = _sow_jvp
 ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch

@@ -99,11 +99,12 @@ def _inline(scope: Scope, eqn, invals, body_param: str = 'call_jaxpr'):
 def _custom_rule(body_param: str) -> interpreter.Rule:
   """For primitives that carry a user rule (custom_jvp/vjp/vmap) and a body.
 
-  The outputs come from re-binding the primitive with its body stripped of
-  every sow, so the user's rule still applies. The sown values come from
-  evaluating the body once more (XLA merges the duplicate under ``jit``).
-  Planting changes the function itself, so its custom rule no longer
-  applies: then the body is evaluated in place.
+  The sown values come from evaluating the body in place; the outputs from
+  re-binding the primitive with its body stripped of every sow, so the
+  user's rule still applies (XLA merges the duplicate under ``jit``). The
+  body goes first, so that eagerly its intermediates are freed before the
+  re-bound outputs exist. Planting changes the function itself, so its
+  custom rule no longer applies: then only the body is evaluated.
   """
 
   def rule(scope: Scope, eqn, invals):
@@ -116,11 +117,10 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
         for param in _DERIVATIVE_RULES
         if param in eqn.params
     }
-    outs = interpreter.bind(
+    _inline(scope, eqn, invals, body_param)
+    return interpreter.bind(
         eqn, invals, **{body_param: stripped}, **rule_params
     )
-    _inline(scope, eqn, invals, body_param)
-    return outs
 
   return rule
 

@@ -77,6 +77,23 @@ def _is_traced(leaf: tp.Any) -> bool:
   return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)
 
 
+def _is_graph_node(leaf: tp.Any) -> bool:
+  """``graphlib.is_graph_node``, answered at once for a plain array.
+
+  Flax's check goes through ``isinstance`` on abstract classes and builds
+  the abstract value of every array (to find array references), which costs
+  more than the rest of staging it. A concrete JAX or NumPy array is never a
+  graph node nor a reference; a traced one is a reference only if its type
+  says so.
+  """
+  if primitive.is_array(leaf) and (
+      not isinstance(leaf, jax.core.Tracer)
+      or type(jax.typeof(leaf)) is jax.core.ShapedArray
+  ):
+    return False
+  return graphlib.is_graph_node(leaf)
+
+
 def _split_callable(f):
   """Returns ``(graph node or None, call(node, *args, **kwargs))``."""
   if graphlib.is_graph_node(f):
@@ -331,10 +348,10 @@ class Prepared:
   def __init__(self, f: tp.Callable[..., tp.Any], args, kwargs):
     callable_node, self.call = _split_callable(f)
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
-        (callable_node, args, kwargs), is_leaf=graphlib.is_graph_node
+        (callable_node, args, kwargs), is_leaf=_is_graph_node
     )
     self.node_pos = [
-        i for i, leaf in enumerate(self.leaves) if graphlib.is_graph_node(leaf)
+        i for i, leaf in enumerate(self.leaves) if _is_graph_node(leaf)
     ]
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
@@ -361,7 +378,7 @@ class Prepared:
         state_values
     )
     self.arg_traced = [
-        not graphlib.is_graph_node(leaf) and _is_traced(leaf)
+        not _is_graph_node(leaf) and _is_traced(leaf)
         for leaf in self.leaves
     ]
     self.state_traced = [_is_traced(leaf) for leaf in self.state_leaves]
@@ -383,7 +400,7 @@ class Prepared:
     """
     statics = []
     for leaf, traced in zip(self.leaves, self.arg_traced):
-      if not traced and not graphlib.is_graph_node(leaf):
+      if not traced and not _is_graph_node(leaf):
         statics.append(leaf)
     for leaf, traced in zip(self.state_leaves, self.state_traced):
       if not traced:

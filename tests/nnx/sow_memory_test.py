@@ -1,0 +1,146 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""An eager capture keeps no more values alive than the function itself.
+
+The interpreter drops each value after its last use, as ``f`` does when it
+runs directly. The tests count, at points inside the program (debug
+callbacks, which run in program order eagerly), the live JAX arrays of a
+shape nothing else uses; the oracle is the same count while ``f`` runs
+directly. Without the dropping, a capture keeps every intermediate: the
+count grows with the length of the chain.
+"""
+
+import gc
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import capture, sow
+from flax.nnx.sow import interpreter
+from flax.nnx.sow import primitive
+
+SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
+CHAIN = 12  # intermediates between two observations
+
+
+class LiveArrays:
+  """Counts, at each call, the live arrays of ``SHAPE``."""
+
+  def __init__(self):
+    self.counts: list[int] = []
+
+  def __call__(self, _):
+    gc.collect()  # a value only a reference cycle holds is not live
+    self.counts.append(
+        sum(1 for a in jax.live_arrays() if a.shape == SHAPE)
+    )
+
+
+def chain(x, observe):
+  """``CHAIN`` elementwise steps, a sow, ``CHAIN`` more; observed twice.
+
+  The sown values are scalars, so they are not counted: a capture must keep
+  them, and they are all it may keep beyond what ``f`` keeps.
+  """
+  for _ in range(CHAIN):
+    x = jnp.sin(x) + 1.0
+  jax.debug.callback(observe, x)
+  sow(jnp.sum(x), name='middle')
+  for _ in range(CHAIN):
+    x = jnp.cos(x) * 0.5
+  jax.debug.callback(observe, x)
+  sow(jnp.sum(x), name='end')
+  return x
+
+
+def in_closed_call(f):
+  """``f`` called through a ``closed_call`` (evaluated in place)."""
+  from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
+
+  def wrapped(x):
+    with primitive.harvesting(True):
+      body = jax.make_jaxpr(f)(x)
+    return eval_jaxpr_p.bind(x, jaxpr=body)[0]
+
+  return wrapped
+
+
+def in_custom_jvp(f):
+  """``f`` under a ``custom_jvp`` (its body evaluated in place)."""
+  wrapped = jax.custom_jvp(f)
+  wrapped.defjvp(lambda primals, tangents: (wrapped(*primals), tangents[0]))
+  return wrapped
+
+
+class EagerMemoryTest(parameterized.TestCase):
+
+  def observe(self, wrap):
+    """Live counts running ``wrap(chain)`` directly and under capture."""
+    x = jnp.ones(SHAPE)
+    direct, captured = LiveArrays(), LiveArrays()
+    # As NumPy copies, so that one run's output is not counted in the other.
+    out = np.array(wrap(lambda x: chain(x, direct))(x), copy=True)
+    out_c, collected = capture(wrap(lambda x: chain(x, captured)))(x)
+    np.testing.assert_array_equal(out_c, out)  # the same operations
+    self.assertEqual(list(collected), ['middle', 'end'])
+    return direct.counts, captured.counts
+
+  def test_plain_function(self):
+    direct, captured = self.observe(lambda f: f)
+    self.assertLen(direct, 2)
+    self.assertLess(max(direct), CHAIN)  # the oracle itself drops values
+    self.assertEqual(captured, direct)
+
+  def test_closed_call_body(self):
+    direct, captured = self.observe(in_closed_call)
+    self.assertLen(direct, 2)
+    self.assertEqual(captured, direct)
+
+  def test_custom_jvp_body(self):
+    # Under capture the body runs twice: evaluated in place for its sown
+    # values, then re-bound without its sows for the outputs.
+    direct, captured = self.observe(in_custom_jvp)
+    self.assertLen(direct, 2)
+    self.assertEqual(captured, direct * 2)
+
+
+class DeadAfterTest(absltest.TestCase):
+
+  def test_each_variable_dies_once_at_its_last_read(self):
+    def f(x, unused):
+      del unused
+      a = jnp.sin(x)
+      b = a * 2.0
+      return b + a, x
+
+    closed = jax.make_jaxpr(f)(1.0, 2.0)
+    jaxpr = closed.jaxpr
+    dead = interpreter.dead_after(jaxpr)
+    x, unused = jaxpr.invars
+    sin, mul, add = jaxpr.eqns
+    a, (b,) = sin.outvars[0], mul.outvars
+    self.assertLen(dead, len(jaxpr.eqns) + 1)
+    self.assertEqual(dead[0], (unused,))  # read by nothing
+    self.assertEqual(dead[1], ())  # x is returned; a read again below
+    self.assertEqual(dead[2], ())
+    self.assertCountEqual(dead[3], (a, b))  # both last read by the add
+    self.assertNotIn(add.outvars[0], {v for vs in dead for v in vs})
+    self.assertNotIn(x, {v for vs in dead for v in vs})
+
+
+if __name__ == '__main__':
+  absltest.main()
