@@ -88,9 +88,10 @@ class Mutant:
 
   @property
   def tests(self) -> tuple[str, ...]:
-    if self.path.startswith(COMPAT):
+    # keys.py keys the traces nnx.capture caches.
+    if self.path.startswith(COMPAT) or self.path.endswith('keys.py'):
       return COMPAT_TESTS
-    if self.path.endswith('tracing.py'):
+    if self.path.endswith(('tracing.py', 'write_back.py')):
       return TRACING_TESTS
     return CORE_TESTS
 
@@ -377,11 +378,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '    self.graph = graphlib.set_graph_mode.current_value()',
        '    self.graph = True',
        'capture splits graph nodes in the current graph mode, as nnx.jit'),
-    _m('tracing-innermost-frozen', 'tracing.py',
+    _m('tracing-innermost-frozen', 'write_back.py',
        '  while depth > 1 and _is_immutable_node(chain[depth - 1]):\n'
        '    depth -= 1\n',
        '',
        'a leaf in nested immutable pytrees is written back'),
+    _m('keys-snapshot-not-copied', 'keys.py',
+       '    frozen = _ByEquality(copied)',
+       '    frozen = _ByEquality(value)',
+       'a static argument changed in place after a capture is traced again'),
     _m('tracing-refs-not-traced', 'tracing.py',
        '  return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)',
        '  return primitive.is_array(leaf)',

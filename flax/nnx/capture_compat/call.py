@@ -37,6 +37,7 @@ from flax.nnx.capture_compat import method_outputs as method_outputs_lib
 from flax.nnx.capture_compat import numpy_guards as guards_lib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import keys
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.capture import group as group_records
@@ -96,7 +97,7 @@ class _HashedKey:
   both looked up and, on a miss, stored.
 
   A key holding unhashable values (a module attribute ``features=[16, 16]``,
-  a dict, a dataclass) is frozen by value (:func:`tracing.freeze`), as
+  a dict, a dataclass) is frozen by value (:func:`keys.freeze`), as
   ``nnx.jit`` compares graph definitions: otherwise every call would trace
   again, and re-trace and recompile every ``jit`` inside.
   """
@@ -109,7 +110,7 @@ class _HashedKey:
       self.hash = hash(key)
     except TypeError:
       self.raw = key
-      key = tracing.freeze(key)
+      key = keys.freeze(key)
       self.hash = hash(key)
     self.key = key
 
@@ -117,16 +118,16 @@ class _HashedKey:
     """This key as it is kept: a snapshot, not a view of the call's values.
 
     Raises:
-      tracing.Unkeyable: the key holds a value that cannot be snapshotted.
+      keys.Unkeyable: the key holds a value that cannot be snapshotted.
     """
     if self.raw is None:
       return self
     stored = _HashedKey.__new__(_HashedKey)
     stored.raw = None
-    stored.key = tracing.freeze(self.raw, snapshot=True)
+    stored.key = keys.freeze(self.raw, snapshot=True)
     stored.hash = hash(stored.key)
     if stored != self:
-      raise tracing.Unkeyable('the snapshot of the key differs from it')
+      raise keys.Unkeyable('the snapshot of the key differs from it')
     return stored
 
   def __hash__(self) -> int:
@@ -287,7 +288,7 @@ class Call:
       return
     try:
       key = key.stored()
-    except tracing.Unkeyable:
+    except keys.Unkeyable:
       return
     with TRACES_LOCK:
       traces = TRACES.setdefault(self.fn_key, {})

@@ -53,9 +53,7 @@ Their final values are written back into the caller's Hijax Variables.
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
-import copy
 import dataclasses
 import functools
 import inspect
@@ -64,12 +62,11 @@ import typing as tp
 import jax
 import jax.core
 import jax.extend.core
-import numpy as np
 
 from flax.nnx import graphlib
-from flax.nnx import statelib
 from flax.nnx import variablelib
 from flax.nnx.sow import primitive
+from flax.nnx.sow import write_back
 
 
 def _is_traced(leaf: tp.Any) -> bool:
@@ -239,95 +236,6 @@ def staged(
     yield Prepared(f, args, kwargs).stage()
 
 
-class Unkeyable(TypeError):
-  """A value that :func:`freeze` cannot turn into a key."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Frozen:
-  """A hashable snapshot of an unhashable container or dataclass."""
-
-  kind: type
-  items: tp.Any
-
-
-class _ByEquality:
-  """An unhashable value of no known structure, compared with ``==``.
-
-  Hashed by its type only: keys that differ only in such values collide and
-  are told apart by equality, as ``jax.jit`` tells static pytree node data.
-  """
-
-  __slots__ = ('value',)
-
-  def __init__(self, value: tp.Any):
-    self.value = value
-
-  def __hash__(self) -> int:
-    return hash(type(self.value))
-
-  def __eq__(self, other) -> bool:
-    if not isinstance(other, _ByEquality):
-      return False
-    if type(other.value) is not type(self.value):
-      return False
-    try:
-      return bool(self.value == other.value)
-    except Exception:  # pylint: disable=broad-except
-      return False  # an array-valued or failing comparison: not a match
-
-
-def freeze(value: tp.Any, *, snapshot: bool = False) -> tp.Hashable:
-  """A hashable key equal for equal values, for an unhashable ``value``.
-
-  A static configuration may hold lists, dicts or plain dataclasses (a
-  module's ``features=[16, 16]``): they key a trace by value, as ``nnx.jit``
-  compares graph definitions, instead of making every call a cache miss.
-  Hashable values are kept as they are (taken as immutable); NumPy arrays
-  become their bytes, and lists, tuples, mappings, sets and dataclasses
-  tuples of their frozen items, so the key is also a snapshot, unchanged by
-  a later in-place mutation of the value. Any other unhashable value is
-  compared with ``==``: with ``snapshot``, as a deep copy (for a key that is
-  kept), which must compare equal to the value.
-
-  Raises:
-    Unkeyable: with ``snapshot``, for a value that cannot be copied into an
-      equal one.
-  """
-  try:
-    hash(value)
-    return value
-  except TypeError:
-    pass
-  kind = type(value)
-  if isinstance(value, np.ndarray):  # a NumPy array marked static
-    return _Frozen(kind, (value.dtype, value.shape, value.tobytes()))
-  if isinstance(value, (list, tuple)):
-    return _Frozen(kind, tuple(freeze(v, snapshot=snapshot) for v in value))
-  if isinstance(value, collections.abc.Mapping):
-    return _Frozen(kind, tuple(
-        (freeze(k, snapshot=snapshot), freeze(v, snapshot=snapshot))
-        for k, v in value.items()
-    ))
-  if isinstance(value, (set, frozenset)):  # its items are hashable
-    return _Frozen(kind, frozenset(value))
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return _Frozen(kind, tuple(
-        freeze(getattr(value, field.name), snapshot=snapshot)
-        for field in dataclasses.fields(value)
-    ))
-  if snapshot:
-    try:
-      copied = copy.deepcopy(value)
-    except Exception as e:  # pylint: disable=broad-except
-      raise Unkeyable(f'cannot copy {kind.__name__}') from e
-    frozen = _ByEquality(copied)
-    if frozen != _ByEquality(value):
-      raise Unkeyable(f'a copy of {kind.__name__} is not equal to it')
-    return frozen
-  return _ByEquality(value)
-
-
 class Prepared:
   """Step (1) of staging a call: its arguments split, ready to be traced.
 
@@ -394,7 +302,8 @@ class Prepared:
     arrays. ``None`` if the call cannot be keyed: an array reference (the
     jaxpr would write the reference of this call) or a tracer. The key may
     be unhashable (a list or a dict in the static configuration of a module,
-    a non-array leaf that is unhashable): :func:`freeze` makes it hashable.
+    a non-array leaf that is unhashable): :func:`keys.freeze` makes it
+    hashable.
     Hashing it is left to the caller, since hashing a graph definition costs
     about as much as flattening it.
     """
@@ -481,7 +390,7 @@ class Prepared:
             outcome.graph_graphdef, outcome.graph_state.unpack(state_out)
         )
     else:
-      _write_back(
+      write_back.write_back(
           self.nodes,
           self.flat_state,
           [(i, packed.unpack(state_out)) for i, packed in outcome.updates],
@@ -599,88 +508,3 @@ def _check_tree_mode(copies, new_nodes, graphdef, final_graphdef) -> None:
         ' back. Make the change outside the captured function, or capture'
         ' in graph mode: `with nnx.set_graph_mode(True): ...`.'
     )
-
-
-def _write_back(nodes, flat_state, changed) -> None:
-  """Writes the changed leaves into the caller's objects (``nnx.update``).
-
-  ``nnx.update`` sets a leaf on the node that holds it, which fails if that
-  node is an immutable pytree (a tuple, a NamedTuple, a frozen dataclass
-  marked ``nnx.data``). Such a node is rebuilt with its new leaves and set on
-  the mutable node above it, as ``nnx.jit`` writes back its outputs (and as a
-  direct call that changes the values replaces the pytree).
-  """
-  if not changed:
-    return
-  paths = flat_state.paths
-  in_place = []
-  # Per immutable pytree, by its path: (holder, key, pytree, its changes).
-  rebuilt: dict[tuple[tp.Any, ...], tuple[tp.Any, tp.Any, tp.Any, dict]] = {}
-  for i, value in changed:
-    path = paths[i]
-    # A Variable or an array reference is updated in place, wherever it is.
-    leaf = flat_state.leaves[i]
-    frozen = None
-    if not isinstance(
-        leaf, (variablelib.Variable, variablelib.HijaxVariable)
-    ) and not variablelib.is_array_ref(leaf):
-      frozen = _frozen_ancestor(nodes, path)
-    if frozen is None:
-      in_place.append((path, value))
-      continue
-    depth, holder, node = frozen
-    _, _, _, changes = rebuilt.setdefault(
-        path[:depth], (holder, path[depth - 1], node, {})
-    )
-    changes[path[depth:]] = value
-  if in_place:
-    graphlib.update(nodes, statelib.from_flat_state(in_place))
-  for holder, key, node, changes in rebuilt.values():
-    # `_frozen_ancestor` found `holder` mutable: a graph node, or a pytree
-    # node with `set_key`.
-    set_key = tp.cast(tp.Any, graphlib.get_node_impl(holder)).set_key
-    set_key(holder, key, _rebuild(node, changes))
-
-
-def _is_immutable_node(x: tp.Any) -> bool:
-  impl = graphlib.get_node_impl(x)
-  return isinstance(impl, graphlib.PytreeNodeImpl) and impl.set_key is None
-
-
-def _frozen_ancestor(root, path):
-  """Where the leaf at ``path`` must be written if its holder is immutable.
-
-  Returns ``None`` if the node holding the leaf can be set in place;
-  otherwise ``(depth, holder, node)``: ``node``, at ``path[:depth]``, is the
-  outermost immutable pytree of the chain of immutable ones holding the leaf,
-  and ``holder`` the mutable node whose key ``path[depth - 1]`` holds it.
-  """
-  chain = [root]
-  for key in path[:-1]:
-    impl = graphlib.get_node_impl(chain[-1])
-    children = None if impl is None else impl.node_dict(chain[-1])
-    if children is None or key not in children:
-      return None  # not a plain nesting: left to `nnx.update`
-    chain.append(children[key])
-  depth = len(chain) - 1
-  if not _is_immutable_node(chain[depth]):
-    return None
-  while depth > 1 and _is_immutable_node(chain[depth - 1]):
-    depth -= 1
-  return depth, chain[depth - 1], chain[depth]
-
-
-def _rebuild(node, changes: dict[tuple[tp.Any, ...], tp.Any]) -> tp.Any:
-  """A copy of the immutable pytree ``node`` with the leaves at ``changes``
-  (paths relative to ``node``) replaced; other children are kept as is."""
-  impl = tp.cast(graphlib.PytreeNodeImpl, graphlib.get_node_impl(node))
-  children, metadata = impl.flatten(node)
-  new_children = []
-  for key, child in children:
-    below = {path[1:]: v for path, v in changes.items() if path[0] == key}
-    if () in below:
-      child = below[()]
-    elif below:
-      child = _rebuild(child, below)
-    new_children.append((key, child))
-  return impl.unflatten(new_children, metadata)
