@@ -22,6 +22,7 @@ import weakref
 
 import jax
 
+from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
@@ -101,14 +102,12 @@ def capture(
         f'capture: expected a callable, got {f!r} of type {type(f).__name__}.'
     )
   selection = Selection.make(tag=tag, names=names, where='capture')
-  compiled = _compiled_runners(f, selection) if _is_jit(f) else None
+  compiled = _compiled_runners(f) if _is_jit(f) else None
 
   @functools.wraps(f)
   def captured(*args, **kwargs):
     if compiled is not None:
-      result = compiled(args, kwargs)
-      if result is not None:
-        return result
+      return compiled(selection, args, kwargs)
     return _call(f, selection, args, kwargs)
 
   return captured
@@ -125,91 +124,128 @@ def _is_jit(f: tp.Any) -> bool:
 
 
 class _CompiledRunners:
-  """``capture(jax.jit(g))`` runs as ``jax.jit(capture(jax.jit(g)))``.
+  """``capture(jax.jit(g))`` runs as ``jax.jit(capture(g))``, with ``g``'s
+  jit options.
 
-  A ``jax.jit`` function already caches its trace per argument structure, so
-  tracing it again on every eager call would only cost time: this keeps one
-  jitted runner per call structure (tree, static arguments), dispatched by
-  JAX's C++ fast path, so an eager capture costs about what ``jax.jit(g)``
-  costs. Calls whose static arguments are unhashable take the general path.
-  NNX graph nodes go through it as pytrees, as they go through ``jax.jit(g)``
-  itself, which never writes to the caller's objects either.
+  A jitted function is traced once per call signature, so tracing it again
+  on every eager call would only cost time: the call runs as one jitted
+  runner per selection, made with the options of ``jax.jit(g)`` (static and
+  donated arguments, ``keep_unused``, compiler options). JAX's dispatch then
+  decides what is traced and what is static exactly as for ``jax.jit(g)``: a
+  Python scalar is traced with a weak type, a static argument keys a
+  compilation, a donated argument is donated. The runner returns ``(out,
+  collected)`` itself, so their structure is kept per call signature by JAX,
+  never shared between signatures or threads.
+
+  The runner captures ``g`` itself, as ``jax.jit(capture(g))`` would: NNX
+  graph nodes then reach ``g`` as copies whose updates are written back, so
+  Hijax Variables are updated as ``jax.jit(g)`` updates them (the jitted
+  function would receive ordinary copies, whose updates a jit drops). A
+  jitted function that places its arguments or results (shardings, layouts)
+  is captured as it is, with its placement.
+
+  A name predicate is resolved on each call to the names ``g`` sows for that
+  call (read from the trace of ``jax.jit(g)``, which JAX caches), so that
+  predicates selecting the same names share a runner. At most
+  ``_MAX_RUNNERS`` selections keep a runner, the oldest going first; each
+  runner keeps its compilations as ``jax.jit`` does.
   """
 
-  _MAX_RUNNERS = 64
+  _MAX_RUNNERS = 8
 
-  def __init__(self, f, selection):
-    self.f, self.selection = f, selection
-    self.runners: dict[tp.Any, tp.Any] = {}
-    # (tree, leaf types) -> runner, for calls whose leaves are all arrays:
-    # found without looking at each leaf in Python.
-    self.array_runners: dict[tp.Any, tp.Any] = {}
-
-  def __call__(self, args, kwargs):
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    kinds = (treedef, tuple(map(type, leaves)))
-    runner = self.array_runners.get(kinds)
-    if runner is not None:
-      return runner(leaves)
-    traced = tuple(map(primitive.is_array, leaves))
-    static = () if all(traced) else tuple(
-        leaf for leaf, t in zip(leaves, traced) if not t
+  def __init__(self, f, info):
+    # Weakly: the table of runners is keyed weakly by `f`, so an entry that
+    # held `f` would keep it alive forever.
+    self.f = weakref.ref(f)
+    self.target = _target(f, info)
+    self.name = getattr(f, '__name__', 'captured')
+    self.signature = info.fun_signature
+    self.options = dict(
+        static_argnums=info.static_argnums,
+        static_argnames=info.static_argnames,
+        donate_argnums=info.donate_argnums,
+        donate_argnames=info.donate_argnames,
+        keep_unused=info.keep_unused,
+        compiler_options=dict(info.compiler_options_kvs) or None,
     )
-    key = (treedef, traced, static)
-    try:
-      runner = self.runners.get(key)
-    except TypeError:  # an unhashable static argument
-      return None
+    self.runners: dict[Selection, tp.Callable[..., tp.Any]] = {}
+    self.lock = threading.Lock()
+
+  def __call__(self, selection: Selection, args, kwargs):
+    if callable(selection.names):
+      selection = selection.resolve(self._sow_keys(args, kwargs))
+    runner = self.runners.get(selection)
     if runner is None:
-      runner = self._make_runner(treedef, traced, static)
-      if len(self.runners) >= self._MAX_RUNNERS:
-        self.runners.clear()
-        self.array_runners.clear()
-      self.runners[key] = runner
-    if not static:
-      self.array_runners[kinds] = runner
-    return runner(leaves if not static else [
-        leaf for leaf, t in zip(leaves, traced) if t
-    ])
+      runner = self._add(selection)
+    return runner(*args, **kwargs)
 
-  def _make_runner(self, treedef, traced, static):
-    out_tree = []
+  def _sow_keys(self, args, kwargs):
+    """The (name, tag) of the sows of this call of the jitted function."""
+    f = self.f()
+    assert f is not None  # the caller holds it
+    with primitive.harvesting(True):  # as a capture traces it
+      traced = f.trace(*args, **kwargs)
+    return primitive.sow_keys(traced.jaxpr.jaxpr)
 
-    @jax.jit
-    def run(arrays):
-      values, statics = iter(arrays), iter(static)
-      full = [next(values) if t else next(statics) for t in traced]
-      call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
-      result = _call(self.f, self.selection, call_args, call_kwargs)
-      # A flat list of arrays leaves jit's C++ dispatch nothing to rebuild;
-      # the (out, collected) structure is rebuilt once, below.
-      flat, tree = jax.tree_util.tree_flatten(result)
-      out_tree[:] = [tree]
-      return flat
+  def _add(self, selection: Selection):
+    with self.lock:
+      runner = self.runners.get(selection)
+      if runner is None:
+        if len(self.runners) >= self._MAX_RUNNERS:
+          del self.runners[next(iter(self.runners))]
+        runner = self.runners[selection] = self._make_runner(selection)
+      return runner
 
-    def runner(arrays):
-      flat = run(arrays)
-      return jax.tree_util.tree_unflatten(out_tree[0], flat)
+  def _make_runner(self, selection: Selection):
+    target = self.target
 
-    return runner
+    def run(*args, **kwargs):
+      return _call(target(), selection, args, kwargs)
+
+    run.__name__ = run.__qualname__ = self.name
+    if self.signature is not None:
+      run.__signature__ = self.signature  # names arguments in JAX's messages
+    return jax.jit(run, **self.options)
 
 
-# Per jitted function (weakly held) and selection, so that the common inline
-# use `capture(f)(x)` in a loop reuses the runners of earlier calls.
+def _target(f, info) -> tp.Callable[[], tp.Callable[..., tp.Any]]:
+  """What a runner of the jitted ``f`` captures: ``f``'s own function, or
+  ``f`` (held weakly) if it places its arguments or results."""
+  unspecified = type(_jax.UNSPECIFIED)
+  placed = (
+      info.user_specified_in_shardings
+      or any(type(s) is not unspecified for s in info.out_shardings_leaves)
+      or any(layout is not None for layout in info.in_layouts_leaves)
+      or any(layout is not None for layout in info.out_layouts_leaves)
+  )
+  if placed:
+    return weakref.ref(f)
+  fun = f.__wrapped__
+  return lambda: fun
+
+
+# Per jitted function, held weakly, so that the common inline use
+# `capture(f)(x)` in a loop reuses the runners of earlier calls; an entry
+# goes with its function.
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _RUNNERS_LOCK = threading.Lock()
 
 
-def _compiled_runners(f, selection) -> _CompiledRunners:
+def _compiled_runners(f) -> _CompiledRunners | None:
+  """The runners of the jitted function ``f``; ``None`` if it has none."""
+  info = _jax.jit_info(f)
+  if info.backend is not None or info.device is not None:
+    return None  # deprecated options a runner cannot take: the general path
   with _RUNNERS_LOCK:
-    per_selection = _RUNNERS.setdefault(f, {})
-    if selection not in per_selection:
-      per_selection[selection] = _CompiledRunners(f, selection)
-    return per_selection[selection]
+    runners = _RUNNERS.get(f)
+    if runners is None:
+      runners = _RUNNERS[f] = _CompiledRunners(f, info)
+    return runners
 
 
 def _call(f, selection, args, kwargs):
   staged = tracing.stage(f, args, kwargs)
+  selection = selection.resolve(primitive.sow_keys(staged.jaxpr.jaxpr))
   scope = interpreter.Scope(interpreter.Request(selection))
   out_flat = interpreter.evaluate(
       staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
