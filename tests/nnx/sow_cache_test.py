@@ -146,6 +146,43 @@ class CompiledRunnerTest(parameterized.TestCase):
     self.assertEqual(len(compiles), 1)  # by keyword: a new call signature
     sow_testing.assert_close(out, direct(X, 3, offset=1.0))
 
+  @parameterized.parameters(1, -1)
+  def test_a_static_numpy_scalar_reaches_f_as_given(self, argnum):
+    seen = []
+
+    def f(x, k):
+      seen.append(type(k))
+      return sow(x * int(k), name='s')  # int(k): k must be concrete
+
+    jitted = jax.jit(f, static_argnums=argnum)
+    for k in (2, 3):
+      _, collected = capture(jitted)(X, np.int32(k))
+      np.testing.assert_array_equal(collected['s'][0], X * k)
+    self.assertEqual(seen, [np.int32, np.int32])
+
+  def test_a_jitted_module_is_closed_over_as_jit_does(self):
+    class Scale(nnx.Module):
+
+      def __init__(self, update):
+        self.update = update
+        self.count = nnx.BatchStat(jnp.zeros(()))
+        self.w = nnx.Param(jnp.arange(3, dtype=jnp.float32))
+
+      def __call__(self, x):
+        if self.update:
+          self.count[...] = self.count[...] + 1
+        return sow(x * self.w[...], name='y')
+
+    model = Scale(update=False)
+    out, collected = capture(jax.jit(model))(X)
+    np.testing.assert_array_equal(out, jax.jit(model)(X))
+    np.testing.assert_array_equal(collected['y'][0], out)
+    # A closed-over model updated inside the jit: the direct call's error.
+    with self.assertRaises(Exception) as direct:
+      jax.jit(Scale(update=True))(X)
+    with self.assertRaises(type(direct.exception)):
+      capture(jax.jit(Scale(update=True)))(X)
+
   def test_keyword_arguments_are_traced_as_jit_traces_them(self):
     def scaled(x, *, lr, bias=0.0):
       return sow(x * lr, name='s') + bias

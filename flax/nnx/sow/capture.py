@@ -137,12 +137,14 @@ class _CompiledRunners:
   collected)`` itself, so their structure is kept per call signature by JAX,
   never shared between signatures or threads.
 
-  The runner captures ``g`` itself, as ``jax.jit(capture(g))`` would: NNX
-  graph nodes then reach ``g`` as copies whose updates are written back, so
-  Hijax Variables are updated as ``jax.jit(g)`` updates them (the jitted
-  function would receive ordinary copies, whose updates a jit drops). A
-  jitted function that places its arguments or results (shardings, layouts)
-  is captured as it is, with its placement.
+  The runner captures ``g`` itself, as ``jax.jit(capture(g))`` would, and
+  hands it the static arguments as given. NNX graph nodes among the other
+  arguments reach ``g`` as copies whose updates are written back, so Hijax
+  Variables are updated as ``jax.jit(g)`` updates them (``jax.jit(g)``
+  inside the capture would receive ordinary copies, whose updates a jit
+  drops); ``g`` itself is closed over, as ``jax.jit`` closes over it, even
+  if it is a Module. A jitted function that places its arguments or results
+  (shardings, layouts) is captured as it is, with its placement.
 
   A name predicate is resolved on each call to the names ``g`` sows for that
   call (read from the trace of ``jax.jit(g)``, which JAX caches), so that
@@ -198,9 +200,14 @@ class _CompiledRunners:
 
   def _make_runner(self, selection: Selection):
     target = self.target
+    argnums = self.options['static_argnums']
+    argnames = self.options['static_argnames']
 
     def run(*args, **kwargs):
-      return _call(target(), selection, args, kwargs)
+      fun, args, kwargs = _bind_static(
+          target(), args, kwargs, argnums, argnames
+      )
+      return _call(fun, selection, args, kwargs)
 
     run.__name__ = run.__qualname__ = self.name
     if self.signature is not None:
@@ -221,7 +228,39 @@ def _target(f, info) -> tp.Callable[[], tp.Callable[..., tp.Any]]:
   if placed:
     return weakref.ref(f)
   fun = f.__wrapped__
-  return lambda: fun
+
+  def call(*args, **kwargs):
+    # A plain function, as `jax.jit` sees `fun`: a Module or a bound method
+    # of one is closed over, not staged as an input graph node.
+    return fun(*args, **kwargs)
+
+  return lambda: call
+
+
+def _bind_static(fun, args, kwargs, argnums, argnames):
+  """``fun`` with its static arguments bound, and the other arguments.
+
+  ``jax.jit`` hands static arguments over as they are; bound, they reach
+  ``fun`` so, instead of being staged as arguments (a static NumPy scalar
+  would be traced).
+  """
+  if not argnums and not argnames:
+    return fun, args, kwargs
+  static_at = {i % len(args) for i in argnums if -len(args) <= i < len(args)}
+  static_args = {i: args[i] for i in static_at}
+  static_kwargs = {k: v for k, v in kwargs.items() if k in argnames}
+
+  def bound(*dynamic_args, **dynamic_kwargs):
+    values = iter(dynamic_args)
+    full = [
+        static_args[i] if i in static_at else next(values)
+        for i in range(len(args))
+    ]
+    return fun(*full, **dynamic_kwargs, **static_kwargs)
+
+  dynamic_args = [a for i, a in enumerate(args) if i not in static_at]
+  dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in argnames}
+  return bound, dynamic_args, dynamic_kwargs
 
 
 # Per jitted function, held weakly, so that the common inline use
