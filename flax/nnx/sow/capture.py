@@ -67,7 +67,10 @@ def capture(
 
   Selected sows are consumed; the others stay in the program, so an enclosing
   ``capture`` sees them. Array arguments are traced; every other argument
-  reaches ``f`` unchanged, as in a direct call.
+  reaches ``f`` unchanged, as in a direct call. If ``f`` is a ``jax.jit``
+  function, its own rules decide instead, as for a direct call of ``f``:
+  Python numbers are traced with weak types, its static arguments are
+  static and its donated arguments donated.
 
   Example::
 
@@ -92,7 +95,10 @@ def capture(
     tag: only capture sows with this tag; ``None`` captures every tag.
     names: only capture these names: ``None`` (all), a name, a collection of
       names (a tuple here is a collection; to select a tuple name, put it in
-      a collection), or a predicate on names.
+      a collection), or a predicate on names. A predicate is asked about the
+      names the call sows, on each call, and compiled programs are kept per
+      set of names selected: a new ``lambda`` selecting the same names
+      compiles nothing.
 
   Returns:
     A function with ``f``'s signature returning ``(out, collected)``.
