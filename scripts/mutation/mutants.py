@@ -355,7 +355,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '        if False:',
        'the runners of one jitted function are bounded'),
     _m('capture-runner-calls-the-jit', 'capture.py',
-       '  if placed:\n    return weakref.ref(f)',
+       '  if placed or fun is None:\n    return weakref.ref(f)',
        '  if True:\n    return weakref.ref(f)',
        'an eager capture(jax.jit(f)) updates Hijax Variables as jax.jit(f)'),
     _m('capture-clobber-appends', 'capture.py',

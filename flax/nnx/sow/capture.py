@@ -221,7 +221,7 @@ class _CompiledRunners:
     return jax.jit(run, **self.options)
 
 
-def _target(f, info) -> tp.Callable[[], tp.Callable[..., tp.Any]]:
+def _target(f, info) -> tp.Callable[[], tp.Any]:
   """What a runner of the jitted ``f`` captures: ``f``'s own function, or
   ``f`` (held weakly) if it places its arguments or results."""
   unspecified = type(_jax.UNSPECIFIED)
@@ -231,9 +231,9 @@ def _target(f, info) -> tp.Callable[[], tp.Callable[..., tp.Any]]:
       or any(layout is not None for layout in info.in_layouts_leaves)
       or any(layout is not None for layout in info.out_layouts_leaves)
   )
-  if placed:
+  fun = getattr(f, '__wrapped__', None)
+  if placed or fun is None:
     return weakref.ref(f)
-  fun = f.__wrapped__
 
   def call(*args, **kwargs):
     # A plain function, as `jax.jit` sees `fun`: a Module or a bound method
