@@ -313,9 +313,9 @@ class CompiledRunnerTest(parameterized.TestCase):
 
   def test_the_runners_of_a_function_are_bounded(self):
     jitted = jax.jit(
-        lambda x: sum(sow(x * i, name=f's{i}') for i in range(12))
+        lambda x: sum(sow(x * i, name=f's{i}') for i in range(10))
     )
-    for i in range(12):
+    for i in range(10):
       _, collected = capture(jitted, names=f's{i}')(X)
       self.assertEqual(list(collected), [f's{i}'])
       np.testing.assert_array_equal(collected[f's{i}'][0], X * i)
@@ -329,7 +329,7 @@ class CompiledRunnerTest(parameterized.TestCase):
   def test_the_runners_go_with_their_function(self):
     gc.collect()
     before = len(capture_lib._RUNNERS)
-    for i in range(20):
+    for i in range(8):
       jitted = jax.jit(lambda x, i=i: sow(x * i, name='s'))
       _, collected = capture(jitted, names=lambda n: True)(X)
       np.testing.assert_array_equal(collected['s'][0], X * i)
@@ -421,11 +421,22 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
       ('rewrite', interpreter._rewrite),
       ('transform', interpreter.transform),
       ('sow_keys', primitive.sow_keys),
+      ('scan_body', rules._scan_body),
+      ('while_jaxprs', rules._while_jaxprs),
   )
   def test_fresh_shapes_and_predicates_do_not_grow_it(self, cached):
     # Keyed weakly by jaxprs: entries go with the programs traced per call.
     def f(x):
-      return jnp.sum(sow(jnp.sin(x), name='h'))
+      def scan_body(c, row):
+        return c + sow(jnp.sin(row), name='s', mode='clobber'), None
+
+      def while_body(c):
+        return c[0] + 1, sow(c[1] * 2, name='w', mode='clobber')
+
+      sow(x, name='w', mode='clobber')
+      scanned = lax.scan(scan_body, jnp.zeros_like(x), x[None])[0]
+      looped = lax.while_loop(lambda c: c[0] < 2, while_body, (0, x))[1]
+      return jnp.sum(sow(jnp.sin(x), name='h')) + scanned + looped
 
     def run(n, names):
       x = jnp.arange(n, dtype=jnp.float32)
@@ -434,11 +445,13 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
     run(1, None)
     gc.collect()
     _, misses, size = _info(cached)
-    for n in range(2, 12):
-      _, collected = run(n, lambda name: name == 'h')
+    for n in range(2, 6):
+      _, collected = run(n, lambda name: name in ('h', 's', 'w'))
       sow_testing.assert_close(collected['h'][0], np.sin(np.arange(n)))
+      sow_testing.assert_close(collected['w'][0], 4 * np.arange(n))
+    self.assertGreater(_info(cached)[1], misses)  # it was filled
     gc.collect()
-    self.assertLessEqual(_info(cached)[2], size)
+    self.assertLessEqual(_info(cached)[2], size)  # and emptied
 
   def test_plan_rewrite_and_reemittable_hit_and_miss(self):
     closed = jax.make_jaxpr(lambda x: jnp.sin(sow(x * 2, name='h')))(X)
