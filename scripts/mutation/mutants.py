@@ -41,6 +41,7 @@ COMPAT = 'flax/nnx/capture_compat/'
 # among them: what it finds is pinned by deterministic tests.
 CORE_TESTS = (
     'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/sow_cache_test.py',
     'tests/nnx/sow_test.py',
     'tests/nnx/sow_beyond_test.py',
     'tests/nnx/sow_coverage_test.py',
@@ -152,6 +153,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '    frame = frame.f_back',
        'a sow in an inner cond whose index is not batched, inside a cond'
        ' whose index is, is refused'),
+    _m('primitive-sow-keys-shallow', 'primitive.py',
+       '      keys.update(sow_keys(sub))',
+       '      pass',
+       'a name predicate selects sows nested in a jit body'),
+    _m('primitive-is-array-unbounded', 'primitive.py',
+       '    if len(_IS_ARRAY) < _MAX_TYPES:',
+       '    if True:',
+       'the table of leaf types is bounded'),
     _m('primitive-mode-unchecked', 'primitive.py',
        '  if mode not in MODES:',
        '  if mode is None:',
@@ -311,17 +320,49 @@ MUTANTS: tuple[Mutant, ...] = (
        'a while loop with clobbered sows is captured'),
     # -- capture.py --------------------------------------------------------
     _m('capture-runner-ignores-statics', 'capture.py',
-       '    key = (treedef, traced, static)',
-       '    key = (treedef, traced)',
-       'capture(jax.jit(f)) called with another static value retraces'),
+       '        static_argnums=info.static_argnums,\n'
+       '        static_argnames=info.static_argnames,',
+       '        static_argnums=(),\n        static_argnames=(),',
+       "capture(jax.jit(f)) keeps f's static arguments static"),
     _m('capture-runner-ignores-selection', 'capture.py',
-       '    if selection not in per_selection:\n'
-       '      per_selection[selection] = _CompiledRunners(f, selection)\n'
-       '    return per_selection[selection]',
-       '    if None not in per_selection:\n'
-       '      per_selection[None] = _CompiledRunners(f, selection)\n'
-       '    return per_selection[None]',
+       '        runner = self.runners[selection] = self._make_runner('
+       'selection)',
+       '        runner = self.runners[selection] = next(\n'
+       '            iter(self.runners.values()), None\n'
+       '        ) or self._make_runner(selection)',
        'capture(jax.jit(f), names=...) selects by its own names'),
+    _m('capture-runner-predicate-unresolved', 'capture.py',
+       '      selection = selection.resolve(self._sow_keys(args, kwargs))',
+       '      pass',
+       'a fresh predicate selecting the same names reuses the compiled'
+       ' runner'),
+    _m('capture-call-predicate-unresolved', 'capture.py',
+       '    selection = selection.resolve('
+       'primitive.sow_keys(staged.jaxpr.jaxpr))\n',
+       '',
+       'a fresh predicate selecting the same names reuses the transformed'
+       ' bodies'),
+    _m('capture-runner-no-donation', 'capture.py',
+       '        donate_argnums=info.donate_argnums,\n'
+       '        donate_argnames=info.donate_argnames,\n',
+       '',
+       "an eager capture(jax.jit(f)) donates f's donated arguments"),
+    _m('capture-static-staged', 'capture.py',
+       '  if not argnums and not argnames:\n    return fun, args, kwargs',
+       '  if True:\n    return fun, args, kwargs',
+       'a static argument of capture(jax.jit(f)) reaches f as given'),
+    _m('capture-runners-hold-function', 'capture.py',
+       '    self.f = weakref.ref(f)',
+       '    self.f = lambda: f',
+       'the runners of a jitted function go with the function'),
+    _m('capture-runner-unbounded', 'capture.py',
+       '        if len(self.runners) >= self._MAX_RUNNERS:',
+       '        if False:',
+       'the runners of one jitted function are bounded'),
+    _m('capture-runner-calls-the-jit', 'capture.py',
+       '  if placed or fun is None:\n    return weakref.ref(f)',
+       '  if True:\n    return weakref.ref(f)',
+       'an eager capture(jax.jit(f)) updates Hijax Variables as jax.jit(f)'),
     _m('capture-clobber-appends', 'capture.py',
        "    if site.mode == 'clobber':\n      grouped[key(site)] = [value]",
        "    if site.mode == 'never':\n      grouped[key(site)] = [value]",

@@ -14,7 +14,7 @@
 """Frames of ``capture_compat.capture``: which module copy has which path.
 
 A compat capture runs its function on copies of the captured module (see
-:func:`flax.nnx.sow.tracing.stage`). ``Module.sow`` on a copy, or on a copy
+:func:`flax.nnx.sow.tracing.staged`). ``Module.sow`` on a copy, or on a copy
 of it that an NNX or JAX transform made inside the call, must find the
 module's path from the captured module: this module keeps, per thread, a
 stack of active captures (frames) and resolves a module to its frame and

@@ -96,6 +96,15 @@ convert_constvars_jaxpr = pe.convert_constvars_jaxpr
 # by the trace context: `functools.lru_cache` would keep every jaxpr alive.
 weakref_lru_cache = util.weakref_lru_cache
 
+# -- jit functions -----------------------------------------------------------
+# The options a `jax.jit` function was made with (static and donated
+# arguments, compiler options), which an eager `capture(jax.jit(f))` compiles
+# with: `jax.jit` keeps them only as the function's private `_jit_info`.
+def jit_info(f: tp.Any) -> tp.Any:
+  """The ``PjitInfo`` of a ``jax.jit`` function (its options)."""
+  return f._jit_info
+
+
 # -- The cond batching rule --------------------------------------------------
 # JAX 0.10.2 batches a cond whose index is batched by running every branch on
 # every example and selecting the outputs, with no hook for an effect to

@@ -22,6 +22,7 @@ import weakref
 
 import jax
 
+from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
@@ -66,7 +67,10 @@ def capture(
 
   Selected sows are consumed; the others stay in the program, so an enclosing
   ``capture`` sees them. Array arguments are traced; every other argument
-  reaches ``f`` unchanged, as in a direct call.
+  reaches ``f`` unchanged, as in a direct call. If ``f`` is a ``jax.jit``
+  function, its own rules decide instead, as for a direct call of ``f``:
+  Python numbers are traced with weak types, its static arguments are
+  static and its donated arguments donated.
 
   Example::
 
@@ -91,7 +95,10 @@ def capture(
     tag: only capture sows with this tag; ``None`` captures every tag.
     names: only capture these names: ``None`` (all), a name, a collection of
       names (a tuple here is a collection; to select a tuple name, put it in
-      a collection), or a predicate on names.
+      a collection), or a predicate on names. A predicate is asked about the
+      names the call sows, on each call, and compiled programs are kept per
+      set of names selected: a new ``lambda`` selecting the same names
+      compiles nothing.
 
   Returns:
     A function with ``f``'s signature returning ``(out, collected)``.
@@ -101,14 +108,12 @@ def capture(
         f'capture: expected a callable, got {f!r} of type {type(f).__name__}.'
     )
   selection = Selection.make(tag=tag, names=names, where='capture')
-  compiled = _compiled_runners(f, selection) if _is_jit(f) else None
+  compiled = _compiled_runners(f) if _is_jit(f) else None
 
   @functools.wraps(f)
   def captured(*args, **kwargs):
     if compiled is not None:
-      result = compiled(args, kwargs)
-      if result is not None:
-        return result
+      return compiled(selection, args, kwargs)
     return _call(f, selection, args, kwargs)
 
   return captured
@@ -125,91 +130,167 @@ def _is_jit(f: tp.Any) -> bool:
 
 
 class _CompiledRunners:
-  """``capture(jax.jit(g))`` runs as ``jax.jit(capture(jax.jit(g)))``.
+  """``capture(jax.jit(g))`` runs as ``jax.jit(capture(g))``, with ``g``'s
+  jit options.
 
-  A ``jax.jit`` function already caches its trace per argument structure, so
-  tracing it again on every eager call would only cost time: this keeps one
-  jitted runner per call structure (tree, static arguments), dispatched by
-  JAX's C++ fast path, so an eager capture costs about what ``jax.jit(g)``
-  costs. Calls whose static arguments are unhashable take the general path.
-  NNX graph nodes go through it as pytrees, as they go through ``jax.jit(g)``
-  itself, which never writes to the caller's objects either.
+  A jitted function is traced once per call signature, so tracing it again
+  on every eager call would only cost time: the call runs as one jitted
+  runner per selection, made with the options of ``jax.jit(g)`` (static and
+  donated arguments, ``keep_unused``, compiler options). JAX's dispatch then
+  decides what is traced and what is static exactly as for ``jax.jit(g)``: a
+  Python scalar is traced with a weak type, a static argument keys a
+  compilation, a donated argument is donated. The runner returns ``(out,
+  collected)`` itself, so their structure is kept per call signature by JAX,
+  never shared between signatures or threads.
+
+  The runner captures ``g`` itself, as ``jax.jit(capture(g))`` would, and
+  hands it the static arguments as given. NNX graph nodes among the other
+  arguments reach ``g`` as copies whose updates are written back, so Hijax
+  Variables are updated as ``jax.jit(g)`` updates them (``jax.jit(g)``
+  inside the capture would receive ordinary copies, whose updates a jit
+  drops); ``g`` itself is closed over, as ``jax.jit`` closes over it, even
+  if it is a Module. A jitted function that places its arguments or results
+  (shardings, layouts) is captured as it is, with its placement.
+
+  A name predicate is resolved on each call to the names ``g`` sows for that
+  call (read from the trace of ``jax.jit(g)``, which JAX caches), so that
+  predicates selecting the same names share a runner. At most
+  ``_MAX_RUNNERS`` selections keep a runner, the oldest going first; each
+  runner keeps its compilations as ``jax.jit`` does.
   """
 
-  _MAX_RUNNERS = 64
+  _MAX_RUNNERS = 8
 
-  def __init__(self, f, selection):
-    self.f, self.selection = f, selection
-    self.runners: dict[tp.Any, tp.Any] = {}
-    # (tree, leaf types) -> runner, for calls whose leaves are all arrays:
-    # found without looking at each leaf in Python.
-    self.array_runners: dict[tp.Any, tp.Any] = {}
-
-  def __call__(self, args, kwargs):
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    kinds = (treedef, tuple(map(type, leaves)))
-    runner = self.array_runners.get(kinds)
-    if runner is not None:
-      return runner(leaves)
-    traced = tuple(map(primitive.is_array, leaves))
-    static = () if all(traced) else tuple(
-        leaf for leaf, t in zip(leaves, traced) if not t
+  def __init__(self, f, info):
+    # Weakly: the table of runners is keyed weakly by `f`, so an entry that
+    # held `f` would keep it alive forever.
+    self.f = weakref.ref(f)
+    self.target = _target(f, info)
+    self.name = getattr(f, '__name__', 'captured')
+    self.signature = info.fun_signature
+    self.options = dict(
+        static_argnums=info.static_argnums,
+        static_argnames=info.static_argnames,
+        donate_argnums=info.donate_argnums,
+        donate_argnames=info.donate_argnames,
+        keep_unused=info.keep_unused,
+        compiler_options=dict(info.compiler_options_kvs) or None,
     )
-    key = (treedef, traced, static)
-    try:
-      runner = self.runners.get(key)
-    except TypeError:  # an unhashable static argument
-      return None
+    self.runners: dict[Selection, tp.Callable[..., tp.Any]] = {}
+    self.lock = threading.Lock()
+
+  def __call__(self, selection: Selection, args, kwargs):
+    if callable(selection.names):
+      selection = selection.resolve(self._sow_keys(args, kwargs))
+    runner = self.runners.get(selection)
     if runner is None:
-      runner = self._make_runner(treedef, traced, static)
-      if len(self.runners) >= self._MAX_RUNNERS:
-        self.runners.clear()
-        self.array_runners.clear()
-      self.runners[key] = runner
-    if not static:
-      self.array_runners[kinds] = runner
-    return runner(leaves if not static else [
-        leaf for leaf, t in zip(leaves, traced) if t
-    ])
+      runner = self._add(selection)
+    return runner(*args, **kwargs)
 
-  def _make_runner(self, treedef, traced, static):
-    out_tree = []
+  def _sow_keys(self, args, kwargs):
+    """The (name, tag) of the sows of this call of the jitted function."""
+    f = self.f()
+    assert f is not None  # the caller holds it
+    with primitive.harvesting(True):  # as a capture traces it
+      traced = f.trace(*args, **kwargs)
+    return primitive.sow_keys(traced.jaxpr.jaxpr)
 
-    @jax.jit
-    def run(arrays):
-      values, statics = iter(arrays), iter(static)
-      full = [next(values) if t else next(statics) for t in traced]
-      call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
-      result = _call(self.f, self.selection, call_args, call_kwargs)
-      # A flat list of arrays leaves jit's C++ dispatch nothing to rebuild;
-      # the (out, collected) structure is rebuilt once, below.
-      flat, tree = jax.tree_util.tree_flatten(result)
-      out_tree[:] = [tree]
-      return flat
+  def _add(self, selection: Selection):
+    with self.lock:
+      runner = self.runners.get(selection)
+      if runner is None:
+        if len(self.runners) >= self._MAX_RUNNERS:
+          del self.runners[next(iter(self.runners))]
+        runner = self.runners[selection] = self._make_runner(selection)
+      return runner
 
-    def runner(arrays):
-      flat = run(arrays)
-      return jax.tree_util.tree_unflatten(out_tree[0], flat)
+  def _make_runner(self, selection: Selection):
+    target = self.target
+    argnums = self.options['static_argnums']
+    argnames = self.options['static_argnames']
 
-    return runner
+    def run(*args, **kwargs):
+      fun, args, kwargs = _bind_static(
+          target(), args, kwargs, argnums, argnames
+      )
+      return _call(fun, selection, args, kwargs)
+
+    run.__name__ = run.__qualname__ = self.name
+    if self.signature is not None:
+      run.__signature__ = self.signature  # names arguments in JAX's messages
+    return jax.jit(run, **self.options)
 
 
-# Per jitted function (weakly held) and selection, so that the common inline
-# use `capture(f)(x)` in a loop reuses the runners of earlier calls.
+def _target(f, info) -> tp.Callable[[], tp.Any]:
+  """What a runner of the jitted ``f`` captures: ``f``'s own function, or
+  ``f`` (held weakly) if it places its arguments or results."""
+  unspecified = type(_jax.UNSPECIFIED)
+  placed = (
+      info.user_specified_in_shardings
+      or any(type(s) is not unspecified for s in info.out_shardings_leaves)
+      or any(layout is not None for layout in info.in_layouts_leaves)
+      or any(layout is not None for layout in info.out_layouts_leaves)
+  )
+  fun = getattr(f, '__wrapped__', None)
+  if placed or fun is None:
+    return weakref.ref(f)
+
+  def call(*args, **kwargs):
+    # A plain function, as `jax.jit` sees `fun`: a Module or a bound method
+    # of one is closed over, not staged as an input graph node.
+    return fun(*args, **kwargs)
+
+  return lambda: call
+
+
+def _bind_static(fun, args, kwargs, argnums, argnames):
+  """``fun`` with its static arguments bound, and the other arguments.
+
+  ``jax.jit`` hands static arguments over as they are; bound, they reach
+  ``fun`` so, instead of being staged as arguments (a static NumPy scalar
+  would be traced).
+  """
+  if not argnums and not argnames:
+    return fun, args, kwargs
+  static_at = {i % len(args) for i in argnums if -len(args) <= i < len(args)}
+  static_args = {i: args[i] for i in static_at}
+  static_kwargs = {k: v for k, v in kwargs.items() if k in argnames}
+
+  def bound(*dynamic_args, **dynamic_kwargs):
+    values = iter(dynamic_args)
+    full = [
+        static_args[i] if i in static_at else next(values)
+        for i in range(len(args))
+    ]
+    return fun(*full, **dynamic_kwargs, **static_kwargs)
+
+  dynamic_args = [a for i, a in enumerate(args) if i not in static_at]
+  dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in argnames}
+  return bound, dynamic_args, dynamic_kwargs
+
+
+# Per jitted function, held weakly, so that the common inline use
+# `capture(f)(x)` in a loop reuses the runners of earlier calls; an entry
+# goes with its function.
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _RUNNERS_LOCK = threading.Lock()
 
 
-def _compiled_runners(f, selection) -> _CompiledRunners:
+def _compiled_runners(f) -> _CompiledRunners | None:
+  """The runners of the jitted function ``f``; ``None`` if it has none."""
+  info = _jax.jit_info(f)
+  if info.backend is not None or info.device is not None:
+    return None  # deprecated options a runner cannot take: the general path
   with _RUNNERS_LOCK:
-    per_selection = _RUNNERS.setdefault(f, {})
-    if selection not in per_selection:
-      per_selection[selection] = _CompiledRunners(f, selection)
-    return per_selection[selection]
+    runners = _RUNNERS.get(f)
+    if runners is None:
+      runners = _RUNNERS[f] = _CompiledRunners(f, info)
+    return runners
 
 
 def _call(f, selection, args, kwargs):
   with tracing.staged(f, args, kwargs) as staged:
+    selection = selection.resolve(primitive.sow_keys(staged.jaxpr.jaxpr))
     scope = interpreter.Scope(interpreter.Request(selection))
     out_flat = interpreter.evaluate(
         staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope

@@ -210,6 +210,23 @@ def sow_equations(jaxpr: jex_core.Jaxpr) -> tp.Iterator[jex_core.JaxprEqn]:
       yield from sow_equations(sub)
 
 
+@_jax.weakref_lru_cache(trace_context_in_key=False, maxsize=1024)
+def sow_keys(jaxpr: jex_core.Jaxpr) -> frozenset[tuple[Name, tp.Hashable]]:
+  """The ``(name, tag)`` of every sow in ``jaxpr``, at any depth.
+
+  Cached per jaxpr (held weakly; a jaxpr is immutable), and per sub-jaxpr,
+  so a program whose sub-jaxprs JAX caches (the body of a ``jit``) is walked
+  once: this is how a name predicate is resolved on every call.
+  """
+  keys = set()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is sow_p:
+      keys.add((eqn.params['name'], eqn.params['tag']))
+    for sub in jex_core.jaxprs_in_params(eqn.params):
+      keys.update(sow_keys(sub))
+  return frozenset(keys)
+
+
 def check_name(name: tp.Any, *, where: str) -> Name:
   """Returns ``name`` if it is a valid sow name, else raises ``TypeError``."""
   if isinstance(name, str):
@@ -240,7 +257,11 @@ def check_static(value: tp.Any, *, what: str, where: str) -> tp.Hashable:
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 _NUMBER_TYPES = (bool, int, float, complex)
+# isinstance on the jax.Array ABC is slow: the answer is kept per leaf type
+# (it depends on the type alone), for at most _MAX_TYPES types, so that
+# classes made afresh (a dataclass defined per call) cannot grow it.
 _IS_ARRAY: dict[type, bool] = {}
+_MAX_TYPES = 256
 
 
 def is_array(leaf: tp.Any) -> bool:
@@ -250,8 +271,10 @@ def is_array(leaf: tp.Any) -> bool:
   """
   kind = type(leaf)
   known = _IS_ARRAY.get(kind)
-  if known is None:  # isinstance on the jax.Array ABC is slow: cache by type
-    known = _IS_ARRAY[kind] = isinstance(leaf, _ARRAY_TYPES)
+  if known is None:
+    known = isinstance(leaf, _ARRAY_TYPES)
+    if len(_IS_ARRAY) < _MAX_TYPES:
+      _IS_ARRAY[kind] = known
   return known
 
 

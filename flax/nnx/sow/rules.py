@@ -161,15 +161,21 @@ def _stripped_rule(eqn, param: str, body: core.Jaxpr):
   return wrap(eqn.params[param], strip)
 
 
+_MEMO_SIZE = 32
+
+
 def _memoize(thunk_body):
   """Runs ``thunk_body`` once per argument tuple, outside any trace.
 
   A custom rule's jaxpr thunk may be called several times (forward and
   transpose, say) and JAX expects the same jaxpr each time; it is traced at
-  the top level, like the thunk it replaces.
+  the top level, like the thunk it replaces. The arguments are JAX's
+  symbolic-zero flags of the inputs, so a thunk sees few patterns (one, in
+  practice); the bound only keeps a pathological caller from growing the
+  memo, which goes with the thunk.
   """
 
-  @functools.cache
+  @functools.lru_cache(maxsize=_MEMO_SIZE)
   def memoized(*args):
     with core.set_current_trace(None):
       return thunk_body(*args)

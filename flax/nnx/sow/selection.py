@@ -64,6 +64,26 @@ class Selection:
       return params['name'] in self.names
     return bool(self.names(params['name']))
 
+  def resolve(
+      self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]
+  ) -> Selection:
+    """This selection over a program whose sows have these (name, tag) keys.
+
+    A name predicate becomes the set of names it selects there, so that the
+    caches keyed by the selection compare predicates by what they select: a
+    new predicate object (an inline ``lambda``) selecting the same names
+    reuses the transformed and compiled programs instead of adding its own.
+    The predicate is asked about each name once per call.
+    """
+    if not callable(self.names):
+      return self
+    candidates = {
+        name for name, tag in keys if self.tag is None or tag == self.tag
+    }
+    return Selection(
+        tag=self.tag, names=frozenset(filter(self.names, candidates))
+    )
+
 
 def _name_filter(names: NameFilter, *, where: str):
   if names is None or callable(names):

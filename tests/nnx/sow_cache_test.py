@@ -1,0 +1,546 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The caches of ``flax.nnx.sow``: what keys them, and that they are bounded.
+
+For each cache: a hit, a miss, and that a loop of fresh predicates or fresh
+shapes cannot grow it without bound. For the compiled runners of an eager
+``capture(jax.jit(f))``: that ``f``'s own jit rules decide what is traced,
+what is static and what is donated (the oracle is ``jax.jit(f)`` called
+directly, its compilations counted in the same run), that call signatures
+never share a result structure, and that threads calling one capture at
+different shapes and dtypes all get their own results.
+"""
+
+import gc
+import importlib
+import threading
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from flax.nnx.sow import capture
+from flax.nnx.sow import interpreter
+from flax.nnx.sow import primitive
+from flax.nnx.sow import rules
+from flax.nnx.sow import sow
+from flax.nnx.sow.selection import Selection
+import sow_testing
+
+# The module, not the function of the same name that flax.nnx.sow exports.
+capture_lib = importlib.import_module('flax.nnx.sow.capture')
+
+X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
+
+
+def _pyramid(x):
+  """Sums neighbours level by level, sowing each level: as many sows as
+  halvings of ``x``'s length, so the result structure depends on shape."""
+  while x.shape[0] > 1:
+    x = sow(x[::2] + x[1::2], name='level')
+  return x
+
+
+def _pyramid_oracle(x):
+  levels = []
+  x = np.asarray(x)
+  while x.shape[0] > 1:
+    x = (x[::2] + x[1::2]).astype(x.dtype)
+    levels.append(x)
+  return x, levels
+
+
+def _runners(f) -> dict:
+  return capture_lib._RUNNERS[f].runners
+
+
+class CompiledRunnerTest(parameterized.TestCase):
+  """Eager ``capture(jax.jit(f))``: JAX's own rules for ``f`` decide."""
+
+  def assert_pyramid(self, result, x):
+    out, collected = result
+    want_out, want_levels = _pyramid_oracle(x)
+    np.testing.assert_array_equal(out, want_out)
+    self.assertEqual(out.dtype, want_out.dtype)
+    got_levels = collected.get('level', ())
+    self.assertLen(got_levels, len(want_levels))
+    for got, want in zip(got_levels, want_levels):
+      np.testing.assert_array_equal(got, want)
+      self.assertEqual(got.dtype, want.dtype)
+
+  def test_signatures_do_not_share_a_result_structure(self):
+    # Shapes A, B, A: 3 sows, then 2, then 3 again.
+    captured = capture(jax.jit(_pyramid))
+    for n in (8, 4, 8, 2, 4):
+      x = jnp.arange(n, dtype=jnp.float32)
+      self.assert_pyramid(captured(x), x)
+
+  def test_python_scalars_are_traced_as_jit_traces_them(self):
+    def scaled(x, lr):
+      return sow(x * lr, name='s') + 1
+
+    direct, jitted = jax.jit(scaled), jax.jit(scaled)
+    lrs = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+    with sow_testing.count_compiles() as direct_compiles:
+      for lr in lrs:
+        direct(X, lr)
+    with sow_testing.count_compiles() as compiles:
+      for lr in lrs:
+        out, collected = capture(jitted)(X, lr)
+        np.testing.assert_array_equal(
+            collected['s'][0], np.asarray(X) * np.float32(lr)
+        )
+        sow_testing.assert_close(out, direct(X, lr))
+    self.assertLen(direct_compiles, 1)
+    self.assertLen(compiles, len(direct_compiles))
+    # Traced with a weak type, as jit traces a Python scalar: an int32 input
+    # stays int32.
+    out, _ = capture(jitted)(jnp.arange(3, dtype=jnp.int32), 2)
+    self.assertEqual(out.dtype, jnp.int32)
+
+  def test_static_arguments_key_compilations_as_jit_does(self):
+    traces = []
+
+    def power(x, n, *, offset):
+      traces.append((n, offset))
+      y = x
+      for _ in range(n - 1):  # Python control flow: n must be static
+        y = y * x
+      return sow(y, name='p') + offset
+
+    # `n` named static: jit infers its position, so it is static by
+    # position and by keyword.
+    direct = jax.jit(power, static_argnames=('n', 'offset'))
+    jitted = jax.jit(power, static_argnames=('n', 'offset'))
+    calls = [(2, 0.0), (3, 0.0), (2, 0.0), (3, 1.0), (2, 0.0)]
+    with sow_testing.count_compiles() as direct_compiles:
+      for n, offset in calls:
+        direct(X, n, offset=offset)
+    direct_traces, traces[:] = list(traces), []
+    with sow_testing.count_compiles() as compiles:
+      for n, offset in calls:
+        out, collected = capture(jitted)(X, n, offset=offset)
+        sow_testing.assert_close(out, direct(X, n, offset=offset))
+        sow_testing.assert_close(collected['p'][0], np.asarray(X) ** n)
+    self.assertLen(direct_compiles, 3)
+    self.assertLen(compiles, len(direct_compiles))
+    self.assertEqual(traces, direct_traces)
+    # A static argument passed by keyword is still static, as for jit.
+    with sow_testing.count_compiles() as compiles:
+      out, _ = capture(jitted)(X, n=3, offset=1.0)
+    self.assertEqual(len(compiles), 1)  # by keyword: a new call signature
+    sow_testing.assert_close(out, direct(X, 3, offset=1.0))
+
+  @parameterized.parameters(1, -1)
+  def test_a_static_numpy_scalar_reaches_f_as_given(self, argnum):
+    seen = []
+
+    def f(x, k):
+      seen.append(type(k))
+      return sow(x * int(k), name='s')  # int(k): k must be concrete
+
+    jitted = jax.jit(f, static_argnums=argnum)
+    for k in (2, 3):
+      _, collected = capture(jitted)(X, np.int32(k))
+      np.testing.assert_array_equal(collected['s'][0], X * k)
+    self.assertEqual(seen, [np.int32, np.int32])
+
+  def test_a_jitted_module_is_closed_over_as_jit_does(self):
+    class Scale(nnx.Module):
+
+      def __init__(self, update):
+        self.update = update
+        self.count = nnx.BatchStat(jnp.zeros(()))
+        self.w = nnx.Param(jnp.arange(3, dtype=jnp.float32))
+
+      def __call__(self, x):
+        if self.update:
+          self.count[...] = self.count[...] + 1
+        return sow(x * self.w[...], name='y')
+
+    model = Scale(update=False)
+    out, collected = capture(jax.jit(model))(X)
+    np.testing.assert_array_equal(out, jax.jit(model)(X))
+    np.testing.assert_array_equal(collected['y'][0], out)
+    # A closed-over model updated inside the jit: the direct call's error.
+    with self.assertRaises(Exception) as direct:
+      jax.jit(Scale(update=True))(X)
+    with self.assertRaises(type(direct.exception)):
+      capture(jax.jit(Scale(update=True)))(X)
+
+  def test_keyword_arguments_are_traced_as_jit_traces_them(self):
+    def scaled(x, *, lr, bias=0.0):
+      return sow(x * lr, name='s') + bias
+
+    direct, jitted = jax.jit(scaled), jax.jit(scaled)
+    calls = [dict(lr=0.1), dict(lr=0.2), dict(lr=0.3, bias=1.0),
+             dict(lr=jnp.float32(0.4)), dict(lr=0.5, bias=2.0)]
+    with sow_testing.count_compiles() as direct_compiles:
+      for kwargs in calls:
+        direct(X, **kwargs)
+    with sow_testing.count_compiles() as compiles:
+      for kwargs in calls:
+        out, collected = capture(jitted)(X, **kwargs)
+        sow_testing.assert_close(out, direct(X, **kwargs))
+        np.testing.assert_array_equal(
+            collected['s'][0], np.asarray(X) * np.float32(kwargs['lr'])
+        )
+    self.assertLen(compiles, len(direct_compiles))
+
+  def test_an_unhashable_static_argument_fails_as_in_a_direct_call(self):
+    f = jax.jit(lambda x, opts: sow(x * opts[0], name='s'), static_argnums=1)
+    with self.assertRaisesRegex(ValueError, 'hashable') as direct:
+      f(X, [2.0])
+    with self.assertRaisesRegex(ValueError, 'hashable') as captured:
+      capture(f)(X, [2.0])
+    self.assertEqual(type(captured.exception), type(direct.exception))
+
+  @parameterized.parameters(
+      dict(argnums=0), dict(argnames='x'),
+  )
+  def test_donated_arguments_are_donated(self, argnums=None, argnames=None):
+    def f(x):
+      return sow(x * 2, name='h') + 1
+
+    options = dict(donate_argnums=argnums, donate_argnames=argnames)
+    direct_x = jnp.ones(4)
+    jax.jit(f, **options)(direct_x)
+    # The oracle: a direct call donates (deletes) its argument here.
+    self.assertTrue(direct_x.is_deleted())
+    jitted = jax.jit(f, **options)
+    x = jnp.ones(4)
+    out, collected = capture(jitted)(x) if argnums == 0 else capture(jitted)(
+        x=x
+    )
+    self.assertTrue(x.is_deleted())
+    np.testing.assert_array_equal(out, np.full(4, 3.0, np.float32))
+    np.testing.assert_array_equal(collected['h'][0], np.full(4, 2.0))
+    kept = jnp.ones(4)
+    capture(jax.jit(f))(kept)  # without donation: kept
+    self.assertFalse(kept.is_deleted())
+
+  def test_hijax_variables_are_updated_as_jit_updates_them(self):
+    class Counter(nnx.Module):
+
+      def __init__(self):
+        self.count = nnx.BatchStat(jnp.zeros((), jnp.float32))
+        self.w = nnx.Param(jnp.arange(3, dtype=jnp.float32))
+
+      def __call__(self, x):
+        self.count[...] = self.count[...] + 1
+        return sow(x * self.w[...], name='y')
+
+    def forward(model, x):
+      return model(x)
+
+    with nnx.var_defaults(hijax=True):
+      direct_model, model = Counter(), Counter()
+    for _ in range(2):
+      direct_out = jax.jit(forward)(direct_model, X)
+      out, collected = capture(jax.jit(forward))(model, X)
+      np.testing.assert_array_equal(out, direct_out)
+      np.testing.assert_array_equal(collected['y'][0], direct_out)
+    # The oracle: the direct call updated its model's Hijax BatchStat twice.
+    self.assertEqual(float(direct_model.count[...]), 2.0)
+    self.assertEqual(float(model.count[...]), float(direct_model.count[...]))
+    self.assertIsInstance(model.count, nnx.variablelib.HijaxVariable)
+
+  def test_a_placed_jit_is_captured_with_its_placement(self):
+    # in_shardings given: the runner captures the jitted function itself,
+    # whose sharding stays in the program.
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    jitted = jax.jit(lambda x: sow(x * 2, name='h') + 1,
+                     in_shardings=sharding, out_shardings=sharding)
+    for x in (X, X + 1):
+      out, collected = capture(jitted)(x)
+      np.testing.assert_array_equal(out, jitted(x))
+      np.testing.assert_array_equal(collected['h'][0], x * 2)
+    self.assertEqual(out.sharding, sharding)
+
+  def test_predicates_are_compared_by_what_they_select(self):
+    jitted = jax.jit(lambda x: sow(x + 1, name='a') * sow(x * 2, name='b'))
+    capture(jitted, names=lambda n: n == 'a')(X)  # the one compilation
+    with sow_testing.count_compiles() as compiles:
+      for _ in range(20):
+        _, collected = capture(jitted, names=lambda n: n == 'a')(X)
+        self.assertEqual(list(collected), ['a'])
+        np.testing.assert_array_equal(collected['a'][0], X + 1)
+    self.assertEmpty(compiles)
+    self.assertLen(_runners(jitted), 1)
+    # The same names as a set: the same program.
+    capture(jitted, names={'a'})(X)
+    self.assertLen(_runners(jitted), 1)
+    # Another predicate selecting other names: its own runner.
+    _, collected = capture(jitted, names=lambda n: n != 'a')(X)
+    self.assertEqual(list(collected), ['b'])
+    np.testing.assert_array_equal(collected['b'][0], X * 2)
+    self.assertLen(_runners(jitted), 2)
+
+  def test_a_predicate_is_resolved_per_call_signature(self):
+    # The names sown depend on the shape: one level name per halving.
+    @jax.jit
+    def named_levels(x):
+      level = 0
+      while x.shape[0] > 1:
+        x = sow(x[::2] + x[1::2], name=('level', level))
+        level += 1
+      return x
+
+    deep = lambda name: name[1] >= 1
+    for n in (2, 8, 4, 2):
+      x = jnp.arange(n, dtype=jnp.float32)
+      _, collected = capture(named_levels, names=deep)(x)
+      _, levels = _pyramid_oracle(x)
+      self.assertEqual(list(collected), [('level', i)
+                                         for i in range(1, len(levels))])
+      for i, level in enumerate(levels[1:], 1):
+        np.testing.assert_array_equal(collected['level', i][0], level)
+
+  def test_the_runners_of_a_function_are_bounded(self):
+    jitted = jax.jit(
+        lambda x: sum(sow(x * i, name=f's{i}') for i in range(10))
+    )
+    for i in range(10):
+      _, collected = capture(jitted, names=f's{i}')(X)
+      self.assertEqual(list(collected), [f's{i}'])
+      np.testing.assert_array_equal(collected[f's{i}'][0], X * i)
+      self.assertLessEqual(
+          len(_runners(jitted)), capture_lib._CompiledRunners._MAX_RUNNERS
+      )
+    self.assertLen(
+        _runners(jitted), capture_lib._CompiledRunners._MAX_RUNNERS
+    )
+
+  def test_the_runners_go_with_their_function(self):
+    gc.collect()
+    before = len(capture_lib._RUNNERS)
+    for i in range(8):
+      jitted = jax.jit(lambda x, i=i: sow(x * i, name='s'))
+      _, collected = capture(jitted, names=lambda n: True)(X)
+      np.testing.assert_array_equal(collected['s'][0], X * i)
+    del jitted
+    gc.collect()
+    self.assertLessEqual(len(capture_lib._RUNNERS), before)
+
+  def test_threads_at_different_shapes_and_dtypes(self):
+    # 8 threads, 200 calls each, every signature in flight at once: each
+    # thread walks the 8 (shape, dtype) signatures from its own start.
+    captured = capture(jax.jit(lambda x, k: _pyramid(x * k)))
+    signatures = [(n, dtype) for n in (2, 4, 8, 16)
+                  for dtype in (np.float32, np.int32)]
+    inputs = {s: jnp.arange(s[0], dtype=s[1]) for s in signatures}
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def worker(start):
+      try:
+        barrier.wait()
+        for call in range(200):
+          signature = signatures[(start + call) % len(signatures)]
+          k = call % 3 + 1  # a Python int, traced: no compilation per value
+          x = inputs[signature]
+          self.assert_pyramid(captured(x, k), np.asarray(x) * k)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    with sow_testing.count_compiles() as compiles:
+      threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+      for thread in threads:
+        thread.start()
+      for thread in threads:
+        thread.join()
+    self.assertEqual(errors, [])
+    # At most one compilation per signature (two threads may both miss).
+    self.assertGreaterEqual(len(compiles), len(signatures))
+    self.assertLessEqual(len(compiles), 8 * len(signatures))
+
+
+def _info(cached):
+  info = cached.cache_info()
+  return info.hits, info.misses, info.currsize
+
+
+class CacheKeyAndBoundTest(parameterized.TestCase):
+  """The caches keyed by jaxprs: a hit, a miss, and no unbounded growth."""
+
+  def test_every_weakref_cache_is_bounded(self):
+    for cached in (interpreter._plan, interpreter.reemittable,
+                   interpreter._rewrite, interpreter.transform,
+                   rules._scan_body, rules._while_jaxprs, primitive.sow_keys):
+      with self.subTest(str(cached)):
+        self.assertIsNotNone(cached.cache_info().maxsize)
+
+  def test_sow_keys(self):
+    jaxpr = jax.make_jaxpr(
+        lambda x: jax.jit(lambda y: sow(y, name='a', tag='t'))(x)
+        + sow(x, name='b')
+    )(X).jaxpr
+    hits, misses, _ = _info(primitive.sow_keys)
+    self.assertEqual(primitive.sow_keys(jaxpr), {('a', 't'), ('b', None)})
+    # The outer jaxpr and the jit body: two misses; then a hit.
+    self.assertEqual(_info(primitive.sow_keys)[1], misses + 2)
+    primitive.sow_keys(jaxpr)
+    self.assertEqual(_info(primitive.sow_keys)[:2], (hits + 1, misses + 2))
+
+  def test_resolved_predicates_key_the_interpretation(self):
+    # A plain function around a jit: the general path, whose transformed
+    # jit body is cached per (body, request).
+    jitted = jax.jit(lambda x: sow(x + 1, name='a') * sow(x * 2, name='b'))
+    f = lambda x: jitted(x) * 3
+    capture(f, names=lambda n: n == 'a')(X)
+    hits, misses, size = _info(interpreter.transform)
+    with sow_testing.count_compiles() as compiles:
+      for _ in range(10):
+        _, collected = capture(f, names=lambda n: n == 'a')(X)
+        self.assertEqual(list(collected), ['a'])
+    self.assertEqual(_info(interpreter.transform), (hits + 10, misses, size))
+    self.assertEmpty(compiles)
+    # Another selection: a miss.
+    _, collected = capture(f, names=lambda n: n == 'b')(X)
+    self.assertEqual(list(collected), ['b'])
+    self.assertEqual(_info(interpreter.transform)[1], misses + 1)
+
+  @parameterized.named_parameters(
+      ('plan', interpreter._plan),
+      ('reemittable', interpreter.reemittable),
+      ('rewrite', interpreter._rewrite),
+      ('transform', interpreter.transform),
+      ('sow_keys', primitive.sow_keys),
+      ('scan_body', rules._scan_body),
+      ('while_jaxprs', rules._while_jaxprs),
+  )
+  def test_fresh_shapes_and_predicates_do_not_grow_it(self, cached):
+    # Keyed weakly by jaxprs: entries go with the programs traced per call.
+    def f(x):
+      def scan_body(c, row):
+        return c + sow(jnp.sin(row), name='s', mode='clobber'), None
+
+      def while_body(c):
+        return c[0] + 1, sow(c[1] * 2, name='w', mode='clobber')
+
+      sow(x, name='w', mode='clobber')
+      scanned = lax.scan(scan_body, jnp.zeros_like(x), x[None])[0]
+      looped = lax.while_loop(lambda c: c[0] < 2, while_body, (0, x))[1]
+      return jnp.sum(sow(jnp.sin(x), name='h')) + scanned + looped
+
+    def run(n, names):
+      x = jnp.arange(n, dtype=jnp.float32)
+      return jax.jit(capture(f, names=names))(x)
+
+    run(1, None)
+    gc.collect()
+    _, misses, size = _info(cached)
+    for n in range(2, 6):
+      _, collected = run(n, lambda name: name in ('h', 's', 'w'))
+      sow_testing.assert_close(collected['h'][0], np.sin(np.arange(n)))
+      sow_testing.assert_close(collected['w'][0], 4 * np.arange(n))
+    self.assertGreater(_info(cached)[1], misses)  # it was filled
+    gc.collect()
+    self.assertLessEqual(_info(cached)[2], size)  # and emptied
+
+  def test_plan_rewrite_and_reemittable_hit_and_miss(self):
+    closed = jax.make_jaxpr(lambda x: jnp.sin(sow(x * 2, name='h')))(X)
+    request = interpreter.Request(Selection())
+    other = interpreter.Request(Selection(names=frozenset(['other'])))
+    for cached, call, call_other in (
+        (interpreter._plan,
+         lambda: interpreter._plan(closed.jaxpr, request, True),
+         lambda: interpreter._plan(closed.jaxpr, other, True)),
+        (interpreter._rewrite,
+         lambda: interpreter._rewrite(closed.jaxpr, request, True),
+         lambda: interpreter._rewrite(closed.jaxpr, request, False)),
+        (interpreter.reemittable,
+         lambda: interpreter.reemittable(closed.jaxpr),
+         lambda: interpreter.reemittable(
+             jax.make_jaxpr(lambda x: x * 2)(X).jaxpr)),
+    ):
+      with self.subTest(str(cached)):
+        first = call()
+        hits, misses, _ = _info(cached)
+        self.assertIs(call(), first)
+        self.assertEqual(_info(cached)[:2], (hits + 1, misses))
+        call_other()
+        self.assertEqual(_info(cached)[1], misses + 1)
+
+  def test_loop_bodies_hit_and_miss(self):
+    # Loop bodies defined once: JAX caches their jaxprs, so an eager
+    # capture, which stages the call afresh, meets the same bodies again.
+    def scan_body(c, x):
+      return c + jnp.sum(sow(jnp.sin(x), name='h', mode='clobber')), None
+
+    def scanned(xs):
+      return lax.scan(scan_body, 0.0, xs)[0]
+
+    def while_body(c):
+      i, y = c
+      return i + 1, sow(y * 2, name='w', mode='clobber')
+
+    def while_cond(c):
+      return c[0] < 3
+
+    def looped(x):
+      sow(x, name='w', mode='clobber')  # the value of a zero-trip loop
+      return lax.while_loop(while_cond, while_body, (0, x))[1]
+
+    for cached, f, make in ((rules._scan_body, scanned,
+                             lambda n: jnp.ones((2, n))),
+                            (rules._while_jaxprs, looped,
+                             lambda n: jnp.ones(n))):
+      with self.subTest(str(cached)):
+        capture(f)(make(3))
+        hits, misses, _ = _info(cached)
+        capture(f)(make(3))
+        self.assertEqual(_info(cached)[:2], (hits + 1, misses))
+        capture(f)(make(5))  # another body shape: another body
+        self.assertEqual(_info(cached)[1], misses + 1)
+
+  def test_is_array_keeps_a_bounded_table_of_types(self):
+    saved = dict(primitive._IS_ARRAY)
+    try:
+      primitive._IS_ARRAY.clear()
+      self.assertTrue(primitive.is_array(np.float32(1)))  # a miss: added
+      self.assertIn(np.float32, primitive._IS_ARRAY)
+      self.assertTrue(primitive.is_array(np.float32(2)))  # a hit
+      for i in range(2 * primitive._MAX_TYPES):
+        fresh = type(f'Fresh{i}', (), {})
+        self.assertFalse(primitive.is_array(fresh()))
+      self.assertLen(primitive._IS_ARRAY, primitive._MAX_TYPES)
+      self.assertTrue(primitive.is_array(jnp.ones(1)))  # still answers
+    finally:
+      primitive._IS_ARRAY.clear()
+      primitive._IS_ARRAY.update(saved)
+
+  def test_custom_rule_thunks_are_memoized_and_bounded(self):
+    calls = []
+
+    def body(*flags):
+      calls.append(flags)
+      return object()
+
+    memoized = rules._memoize(body)
+    first = memoized(True, False)
+    self.assertIs(memoized(True, False), first)  # a hit
+    self.assertIsNot(memoized(False, False), first)  # a miss
+    self.assertEqual(calls, [(True, False), (False, False)])
+    for i in range(3 * rules._MEMO_SIZE):
+      memoized(i)
+    self.assertLessEqual(memoized.cache_info().currsize, rules._MEMO_SIZE)
+
+
+if __name__ == '__main__':
+  absltest.main()
