@@ -181,7 +181,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if self.tag is None and params['tag'] != self.tag:",
        'capture(f, tag=...) selects only sows with that tag'),
     _m('selection-predicate-ignored', 'selection.py',
-       "    return bool(self.names(params['name']))",
+       "    return bool(self.names(params['sow_name']))",
        '    return True',
        'a name predicate selects only the names it accepts'),
     # -- interpreter.py ----------------------------------------------------

@@ -150,6 +150,17 @@ class PrimitiveTest(parameterized.TestCase):
     _, collected = capture(lambda x: sow(x, name=('layers', 0, 'h')))(X)
     np.testing.assert_array_equal(collected[('layers', 0, 'h')][0], X)
 
+  def test_a_jaxpr_with_sows_prints(self):
+    # JAX's jaxpr printer reads a `name` parameter as a function's name (a
+    # str): the sow's name is not passed under that key.
+    def f(x):
+      x = sow(x, name=('block', 0, 'h'), tag='features')
+      return sow(2 * x, name='out')
+
+    text = str(jax.make_jaxpr(f)(X))
+    self.assertIn("sow_name=('block', 0, 'h')", text)
+    self.assertIn('sow_name=out', text)
+
   def test_unhashable_tag(self):
     with self.assertRaisesRegex(TypeError, r"sow\(name='t'\): tag must be"):
       sow(X, name='t', tag=['x'])

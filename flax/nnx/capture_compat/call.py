@@ -59,7 +59,7 @@ class _SiteSelection:
   sites: frozenset[tuple[primitive.Name, type]]
 
   def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
-    return (params['name'], params['tag']) in self.sites
+    return (params['sow_name'], params['tag']) in self.sites
 
 
 @dataclasses.dataclass(frozen=True)

@@ -173,7 +173,7 @@ def aval_of(value: tp.Any) -> Aval:
 def site_of(eqn: core.JaxprEqn) -> Site:
   params = eqn.params
   return Site(
-      name=params['name'],
+      name=params['sow_name'],
       tag=params['tag'],
       mode=params['mode'],
       tree=params['tree'],
@@ -269,7 +269,7 @@ class Scope:
 
   def plant(self, site: Site) -> list[tp.Any] | None:
     if self.planter is None or not self.request.plants(
-        {'name': site.name, 'tag': site.tag}
+        {'sow_name': site.name, 'tag': site.tag}
     ):
       return None
     if site.mode == 'clobber':
@@ -366,7 +366,7 @@ def contains(jaxpr: core.Jaxpr, request: Request) -> bool:
 def handled_names(eqn: core.JaxprEqn, request: Request) -> list[tp.Any]:
   """The names of the sows ``request`` handles inside ``eqn``, in order."""
   names = [
-      sow.params['name']
+      sow.params['sow_name']
       for sub in core.jaxprs_in_params(eqn.params)
       for sow in primitive.sow_equations(sub)
       if request.handles(sow.params)
@@ -703,7 +703,7 @@ def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
   return tuple(
       site
       for site in transform(closed, collecting).sites
-      if request.plants({'name': site.name, 'tag': site.tag})
+      if request.plants({'sow_name': site.name, 'tag': site.tag})
   )
 
 

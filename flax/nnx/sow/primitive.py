@@ -115,14 +115,14 @@ class _SowPrimitive(jex_core.Primitive):
     ):
       branches = _jax.branches_of_batched_cond()
       if branches is not None:
-        _refuse_batched_cond(params['name'], branches)
+        _refuse_batched_cond(params['sow_name'], branches)
     return super().bind(*args, **params)
 
 
 def _refuse_batched_cond(name: Name, branches) -> tp.NoReturn:
   names = {name}
   for branch in branches:
-    names.update(eqn.params['name'] for eqn in sow_equations(branch.jaxpr))
+    names.update(eqn.params['sow_name'] for eqn in sow_equations(branch.jaxpr))
   raise NotImplementedError(
       'capture: jax.vmap of a cond/switch whose index depends on the mapped'
       ' inputs runs every branch on every example, so its sows'
@@ -221,7 +221,7 @@ def sow_keys(jaxpr: jex_core.Jaxpr) -> frozenset[tuple[Name, tp.Hashable]]:
   keys = set()
   for eqn in jaxpr.eqns:
     if eqn.primitive is sow_p:
-      keys.add((eqn.params['name'], eqn.params['tag']))
+      keys.add((eqn.params['sow_name'], eqn.params['tag']))
     for sub in jex_core.jaxprs_in_params(eqn.params):
       keys.update(sow_keys(sub))
   return frozenset(keys)
@@ -375,6 +375,7 @@ def sow(
   mode = check_mode(mode, where=where)
   leaves, treedef = flatten_value(value, where=where)
   out = sow_p.bind(
-      *leaves, name=name, tag=tag, mode=mode, tree=treedef, vmapped=0
+      *leaves, sow_name=name, tag=tag, mode=mode, tree=treedef,
+      vmapped=0
   )
   return jax.tree_util.tree_unflatten(treedef, out)

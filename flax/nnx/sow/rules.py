@@ -125,14 +125,6 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
   return rule
 
 
-def _sow_keys(jaxpr: core.Jaxpr) -> set[tuple[tp.Any, tp.Any]]:
-  """The (name, tag) of every sow in ``jaxpr``, at any depth."""
-  return {
-      (eqn.params['name'], eqn.params['tag'])
-      for eqn in primitive.sow_equations(jaxpr)
-  }
-
-
 def _stripped_rule(eqn, param: str, body: core.Jaxpr):
   """A custom derivative rule (a jaxpr thunk) whose jaxpr has no sows.
 
@@ -146,7 +138,7 @@ def _stripped_rule(eqn, param: str, body: core.Jaxpr):
   what, wrap = _DERIVATIVE_RULES[param]
 
   def strip(jaxpr: core.Jaxpr, consts) -> core.ClosedJaxpr:
-    extra = _sow_keys(jaxpr) - _sow_keys(body)
+    extra = primitive.sow_keys(jaxpr) - primitive.sow_keys(body)
     if extra:
       raise NotImplementedError(
           f'capture: the {what} rule of the {eqn.primitive.name!r}'

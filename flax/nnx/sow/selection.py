@@ -61,8 +61,8 @@ class Selection:
     if self.names is None:
       return True
     if isinstance(self.names, frozenset):
-      return params['name'] in self.names
-    return bool(self.names(params['name']))
+      return params['sow_name'] in self.names
+    return bool(self.names(params['sow_name']))
 
   def resolve(
       self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]
