@@ -203,7 +203,8 @@ def part_apply(args, work: pathlib.Path) -> dict[str, tp.Any]:
         [venv_python(work / f'venv-{name}'), '-c',
          'import sys, jax, flax; print(sys.version.split()[0], jax.__version__,'
          ' flax.__version__, flax.__file__)'],
-        capture_output=True, text=True, check=True).stdout.split()
+        cwd=work / name, capture_output=True, text=True, check=True,
+    ).stdout.split()
     versions[name] = out
   return {
       'base': base, 'patches': [p.name for p in files], 'commits': commits,

@@ -337,4 +337,3 @@ def _deprecated_perturb(self, name, value, variable_type):
       stacklevel=_caller_stacklevel(),
   )
   return perturbation + value
-
