@@ -19,9 +19,6 @@ error). ``guides_test.py`` checks that the guide's table and this file list
 the same rows.
 """
 
-import os
-import re
-
 from absl.testing import absltest
 import jax
 from jax import lax

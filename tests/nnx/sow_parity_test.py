@@ -56,7 +56,7 @@ import sow_layout  # pylint: disable=g-bad-import-order
 if __name__ == '__main__' and not sow_layout.IN_FLAX:
   # Run directly in the repository: import its working tree.
   sys.path.insert(0, sow_layout.ROOT)
-  import _worktree  # pylint: disable=g-import-not-at-top,unused-import
+  import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
 from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 import sow_external_models  # pylint: disable=g-import-not-at-top

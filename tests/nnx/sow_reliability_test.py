@@ -22,11 +22,8 @@
   lists exactly these cases and errors).
 """
 
-import contextlib
 import gc
-import io
 import logging
-import os
 import re
 import threading
 import tracemalloc
