@@ -112,7 +112,9 @@ def run(cmd: tp.Sequence[str], cwd: pathlib.Path | None = None,
         env: dict[str, str] | None = None, log: pathlib.Path | None = None,
         check: bool = True, timeout: float | None = None) -> int:
   """Runs ``cmd``; its output goes to ``log`` (appended) or is kept."""
-  shown = ' '.join(str(c) for c in cmd)
+  words = [str(c) for c in cmd]
+  shown = ' '.join(words if len(words) <= 16 else
+                   words[:14] + [f'... ({len(words) - 14} more)'])
   print(f'$ {shown}' + (f'  (log: {log})' if log else ''), flush=True)
   out = open(log, 'a', encoding='utf-8') if log else None  # pylint: disable=consider-using-with
   try:

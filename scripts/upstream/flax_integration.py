@@ -29,6 +29,7 @@ fails the series loudly instead of patching the wrong place.
   ``TestCapture.test_vmap`` splits ``self`` in ``pre_run``, not the global.
 * :func:`add_testing_extra`: a package in ``pyproject.toml``'s ``testing``
   extra.
+* :func:`add_ruff_exclude`: a path in ``pyproject.toml``'s ruff ``exclude``.
 """
 
 from __future__ import annotations
@@ -469,4 +470,23 @@ def add_testing_extra(
   if name in {n.lower() for n in listed}:
     raise EditError(f'{where}: the testing extra already has {name}')
   entry = f'\n    "{requirement}",  # {comment}'
+  return text[:end] + entry + text[end:]
+
+
+_RUFF_EXCLUDE = re.compile(r'^\[tool\.ruff\]\n(?:.*\n)*?exclude = \[\n',
+                           re.MULTILINE)
+
+
+def add_ruff_exclude(
+    text: str, path: str, comment: str, where: str = PYPROJECT_PATH
+) -> str:
+  """Adds ``path`` (with a ``# comment``) to ruff's ``exclude`` list."""
+  start = _one(list(_RUFF_EXCLUDE.finditer(text)),
+               '[tool.ruff] exclude = [ list', where)
+  end = text.find('\n]', start.end())
+  if end < 0:
+    raise EditError(f'{where}: ruff\'s exclude list has no closing ]')
+  if f'"{path}"' in text[start.end():end]:
+    raise EditError(f'{where}: ruff already excludes {path}')
+  entry = f'\n  "{path}",  # {comment}'
   return text[:end] + entry + text[end:]

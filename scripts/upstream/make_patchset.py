@@ -310,8 +310,11 @@ def codemod(tree: pathlib.Path) -> list[str]:
   written += copy_tests(tree, CODEMOD_TESTS)
   written += edit(
       tree, flax_integration.PYPROJECT_PATH,
-      lambda text: flax_integration.add_testing_extra(
-          text, 'libcst', 'scripts/migrate: the sow codemod and its tests'),
+      lambda text: flax_integration.add_ruff_exclude(
+          flax_integration.add_testing_extra(
+              text, 'libcst', 'scripts/migrate: the sow codemod and its tests'),
+          f'{FLAX_TESTS}/testdata/',
+          "the codemod's input and expected files, kept as written"),
   )
   return written
 
@@ -397,7 +400,9 @@ untouched.
 
 It is outside the flax package because it needs libcst, which Flax does
 not depend on; libcst is added to the `testing` extra so that its tests
-(tests/nnx/sow/migrate_sow_test.py) run in CI. Without libcst they skip.'''),
+(tests/nnx/sow/migrate_sow_test.py) run in CI. Without libcst they skip.
+Its input and expected files (tests/nnx/sow/testdata/) are excluded from
+ruff: they keep the imports the code they stand for has.'''),
 )
 
 
