@@ -109,7 +109,7 @@ def _run_workers(port: int) -> _Run:
     procs = [
         subprocess.Popen(
             [sys.executable, _WORKER, str(port), str(i)],
-            env=env, cwd=_ROOT, stdout=outs[i], stderr=errs[i],
+            env=env, cwd=sow_layout.ROOT, stdout=outs[i], stderr=errs[i],
             stdin=subprocess.DEVNULL,
         )
         for i in range(2)
