@@ -28,6 +28,9 @@ already done:
   Flax's CI does, with Flax's ``testing`` extra but the packages only its
   examples and other test folders use (``EXCLUDED``), and jax pinned as
   this project pins it.
+* ``commits``: each commit of the series alone (a reviewer may stop after
+  any): its tree imports ``flax.nnx`` and ``flax.nnx.sow``, and pytest
+  collects our tests in it.
 * ``tests``: ``pytest -n 2 tests/nnx`` in each tree with Flax's CI settings
   (``XLA_FLAGS=--xla_force_host_platform_device_count=4``,
   ``JAX_NUMPY_RANK_PROMOTION=raise``, ``FLAX_PROFILE=1``;
@@ -76,7 +79,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import make_patchset  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
-PARTS = ('apply', 'tests', 'doctests', 'guides', 'hooks', 'static')
+PARTS = ('apply', 'commits', 'tests', 'doctests', 'guides', 'hooks', 'static')
 TREES = ('pristine', 'patched')
 OUR_TESTS = make_patchset.FLAX_TESTS
 CI_ENV = {
@@ -213,6 +216,52 @@ def part_apply(args, work: pathlib.Path) -> dict[str, tp.Any]:
       'changed': changed, 'requirements': requirements, 'versions': versions,
       'green': True,
   }
+
+
+# ---------------------------------------------------------------------------
+# commits: each commit of the series on its own
+# ---------------------------------------------------------------------------
+
+
+def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  """Each commit's tree imports ``flax.nnx`` and collects our tests.
+
+  A reviewer may stop after any commit (or bisect through them): each must
+  stand alone. Collecting imports every test module and its helpers.
+  """
+  del args
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  patched = work / 'patched'
+  python = venv_python(work / 'venv-patched')
+  records = []
+  for line in applied['commits'][::-1]:  # oldest first
+    sha, subject = line.split(' ', 1)
+    tree = work / 'commit-tree'
+    if tree.exists():
+      shutil.rmtree(tree)
+    tree.mkdir()
+    archive = subprocess.run(['git', 'archive', sha], cwd=patched,
+                             capture_output=True, check=True).stdout
+    subprocess.run(['tar', '-x', '-C', tree], input=archive, check=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env['PYTHONPATH'] = str(tree)  # ahead of the editable install
+    log = work / 'logs' / f'commit-{sha}.log'
+    log.unlink(missing_ok=True)
+    imported = run([python, '-c', 'import flax.nnx, flax.nnx.sow;'
+                    ' assert flax.nnx.__file__.startswith(%r)' % str(tree)],
+                   cwd=tree, env=env, log=log, check=False)
+    collected = run([python, '-m', 'pytest', '--collect-only', '-q',
+                     '-p', 'no:cacheprovider', OUR_TESTS], cwd=tree,
+                    env=env, log=log, check=False)
+    tail = log.read_text().strip().splitlines()[-1:] or ['']
+    records.append({'commit': sha, 'subject': subject,
+                    'import': imported, 'collect': collected,
+                    'collected': tail[0]})
+  shutil.rmtree(work / 'commit-tree', ignore_errors=True)
+  return {'commits': records,
+          'green': all(r['import'] == 0 and r['collect'] == 0
+                       for r in records)}
 
 
 # ---------------------------------------------------------------------------
@@ -514,6 +563,15 @@ def _fmt_counts(counts: dict[str, int]) -> str:
 
 def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
   rows = []
+  commits = results.get('commits')
+  if commits:
+    rows.append((
+        'each commit alone: `import flax.nnx`, collect our tests', '-',
+        '; '.join(f"{r['commit']}: {r['collected']}"
+                  if not (r['import'] or r['collect'])
+                  else f"{r['commit']}: FAILED (import {r['import']},"
+                  f" collect {r['collect']})" for r in commits['commits']),
+        ''))
   tests = results.get('tests')
   if tests:
     rows.append((
@@ -577,7 +635,7 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
 
 
 RUNNERS = {
-    'apply': part_apply, 'tests': part_tests, 'doctests': part_doctests,
+    'apply': part_apply, 'commits': part_commits, 'tests': part_tests, 'doctests': part_doctests,
     'guides': part_guides, 'hooks': part_hooks, 'static': part_static,
 }
 
