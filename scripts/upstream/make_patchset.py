@@ -107,6 +107,7 @@ NOT_SHIPPED = (
     'migrate_sow_real_test.py',  # the codemod on checkouts of other repos
     'readme_test.py',           # this repository's README
     'flax_docs_test.py',        # scripts/upstream/flax_docs.py
+    'patchset_test.py',         # this script and flax_integration.py
 )
 CODEMOD = 'scripts/migrate'
 CODEMOD_FILES = ('migrate_sow.py', 'sow_migrate')
