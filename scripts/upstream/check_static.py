@@ -56,6 +56,10 @@ Usage, from the repository root::
   python scripts/upstream/check_static.py --flax=/path/to/flax
   python scripts/upstream/check_static.py --flax=PATH --tools=mypy,ruff
   python scripts/upstream/check_static.py --flax=PATH --workdir=/tmp/fs
+  # the upstream series: PATCHED (a copy of PATH with it applied) replaces
+  # the tree after the baseline; the files it adds or changes are "ours"
+  python scripts/upstream/check_static.py --flax=PATH --patched=PATCHED \
+      --tools=mypy,pytype --pytype-files=flax/nnx/module.py,...
 
 ``--flax`` defaults to ``$FLAX_CHECKOUT``; without either the script says it
 skips and exits 0. Per tool it prints the number of errors on the baseline
