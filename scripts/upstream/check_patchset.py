@@ -70,6 +70,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import traceback
 import typing as tp
 
 import yaml
@@ -239,10 +240,8 @@ def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
     tree = work / 'commit-tree'
     if tree.exists():
       shutil.rmtree(tree)
-    tree.mkdir()
-    archive = subprocess.run(['git', 'archive', sha], cwd=patched,
-                             capture_output=True, check=True).stdout
-    subprocess.run(['tar', '-x', '-C', tree], input=archive, check=True)
+    # A clone, not `git archive`: it copes with blobs a partial mirror lacks.
+    make_patchset.clone(patched, sha, tree)
     env = {k: v for k, v in os.environ.items()
            if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
     env['PYTHONPATH'] = str(tree)  # ahead of the editable install
@@ -697,9 +696,10 @@ def main(argv: tp.Sequence[str] | None = None) -> int:
       start = time.monotonic()
       try:
         result = RUNNERS[part](args, work)
-      except (CheckError, make_patchset.PatchsetError) as e:
-        print(f'check_patchset: {part}: {e}', file=sys.stderr)
-        result = {'error': str(e), 'green': False}
+      except Exception as e:  # pylint: disable=broad-except
+        # One part that cannot run does not stop the others.
+        traceback.print_exc()
+        result = {'error': f'{type(e).__name__}: {e}', 'green': False}
       result['seconds'] = round(time.monotonic() - start)
       path.write_text(json.dumps(result, indent=2))
       print(f'== {part}: {"green" if result["green"] else "NOT green"}'
