@@ -193,7 +193,7 @@ def clone(checkout: pathlib.Path, commit: str,
     git(destination, 'config', 'remote.origin.promisor', 'true')
     patterns = ['/*'] + [f'!/{path}' for path in absent]
     git(destination, 'sparse-checkout', 'set', '--no-cone', *patterns)
-  git(destination, 'checkout', '-q', '-b', 'sow-patchset', commit)
+  git(destination, 'checkout', '-q', '-B', 'sow-patchset', commit)
   return absent
 
 
