@@ -56,6 +56,10 @@ Usage, from the repository root::
   python scripts/upstream/check_static.py --flax=/path/to/flax
   python scripts/upstream/check_static.py --flax=PATH --tools=mypy,ruff
   python scripts/upstream/check_static.py --flax=PATH --workdir=/tmp/fs
+  # the upstream series: PATCHED (a copy of PATH with it applied) replaces
+  # the tree after the baseline; the files it adds or changes are "ours"
+  python scripts/upstream/check_static.py --flax=PATH --patched=PATCHED \
+      --tools=mypy,pytype --pytype-files=flax/nnx/module.py,...
 
 ``--flax`` defaults to ``$FLAX_CHECKOUT``; without either the script says it
 skips and exits 0. Per tool it prints the number of errors on the baseline
@@ -70,6 +74,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import filecmp
 import json
 import os
 import re
@@ -139,8 +144,13 @@ class Run:
   output: str
 
 
+# What counts as ours: OUR_PATHS, or with --patched the files that the
+# patched tree adds or changes.
+OURS: list[str] = list(OUR_PATHS)
+
+
 def is_ours(path: str) -> bool:
-  return any(path == p or path.startswith(p + '/') for p in OUR_PATHS)
+  return any(path == p or path.startswith(p + '/') for p in OURS)
 
 
 def python_files(root: str) -> list[str]:
@@ -248,6 +258,15 @@ def run_mypy(root: str, venv: str, args: argparse.Namespace) -> Run:
 
 
 def run_pytype(root: str, venv: str, args: argparse.Namespace) -> Run:
+  if args.pytype_files:
+    targets = [f for f in args.pytype_files
+               if os.path.exists(os.path.join(root, f))]
+    if not targets:
+      return Run([], 0, 0.0, 'pytype: none of --pytype-files exists\n')
+    rc, out, secs = _run(['pytype', '--jobs', 'auto', '--config',
+                          'pyproject.toml', '--keep-going', *targets],
+                         root, venv)
+    return Run(_parse(_PYTYPE, out, root), rc, secs, out)
   targets = ['flax/'] if args.pytype_scope == 'all' else list(OUR_PATHS)
   cmd = ['pytype', '--jobs', 'auto', '--config', 'pyproject.toml',
          '--keep-going', *targets]
@@ -410,6 +429,29 @@ def copy_checkout(src: str, dst: str) -> None:
                   ignore=shutil.ignore_patterns(*SKIP_DIRS))
 
 
+def changed_files(root: str, patched: str) -> list[str]:
+  """Files of the tree ``patched`` that ``root`` lacks or has otherwise."""
+  changed = []
+  for dirpath, dirnames, filenames in os.walk(patched):
+    dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+    for name in sorted(filenames):
+      rel = os.path.relpath(os.path.join(dirpath, name), patched)
+      mine = os.path.join(root, rel)
+      if not os.path.exists(mine) or not filecmp.cmp(
+          mine, os.path.join(patched, rel), shallow=False):
+        changed.append(rel)
+  return changed
+
+
+def place_patched(root: str, patched: str) -> list[str]:
+  """Makes the tree ``root`` the tree ``patched``; returns what changed."""
+  changed = changed_files(root, patched)
+  for rel in changed:
+    os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+    shutil.copy2(os.path.join(patched, rel), os.path.join(root, rel))
+  return changed
+
+
 def place_ours(root: str) -> None:
   """Copies our files into the tree ``root``, replacing any already there."""
   for rel in OUR_PATHS:
@@ -473,6 +515,14 @@ def parse_args(argv: tp.Sequence[str] | None = None) -> argparse.Namespace:
                       'files only (ours)')
   parser.add_argument('--out', default=os.path.join(REPO, 'build', 'static'),
                       help='where the tools outputs and summary.json go')
+  parser.add_argument(
+      '--patched',
+      help='a patched copy of --flax (the upstream series applied): it'
+      ' replaces the tree after the baseline, instead of our files, and'
+      ' the files it adds or changes count as ours')
+  parser.add_argument(
+      '--pytype-files', default='',
+      help='comma-separated files: pytype on them only (both runs)')
   parser.add_argument('--keep', action='store_true',
                       help='keep the temporary copy of the checkout')
   parser.add_argument('--workdir',
@@ -482,6 +532,7 @@ def parse_args(argv: tp.Sequence[str] | None = None) -> argparse.Namespace:
                       'an hour)')
   args = parser.parse_args(argv)
   args.tools = [t.strip() for t in args.tools.split(',') if t.strip()]
+  args.pytype_files = [f for f in args.pytype_files.split(',') if f]
   unknown = set(args.tools) - set(TOOLS)
   if unknown:
     parser.error(f'unknown tools: {sorted(unknown)}')
@@ -519,7 +570,12 @@ def main(argv: tp.Sequence[str] | None = None) -> int:
     for tool in args.tools:
       print(f'-- {tool}: baseline ...', flush=True)
       base[tool] = RUNNERS[tool](root, args.venv, args)
-    place_ours(root)
+    if args.patched:
+      OURS[:] = place_patched(root, args.patched)
+      summary['changed'] = list(OURS)
+      print(f'placed {args.patched}: {len(OURS)} files added or changed')
+    else:
+      place_ours(root)
     all_ours = []
     for tool in args.tools:
       print(f'-- {tool}: with our files ...', flush=True)

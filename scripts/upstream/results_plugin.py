@@ -20,8 +20,9 @@ Used by ``run_flax_nnx_tests.py`` to compare runs by test id::
 
 Each line is ``{"nodeid", "when", "outcome", "wasxfail", "message"}``, where
 ``when`` is ``setup``, ``call``, ``teardown`` or ``collect`` and ``message``
-is the first line of the failure (``ExceptionType: text``). Under
-pytest-xdist only the controller writes (workers forward their reports).
+is the first line of the failure (``ExceptionType: text``) or the reason of
+a skip. Under pytest-xdist only the controller writes (workers forward their
+reports).
 """
 
 import json
@@ -51,7 +52,10 @@ def pytest_report_header(config):
 
 
 def _message(report) -> str:
-  """The first line of a failure: ``ExceptionType: text``."""
+  """The first line of a failure (``ExceptionType: text``) or the reason of a
+  skip."""
+  if report.skipped and isinstance(report.longrepr, tuple):
+    return str(report.longrepr[2]).removeprefix('Skipped: ')
   if not report.failed:
     return ''
   crash = getattr(report.longrepr, 'reprcrash', None)

@@ -233,6 +233,8 @@ def _outcome(records: list[dict]) -> tuple[str, str]:
     return 'error', 'no setup or call report'
   if record['wasxfail']:
     return ('xfailed' if record['outcome'] == 'skipped' else 'xpassed'), ''
+  if record['outcome'] == 'skipped':  # with its reason
+    return 'skipped', record['message']
   return record['outcome'], ''
 
 

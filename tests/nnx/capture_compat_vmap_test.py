@@ -51,7 +51,7 @@ class CompatVmapTestCase(sow_testing.StateAssertions, absltest.TestCase):
   def assertSameAsLegacy(self, run):
     """``run(capture)`` returns (model, *States): equal for both captures."""
     new = run(capture_compat.capture)[1:]
-    with capture_compat.uninstall():
+    with sow_legacy.flax_methods():
       old = run(sow_legacy.capture)[1:]
     for got, want in zip(new, old):
       self.assertStatesEqual(got, want)
@@ -169,7 +169,7 @@ class SimulationDriverTest(CompatVmapTestCase):
     states = jnp.stack([X[0], X[1], X[0] * 2, X[1] * 2])  # 4 sims, 4 steps
     new = nnx.capture(simulations, nnx.Intermediate)(
         Automaton(nnx.Rngs(0)), states)
-    with capture_compat.uninstall():
+    with sow_legacy.flax_methods():
       old = sow_legacy.capture(simulations, nnx.Intermediate)(
           Automaton(nnx.Rngs(0)), states)
     np.testing.assert_array_equal(new[0], old[0])

@@ -29,6 +29,7 @@ any split across workers, and beside other test suites. A test that changes
 any of it fails, naming what it changed.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -58,20 +59,23 @@ if hypothesis is not None:
 def _global_state() -> dict[str, object]:
   """What a test could change for the tests after it, by name."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
   from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
   from flax.nnx.sow import rules  # pylint: disable=g-import-not-at-top
 
   state = {
-      'capture_compat installed': capture_compat.is_installed(),
       'nnx.capture': nnx.capture,
       'flax.nnx.module.capture': module_lib.capture,
       'nnx.Module.sow': nnx.Module.sow,
       'nnx.Module.perturb': nnx.Module.perturb,
-      'capture_compat frames': tuple(capture_compat.frames.FRAMES.stack),
       'sow rule table': dict(rules.RULES),
       'sys.getprofile()': sys.getprofile(),
   }
+  # In Flax's tree, the first commit of the series adds the transform alone.
+  if importlib.util.find_spec('flax.nnx.capture_compat') is not None:
+    from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+
+    state['capture_compat installed'] = capture_compat.is_installed()
+    state['capture_compat frames'] = tuple(capture_compat.frames.FRAMES.stack)
   for name, value in os.environ.items():
     if name != 'PYTEST_CURRENT_TEST':  # pytest's own, set per test phase
       state[f'os.environ[{name!r}]'] = value

@@ -18,24 +18,67 @@ Not part of the library: in a released Flax it is the function that
 any install). While installed, ``Module.sow``/``Module.perturb`` defer to
 Flax's own on a module that Flax's capture is running on, so the comparison
 runs Flax 0.12.8's code end to end.
+
+In a Flax whose ``module.py`` already delegates to ``capture_compat`` (the
+upstream patch series), there is no 0.12.8 implementation left to compare
+with: every test that needs it skips, saying so, and the comparisons run
+where the overlay is used on a released Flax.
 """
 
+import contextlib
 import typing as tp
+import unittest
 
 from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import replaced
 
+SKIP_REASON = (
+    "this Flax's own nnx.capture is built on the sow transform already:"
+    " Flax 0.12.8's, the oracle, is not in it"
+)
 
-def flax_capture() -> tp.Callable[..., tp.Any]:
-  """Flax's own ``nnx.capture``, whether or not the layer is installed."""
+
+def _flax_own_capture() -> tp.Callable[..., tp.Any]:
   if capture_compat.is_installed():
     original = replaced.original('capture')
     assert original is not None, 'installed, but nothing was replaced'
     return original
   assert module_lib.capture is not capture_compat.capture
   return module_lib.capture
+
+
+def is_available() -> bool:
+  """Whether Flax's own ``nnx.capture`` is 0.12.8's, not a delegation to
+  ``capture_compat`` (what Flax's ``module.py`` does with the series)."""
+  code = getattr(_flax_own_capture(), '__code__', None)
+  return code is None or 'capture_compat' not in code.co_names
+
+
+def flax_capture() -> tp.Callable[..., tp.Any]:
+  """Flax's own ``nnx.capture``, whether or not the layer is installed.
+
+  Raises:
+    unittest.SkipTest: it is not Flax 0.12.8's (see :func:`is_available`).
+  """
+  if not is_available():
+    raise unittest.SkipTest(SKIP_REASON)
+  return _flax_own_capture()
+
+
+@contextlib.contextmanager
+def flax_methods():
+  """Flax 0.12.8's ``nnx.capture``, ``Module.sow`` and ``Module.perturb`` in
+  place for the block (the layer uninstalled).
+
+  Raises:
+    unittest.SkipTest: they are not Flax 0.12.8's (see :func:`is_available`).
+  """
+  if not is_available():
+    raise unittest.SkipTest(SKIP_REASON)
+  with capture_compat.uninstall():
+    yield
 
 
 def capture(fn, *var_types, init=None, method_outputs=None):

@@ -41,10 +41,9 @@ import tempfile
 import time
 
 from absl.testing import absltest
+import sow_layout
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(os.path.dirname(_HERE))
-_WORKER = os.path.join(_HERE, 'sow_multiprocess_worker.py')
+_WORKER = os.path.join(sow_layout.HERE, 'sow_multiprocess_worker.py')
 _RESULT_PREFIX = 'SOW_MULTIPROCESS_RESULT '  # as the worker prints it
 
 # What each worker must report: every check once per axis type. Listed here,
@@ -76,9 +75,7 @@ def _worker_env() -> dict[str, str]:
                  env.get('XLA_FLAGS', ''))
   env['XLA_FLAGS'] = f'{flags} --xla_force_host_platform_device_count=2'.strip()
   env['JAX_PLATFORMS'] = 'cpu'
-  # The root for _worktree (this tree's flax.nnx.sow), here for sow_testing.
-  env['PYTHONPATH'] = os.pathsep.join(
-      [_ROOT, _HERE, *filter(None, [env.get('PYTHONPATH')])])
+  env['PYTHONPATH'] = sow_layout.child_pythonpath(env)
   return env
 
 
@@ -112,7 +109,7 @@ def _run_workers(port: int) -> _Run:
     procs = [
         subprocess.Popen(
             [sys.executable, _WORKER, str(port), str(i)],
-            env=env, cwd=_ROOT, stdout=outs[i], stderr=errs[i],
+            env=env, cwd=sow_layout.ROOT, stdout=outs[i], stderr=errs[i],
             stdin=subprocess.DEVNULL,
         )
         for i in range(2)

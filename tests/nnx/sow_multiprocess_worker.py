@@ -38,8 +38,11 @@ import re
 import sys
 import traceback
 
-import _worktree  # noqa: F401  pylint: disable=unused-import
-import jax
+import sow_layout
+
+if not sow_layout.IN_FLAX:  # the repository's flax.nnx.sow, not an installed one
+  import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+import jax  # pylint: disable=g-import-not-at-top
 from jax import lax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp

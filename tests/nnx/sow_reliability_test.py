@@ -17,15 +17,13 @@
   exactly their own values;
 * the core cases pass under ``jax.checking_leaks()``; after an exception in
   a captured function nothing remains; 1,000 eager captures keep memory flat;
-* every bad input of docs_nnx/guides/sow_bad_inputs.md gets the exact error
-  the guide shows, and the guide lists exactly the cases tested here.
+* every bad input gets the exact error of ``CASES``, which the guide
+  docs_nnx/guides/sow_bad_inputs.md shows (``guides_test.py`` checks that it
+  lists exactly these cases and errors).
 """
 
-import contextlib
 import gc
-import io
 import logging
-import os
 import re
 import threading
 import tracemalloc
@@ -46,8 +44,6 @@ from flax.nnx.sow import sow
 import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
-GUIDE = os.path.join(os.path.dirname(__file__), '..', '..', 'docs_nnx',
-                     'guides', 'sow_bad_inputs.md')
 
 
 def _jit_body(v):
@@ -587,43 +583,6 @@ class BadInputTest(parameterized.TestCase):
     self.assertEqual(error_text(thunk), expected)
     # A refused call leaves nothing behind.
     self.assertFalse(primitive.harvesting.value)
-
-
-def guide_sections() -> dict[str, tuple[str, str]]:
-  """``case -> (python code, text block)`` from the guide's catalogue."""
-  with open(GUIDE) as f:
-    guide = f.read()
-  catalogue = guide.split('<!-- catalogue -->')[1]
-  sections = re.split(r'^### `(\w+)`\n', catalogue, flags=re.MULTILINE)[1:]
-  found = {}
-  for case, body in zip(sections[::2], sections[1::2]):
-    code = re.findall(r'^```python\n(.*?)^```$', body, re.M | re.S)
-    text = re.findall(r'^```text\n(.*?)^```$', body, re.M | re.S)
-    assert len(code) == 1 and len(text) == 1, case
-    found[case] = (code[0], text[0].rstrip('\n'))
-  return found
-
-
-class CatalogueTest(absltest.TestCase):
-
-  def test_guide_lists_exactly_the_tested_cases_with_their_errors(self):
-    sections = guide_sections()
-    self.assertEqual(list(sections), list(CASES))
-    for case, (_, text) in sections.items():
-      self.assertEqual(text, CASES[case][1], case)
-
-  def test_guide_code_prints_the_errors_it_shows(self):
-    with open(GUIDE) as f:
-      guide = f.read()
-    setup = guide.split('<!-- catalogue -->')[0]
-    namespace = {'__name__': '__guide__'}
-    for block in re.findall(r'^```python\n(.*?)^```$', setup, re.M | re.S):
-      exec(block, namespace)  # pylint: disable=exec-used
-    for case, (code, text) in guide_sections().items():
-      out = io.StringIO()
-      with contextlib.redirect_stdout(out):
-        exec(code, namespace)  # pylint: disable=exec-used
-      self.assertEqual(out.getvalue().rstrip('\n'), text, case)
 
 
 if __name__ == '__main__':

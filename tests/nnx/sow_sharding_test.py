@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from absl.testing import absltest
+import sow_layout
 
 _CHILD = os.environ.get('FLAX_SOW_SHARDING_CHILD') == '1'
 
@@ -132,17 +133,15 @@ class SowShardingTest(absltest.TestCase):
         env.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
     ).strip()
     env['JAX_PLATFORMS'] = 'cpu'
-    root = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
-    here = os.path.dirname(os.path.abspath(__file__))  # for sow_testing
-    env['PYTHONPATH'] = os.pathsep.join(
-        [root, here, *filter(None, [env.get('PYTHONPATH')])])
+    env['PYTHONPATH'] = sow_layout.child_pythonpath(env)
     result = subprocess.run(
         [sys.executable, '-c',
-         'import _worktree, runpy, sys; sys.argv = [sys.argv[0]];'
+         f'{sow_layout.CHILD_PRELUDE}import runpy, sys;'
+         ' sys.argv = [sys.argv[0]];'
          f' runpy.run_path({os.path.abspath(__file__)!r},'
          ' run_name="__main__")'],
-        env=env, cwd=root, capture_output=True, text=True, timeout=600,
+        env=env, cwd=sow_layout.ROOT, capture_output=True, text=True,
+        timeout=600,
         check=False,
     )
     self.assertEqual(result.returncode, 0, result.stderr[-4000:])

@@ -386,4 +386,3 @@ def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
   scope = interpreter.Scope(request, _InitPlanter(planted) if planted else None)
   out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
   return {'out': out_flat, 'records': scope.records}
-

@@ -21,6 +21,7 @@ they behave exactly as in Flax 0.12.8 (a deprecated Variable attribute).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import typing as tp
 import warnings
 
@@ -201,6 +202,32 @@ _PERTURB_DEPRECATED = (
 )
 
 
+# The modules between a caller of `Module.sow` and the warning: this one and,
+# in Flax itself, `flax.nnx.module`, whose methods delegate here.
+_OWN_MODULES = frozenset({__name__, module_lib.__name__})
+
+
+def _caller_stacklevel() -> int:
+  """The ``stacklevel`` at which the warning names the caller of the method.
+
+  As Flax 0.12.8's own warning does. The number of frames in between
+  depends on how the method reaches here: directly where :func:`install`
+  made this module's function the method, or through ``Module.sow`` in
+  Flax itself.
+  """
+  frame = inspect.currentframe()
+  frame = frame.f_back if frame is not None else None  # the warning's caller
+  level = 1
+  while (
+      frame is not None
+      and frame.f_back is not None
+      and frame.f_globals.get('__name__') in _OWN_MODULES
+  ):
+    frame = frame.f_back
+    level += 1
+  return level
+
+
 def _deprecated_sow(self, variable_type, name, value, reduce_fn, init_fn):
   """Flax 0.12.8's ``Module.sow`` outside of any capture."""
   if hasattr(self, name):
@@ -220,7 +247,7 @@ def _deprecated_sow(self, variable_type, name, value, reduce_fn, init_fn):
   warnings.warn(
       _SOW_DEPRECATED,
       DeprecationWarning,
-      stacklevel=3,
+      stacklevel=_caller_stacklevel(),
   )
   return True
 
@@ -307,7 +334,6 @@ def _deprecated_perturb(self, name, value, variable_type):
   warnings.warn(
       _PERTURB_DEPRECATED,
       DeprecationWarning,
-      stacklevel=3,
+      stacklevel=_caller_stacklevel(),
   )
   return perturbation + value
-

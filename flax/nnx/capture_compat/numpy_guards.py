@@ -175,5 +175,3 @@ def numpy_guards(roots: tp.Iterable[tp.Any]) -> tuple[Guard, ...]:
       if wrapped is not None:
         todo.append(wrapped)
   return tuple(guards.values())
-
-

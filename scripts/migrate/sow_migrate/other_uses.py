@@ -124,5 +124,3 @@ class OtherUses:
     self.facts.others.append(OtherUse(
         'filter-use', self.path, line, self.owner(),
         f'nnx.Intermediate used in {context}', root=root))
-
-

@@ -1,0 +1,719 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Applies the upstream patch series to Flax and runs Flax's CI on it.
+
+Usage (``check_patchset.sh`` runs this)::
+
+  python scripts/upstream/check_patchset.py FLAX_CHECKOUT [--work DIR]
+
+Steps, each writing ``results/PART.json`` under the work directory
+(``build/patchset/COMMIT``); ``--parts`` runs some, ``--reuse`` skips those
+already done:
+
+* ``apply``: ``make_patchset.py`` writes the series for the checkout's
+  ``HEAD``; two fresh clones, ``pristine/`` (that commit) and ``patched/``
+  (``git am`` of the series), and one fresh venv for each
+  (``venv-pristine/``, ``venv-patched/``): the tree installed editable, as
+  Flax's CI does, with Flax's ``testing`` extra but the packages only its
+  examples and other test folders use (``EXCLUDED``), and jax pinned as
+  this project pins it.
+* ``commits``: each commit of the series alone (a reviewer may stop after
+  any): its tree imports ``flax.nnx`` and ``flax.nnx.sow``, and pytest
+  collects our tests in it.
+* ``tests``: ``pytest -n 2 tests/nnx`` in each tree with Flax's CI settings
+  (``XLA_FLAGS=--xla_force_host_platform_device_count=4``,
+  ``JAX_NUMPY_RANK_PROMOTION=raise``, ``FLAX_PROFILE=1``;
+  ``tests/run_all_tests.sh``); in ``patched/`` that includes our tests in
+  ``tests/nnx/sow``. Flax's own tests must have the same outcome, test by
+  test, in both trees.
+* ``doctests``: ``pytest -n 2 flax/nnx --doctest-modules``, as
+  ``run_all_tests.sh --only-doctest`` runs them (before it sets the CI
+  variables), in each tree.
+* ``guides``: the guides the series adds and ``extracting_intermediates``
+  executed as notebooks, as the docs build does (``run_notebooks.py``);
+  ``extracting_intermediates`` in ``pristine/`` too.
+* ``hooks``: the pre-commit hooks of ``.pre-commit-config.yaml`` at their
+  pinned versions (installed from PyPI: pre-commit itself would clone them
+  from GitHub), on every file the series adds or changes, in a scratch
+  copy; a hook that fails or rewrites a file is a finding.
+* ``static``: mypy and pytype as Flax's CI runs them, by ``check_static.py``
+  on ``pristine/`` then ``patched/`` (pytype on the Python files the series
+  adds or changes; ``--pytype-scope=all`` for all of ``flax/``).
+
+Then it prints the summary as a Markdown table (also ``summary.md``); exits
+1 if any part is not green.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import fnmatch
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import traceback
+import typing as tp
+
+import yaml
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import make_patchset  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+PARTS = ('apply', 'commits', 'tests', 'doctests', 'guides', 'hooks', 'static')
+TREES = ('pristine', 'patched')
+OUR_TESTS = make_patchset.FLAX_TESTS
+CI_ENV = {
+    'XLA_FLAGS': '--xla_force_host_platform_device_count=4',
+    'JAX_NUMPY_RANK_PROMOTION': 'raise',
+    'FLAX_PROFILE': '1',
+}
+# Packages of Flax's `testing` extra that neither tests/nnx nor the nnx
+# doctests import (its examples and its other test folders do); installing
+# them (TensorFlow, PyTorch with CUDA libraries, Atari) would take gigabytes.
+EXCLUDED = frozenset({
+    'ale-py', 'clu', 'gymnasium', 'jraph', 'keras', 'ml-collections',
+    'opencv-python', 'sentencepiece', 'tensorflow-cpu', 'tensorflow-datasets',
+    'tensorflow-text', 'torch', 'grain', 'tensorboard', 'protobuf',
+    # The type checkers run in check_static.py's own venv.
+    'mypy', 'pytype',
+    # Coverage is not measured here.
+    'pytest-cov',
+})
+# What our tests and the notebook runs need besides Flax's extras; jax as
+# this project pins it.
+EXTRA = ('jax==0.10.2', 'jaxlib==0.10.2', 'nbclient', 'nbformat', 'ipykernel')
+# Flax's docs extra pins jupytext; the guides are paired with that version.
+DOCS_PINNED = ('jupytext',)
+GUIDE = 'docs_nnx/guides/extracting_intermediates.ipynb'
+
+
+class CheckError(RuntimeError):
+  pass
+
+
+def run(cmd: tp.Sequence[str], cwd: pathlib.Path | None = None,
+        env: dict[str, str] | None = None, log: pathlib.Path | None = None,
+        check: bool = True, timeout: float | None = None) -> int:
+  """Runs ``cmd``; its output goes to ``log`` (appended) or is kept."""
+  words = [str(c) for c in cmd]
+  shown = ' '.join(words if len(words) <= 16 else
+                   words[:14] + [f'... ({len(words) - 14} more)'])
+  print(f'$ {shown}' + (f'  (log: {log})' if log else ''), flush=True)
+  out = open(log, 'a', encoding='utf-8') if log else None  # pylint: disable=consider-using-with
+  try:
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, stdout=out or
+        subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=timeout, check=False,
+    )
+  finally:
+    if out:
+      out.close()
+  if check and proc.returncode:
+    tail = proc.stdout[-3000:] if proc.stdout else f'see {log}'
+    raise CheckError(f'{shown} exited {proc.returncode}:\n{tail}')
+  return proc.returncode
+
+
+# ---------------------------------------------------------------------------
+# apply: the series, the trees, the venvs
+# ---------------------------------------------------------------------------
+
+
+def _requirement_name(requirement: str) -> str:
+  name = re.split(r'[<>=!~;\[ ]', requirement, maxsplit=1)[0]
+  return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def test_requirements(tree: pathlib.Path) -> list[str]:
+  """Flax's testing extra less ``EXCLUDED``, plus ``EXTRA`` and the docs
+  extra's pins of ``DOCS_PINNED``."""
+  with open(tree / 'pyproject.toml', 'rb') as f:
+    extras = tomllib.load(f)['project']['optional-dependencies']
+  kept = [r for r in extras['testing']
+          if _requirement_name(r) not in EXCLUDED
+          and _requirement_name(r) not in ('jax', 'jaxlib')]
+  pinned = [r for r in extras['docs'] if _requirement_name(r) in DOCS_PINNED]
+  return kept + list(EXTRA) + pinned
+
+
+def venv_python(venv: pathlib.Path) -> pathlib.Path:
+  return venv / 'bin' / 'python'
+
+
+def make_venv(venv: pathlib.Path, tree: pathlib.Path, python: str,
+              log: pathlib.Path) -> list[str]:
+  if venv.exists():
+    shutil.rmtree(venv)
+  run([python, '-m', 'venv', venv], log=log)
+  pip = [venv_python(venv), '-m', 'pip', 'install', '-q']
+  run([*pip, '--upgrade', 'pip'], log=log)
+  requirements = test_requirements(tree)
+  run([*pip, '-e', tree, *requirements], log=log)
+  return requirements
+
+
+def _kept(args, work: pathlib.Path, tree: str) -> bool:
+  """Whether ``--keep-pristine`` reuses this tree and its venv."""
+  return (tree == 'pristine' and args.keep_pristine
+          and venv_python(work / 'venv-pristine').exists()
+          and (work / 'pristine' / '.git').exists())
+
+
+def part_apply(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  patches = work / 'patches'
+  files = make_patchset.make_patchset(
+      args.checkout, patches, with_docs=not args.without_docs)
+  base = make_patchset.check_checkout(args.checkout)
+  identity = make_patchset._identity()  # pylint: disable=protected-access
+  trees = [t for t in TREES if not _kept(args, work, t)]
+  for name in trees:
+    if (work / name).exists():
+      shutil.rmtree(work / name)
+    make_patchset.clone(args.checkout, base, work / name)
+  run(['git', 'am', '-q', *[str(p) for p in files]], cwd=work / 'patched',
+      env={**os.environ, **identity})
+  commits = make_patchset.git(
+      work / 'patched', 'log', '--format=%h %s', f'{base}..HEAD'
+  ).splitlines()
+  changed = make_patchset.git(
+      work / 'patched', 'diff', '--name-only', base, 'HEAD').split()
+  log = work / 'logs' / 'venv.log'
+  requirements = {name: test_requirements(work / name) for name in TREES}
+  for name in trees:
+    make_venv(work / f'venv-{name}', work / name, args.python, log)
+  versions = {}
+  for name in TREES:
+    out = subprocess.run(
+        [venv_python(work / f'venv-{name}'), '-c',
+         'import sys, jax, flax; print(sys.version.split()[0], jax.__version__,'
+         ' flax.__version__, flax.__file__)'],
+        cwd=work / name, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    versions[name] = out
+  return {
+      'base': base, 'patches': [p.name for p in files], 'commits': commits,
+      'changed': changed, 'requirements': requirements, 'versions': versions,
+      'green': True,
+  }
+
+
+# ---------------------------------------------------------------------------
+# commits: each commit of the series on its own
+# ---------------------------------------------------------------------------
+
+
+def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  """Each commit's tree imports ``flax.nnx`` and collects our tests.
+
+  A reviewer may stop after any commit (or bisect through them): each must
+  stand alone. Collecting imports every test module and its helpers.
+  """
+  del args
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  patched = work / 'patched'
+  python = venv_python(work / 'venv-patched')
+  records = []
+  for line in applied['commits'][::-1]:  # oldest first
+    sha, subject = line.split(' ', 1)
+    tree = work / 'commit-tree'
+    if tree.exists():
+      shutil.rmtree(tree)
+    # A clone, not `git archive`: it copes with blobs a partial mirror lacks.
+    make_patchset.clone(patched, sha, tree)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env['PYTHONPATH'] = str(tree)  # ahead of the editable install
+    log = work / 'logs' / f'commit-{sha}.log'
+    log.unlink(missing_ok=True)
+    imported = run([python, '-c', 'import flax.nnx, flax.nnx.sow;'
+                    ' assert flax.nnx.__file__.startswith(%r)' % str(tree)],
+                   cwd=tree, env=env, log=log, check=False)
+    collected = run([python, '-m', 'pytest', '--collect-only', '-q',
+                     '-p', 'no:cacheprovider', OUR_TESTS], cwd=tree,
+                    env=env, log=log, check=False)
+    tail = log.read_text().strip().splitlines()[-1:] or ['']
+    records.append({'commit': sha, 'subject': subject,
+                    'import': imported, 'collect': collected,
+                    'collected': tail[0]})
+  shutil.rmtree(work / 'commit-tree', ignore_errors=True)
+  return {'commits': records,
+          'green': all(r['import'] == 0 and r['collect'] == 0
+                       for r in records)}
+
+
+# ---------------------------------------------------------------------------
+# tests and doctests
+# ---------------------------------------------------------------------------
+
+
+def _pytest(work: pathlib.Path, tree: str, targets: list[str],
+            extra: list[str], env_extra: dict[str, str], name: str,
+            workers: int, keep: bool) -> dict[str, tuple[str, str]]:
+  import run_flax_nnx_tests  # pylint: disable=g-import-not-at-top
+
+  results = work / 'results' / f'{name}.{tree}.jsonl'
+  log = work / 'logs' / f'{name}.{tree}.log'
+  if tree == 'pristine' and keep and results.exists():
+    print(f'reusing {results} (--keep-pristine)')
+    return run_flax_nnx_tests.load_outcomes(str(results))
+  log.unlink(missing_ok=True)
+  env = dict(os.environ)
+  for key in ('PYTHONPATH', 'VIRTUAL_ENV', 'XLA_FLAGS',
+              'JAX_NUMPY_RANK_PROMOTION', 'FLAX_PROFILE', 'JAX_ENABLE_X64'):
+    env.pop(key, None)
+  env.update(env_extra)
+  # Only the plugin that records outcomes comes from here.
+  env['PYTHONPATH'] = str(HERE)
+  cmd = [venv_python(work / f'venv-{tree}'), '-m', 'pytest', *targets,
+         '-n', str(workers), '-rfE', '-p', 'results_plugin',
+         f'--upstream-results={results}', *extra]
+  run(cmd, cwd=work / tree, env=env, log=log, check=False)
+  return run_flax_nnx_tests.load_outcomes(str(results))
+
+
+def _counts(outcomes: dict[str, tuple[str, str]]) -> dict[str, int]:
+  counts = collections.Counter(status for status, _ in outcomes.values())
+  return dict(sorted(counts.items()))
+
+
+def _failing(outcomes: dict[str, tuple[str, str]]) -> dict[str, str]:
+  return {i: f'[{s}] {m}' for i, (s, m) in sorted(outcomes.items())
+          if s in ('failed', 'error')}
+
+
+def _is_ours(test_id: str) -> bool:
+  return test_id.startswith(OUR_TESTS + '/')
+
+
+def part_tests(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  outcomes = {
+      tree: _pytest(work, tree, ['tests/nnx'], [], CI_ENV, 'tests',
+                    args.workers, args.keep_pristine)
+      for tree in TREES
+  }
+  flax_pristine = outcomes['pristine']
+  flax_patched = {i: o for i, o in outcomes['patched'].items()
+                  if not _is_ours(i)}
+  ours = {i: o for i, o in outcomes['patched'].items() if _is_ours(i)}
+  differ = {
+      i: [flax_pristine.get(i, ('absent', ''))[0],
+          flax_patched.get(i, ('absent', ''))[0]]
+      for i in sorted(flax_pristine.keys() | flax_patched.keys())
+      if flax_pristine.get(i, ('absent', ''))[0]
+      != flax_patched.get(i, ('absent', ''))[0]
+  }
+  skipped_ours = collections.Counter(
+      m for s, m in ours.values() if s == 'skipped')
+  return {
+      'flax_pristine': _counts(flax_pristine),
+      'flax_patched': _counts(flax_patched),
+      'flax_differ': differ,
+      'flax_failing_patched': _failing(flax_patched),
+      'ours': _counts(ours),
+      'ours_failing': _failing(ours),
+      'ours_skip_reasons': dict(skipped_ours),
+      'green': not differ and not _failing(flax_patched)
+               and not _failing(ours) and bool(ours),
+  }
+
+
+def part_doctests(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  extra = ['--doctest-modules', '--suppress-no-test-exit-code',
+           '--ignore=flax/nnx/examples']
+  outcomes = {
+      tree: _pytest(work, tree, ['flax/nnx'], extra, {}, 'doctests',
+                    args.workers, args.keep_pristine)
+      for tree in TREES
+  }
+  ours = [i for i in outcomes['patched']
+          if i.startswith(('flax/nnx/sow/', 'flax/nnx/capture_compat/'))]
+  return {
+      tree: _counts(o) for tree, o in outcomes.items()
+  } | {
+      'ours': len(ours),
+      'failing': {t: _failing(o) for t, o in outcomes.items()},
+      'green': not _failing(outcomes['patched']),
+  }
+
+
+# ---------------------------------------------------------------------------
+# guides
+# ---------------------------------------------------------------------------
+
+
+def excluded_from_execution(tree: pathlib.Path) -> list[str]:
+  """``nb_execution_excludepatterns`` of the tree's ``docs_nnx/conf.py``."""
+  module = ast.parse((tree / 'docs_nnx' / 'conf.py').read_text())
+  for node in module.body:
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == 'nb_execution_excludepatterns'):
+      return list(ast.literal_eval(node.value))
+  return []
+
+
+def _executed(path: str, patterns: list[str]) -> bool:
+  """Whether the doc build executes ``path`` (relative to the tree)."""
+  relative = path.removeprefix('docs_nnx/')
+  return not any(fnmatch.fnmatch(relative, p) or p in relative
+                 for p in patterns)
+
+
+def part_guides(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  del args
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  added = [p for p in applied['changed']
+           if p.startswith('docs_nnx/') and p.endswith('.ipynb')]
+  patterns = excluded_from_execution(work / 'patched')
+  executed = [p for p in added if _executed(p, patterns)]
+  notebooks = {'pristine': [GUIDE],
+               'patched': sorted(set(executed) | {GUIDE})}
+  records = {}
+  for tree, paths in notebooks.items():
+    out = work / 'results' / f'guides.{tree}.jsonl'
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    run([venv_python(work / f'venv-{tree}'), HERE / 'run_notebooks.py', out,
+         *paths], cwd=work / tree, env=env,
+        log=work / 'logs' / f'guides.{tree}.log', check=False)
+    records[tree] = [json.loads(line) for line in out.read_text()
+                     .splitlines()] if out.exists() else []
+  return {
+      **records,
+      'not_executed': sorted(set(added) - set(executed)),
+      'green': bool(records['patched']) and len(records['patched']) == len(
+          notebooks['patched']) and not any(
+              r['error'] for r in records['patched']),
+  }
+
+
+# ---------------------------------------------------------------------------
+# pre-commit hooks
+# ---------------------------------------------------------------------------
+
+# The PyPI package of each hook repository of Flax's .pre-commit-config.yaml.
+HOOK_PACKAGES = {
+    'https://github.com/mwouts/jupytext': 'jupytext',
+    'https://github.com/pre-commit/pre-commit-hooks': 'pre-commit-hooks',
+    'https://github.com/kynan/nbstripout': 'nbstripout',
+    'https://github.com/astral-sh/ruff-pre-commit': 'ruff',
+    'https://github.com/asottile/pyupgrade': 'pyupgrade',
+}
+# Each hook's command and the files it takes (its `types`), as the hook
+# repositories define them at these versions.
+HOOKS = {
+    'jupytext': (['jupytext'], ('.ipynb', '.md', '.py')),
+    'check-toml': (['check-toml'], ('.toml',)),
+    'trailing-whitespace': (['trailing-whitespace-fixer'], None),
+    'nbstripout': (['nbstripout'], ('.ipynb',)),
+    'ruff': (['ruff', 'check', '--force-exclude'], ('.py', '.pyi')),
+    'pyupgrade': (['pyupgrade'], ('.py',)),
+}
+
+
+def hooks_config(tree: pathlib.Path) -> list[dict[str, tp.Any]]:
+  """The active hooks: id, package==version, args, exclude."""
+  with open(tree / '.pre-commit-config.yaml', encoding='utf-8') as f:
+    config = yaml.safe_load(f)
+  hooks = []
+  for repo in config['repos']:
+    package = HOOK_PACKAGES.get(repo['repo'])
+    if package is None:
+      raise CheckError(f"unknown pre-commit repository {repo['repo']}")
+    version = str(repo['rev']).lstrip('v')
+    for hook in repo['hooks']:
+      if hook['id'] not in HOOKS:
+        raise CheckError(f"unknown pre-commit hook {hook['id']}")
+      hooks.append({
+          'id': hook['id'], 'package': f'{package}=={version}',
+          'args': [str(a) for a in hook.get('args', [])],
+          'exclude': hook.get('exclude'),
+      })
+  return hooks
+
+
+def _is_text(path: pathlib.Path) -> bool:
+  try:
+    path.read_text(encoding='utf-8')
+  except (UnicodeDecodeError, IsADirectoryError):
+    return False
+  return True
+
+
+def _paired(path: str, tree: pathlib.Path) -> bool:
+  """A notebook pair member (jupytext --sync only syncs pairs)."""
+  stem = os.path.splitext(path)[0]
+  return all((tree / f'{stem}{ext}').exists() for ext in ('.ipynb', '.md'))
+
+
+def part_hooks(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  patched = work / 'patched'
+  hooks = hooks_config(patched)
+  venv = work / 'venv-hooks'
+  log = work / 'logs' / 'hooks.log'
+  log.unlink(missing_ok=True)
+  if not venv_python(venv).exists():
+    run([args.python, '-m', 'venv', venv], log=log)
+  run([venv_python(venv), '-m', 'pip', 'install', '-q',
+       *sorted({h['package'] for h in hooks})], log=log)
+  scratch = work / 'hooks-scratch'
+  if scratch.exists():
+    shutil.rmtree(scratch)
+  run(['git', 'clone', '-q', '--shared', '--no-checkout', patched, scratch])
+  absent = make_patchset.missing_blobs(scratch, 'HEAD')
+  if absent:
+    for key, value in (('core.repositoryformatversion', '1'),
+                       ('extensions.partialClone', 'origin'),
+                       ('remote.origin.promisor', 'true')):
+      make_patchset.git(scratch, 'config', key, value)
+    make_patchset.git(scratch, 'sparse-checkout', 'set', '--no-cone', '/*',
+                      *[f'!/{p}' for p in absent])
+  make_patchset.git(scratch, 'checkout', '-q', 'HEAD')
+  changed = [p for p in applied['changed'] if (scratch / p).exists()]
+  env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+  env.pop('PYTHONPATH', None)
+  results = []
+  for hook in hooks:
+    command, types = HOOKS[hook['id']]
+    files = [p for p in changed
+             if (types is None and _is_text(scratch / p))
+             or (types is not None and p.endswith(types))]
+    if hook['exclude']:
+      files = [p for p in files if not re.search(hook['exclude'], p)]
+    if hook['id'] == 'jupytext':
+      files = [p for p in files if _paired(p, scratch)]
+    code = 0
+    if files:
+      with open(log, 'a', encoding='utf-8') as f:
+        f.write(f"\n== {hook['id']} {hook['package']} on {len(files)}"
+                ' files\n')
+      code = run([*command, *hook['args'], *files], cwd=scratch, env=env,
+                 log=log, check=False)
+    rewritten = make_patchset.git(scratch, 'status', '--porcelain').split(
+        '\n')
+    rewritten = [line[3:] for line in rewritten if line.strip()]
+    results.append({'hook': hook['id'], 'package': hook['package'],
+                    'files': len(files), 'exit': code,
+                    'rewrites': rewritten})
+    make_patchset.git(scratch, 'checkout', '-q', '--', '.')
+    make_patchset.git(scratch, 'clean', '-qfd')
+  return {'hooks': results,
+          'green': all(r['exit'] == 0 and not r['rewrites']
+                       for r in results)}
+
+
+# ---------------------------------------------------------------------------
+# static: mypy and pytype
+# ---------------------------------------------------------------------------
+
+
+def part_static(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  python_changed = [p for p in applied['changed']
+                    if p.startswith('flax/') and p.endswith('.py')]
+  out = work / 'static'
+  cmd = [sys.executable, HERE / 'check_static.py',
+         f"--flax={work / 'pristine'}", f"--patched={work / 'patched'}",
+         '--tools=mypy,pytype', f'--out={out}',
+         f"--workdir={args.static_workdir or work / 'static-tree'}"]
+  if args.pytype_scope == 'changed':
+    cmd.append('--pytype-files=' + ','.join(python_changed))
+  else:
+    cmd.append('--pytype-scope=all')
+  code = run(cmd, log=work / 'logs' / 'static.log', check=False)
+  summary = json.loads((out / 'summary.json').read_text())
+  return {'exit': code, 'tools': summary['tools'],
+          'pytype_scope': args.pytype_scope, 'versions': summary['versions'],
+          'green': code == 0}
+
+
+# ---------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------
+
+
+def _fmt_counts(counts: dict[str, int]) -> str:
+  order = ('passed', 'failed', 'error', 'skipped', 'xfailed', 'xpassed')
+  return ', '.join(f'{counts[k]} {k}' for k in order if counts.get(k)) or '-'
+
+
+def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
+  rows = []
+  commits = results.get('commits')
+  if commits:
+    rows.append((
+        'each commit alone: `import flax.nnx`, collect our tests', '-',
+        '; '.join(f"{r['commit']}: {r['collected']}"
+                  if not (r['import'] or r['collect'])
+                  else f"{r['commit']}: FAILED (import {r['import']},"
+                  f" collect {r['collect']})" for r in commits['commits']),
+        ''))
+  tests = results.get('tests')
+  if tests:
+    rows.append((
+        'Flax `tests/nnx` (CI settings, `-n 2`)',
+        _fmt_counts(tests['flax_pristine']),
+        _fmt_counts(tests['flax_patched']),
+        'same outcome for every test' if not tests['flax_differ'] else
+        f"{len(tests['flax_differ'])} tests differ"))
+    reasons = '; '.join(f'{n}: {r}' for r, n in
+                        tests['ours_skip_reasons'].items())
+    rows.append((
+        f'our tests in `{OUR_TESTS}`', '-', _fmt_counts(tests['ours']),
+        f'skips: {reasons}' if reasons else 'no skips'))
+  doctests = results.get('doctests')
+  if doctests:
+    rows.append((
+        'doctests `flax/nnx` (`--doctest-modules`)',
+        _fmt_counts(doctests['pristine']), _fmt_counts(doctests['patched']),
+        f"{doctests['ours']} in our modules"))
+  guides = results.get('guides')
+  if guides:
+    def cells(records):
+      return '; '.join(
+          f"{pathlib.Path(r['path']).stem}: {r['ran']}/{r['cells']} cells"
+          + (f" ({r['error']})" if r['error'] else '') for r in records)
+    skipped = ', '.join(pathlib.Path(p).stem for p in guides['not_executed'])
+    rows.append(('guides executed as notebooks',
+                 cells(guides['pristine']), cells(guides['patched']),
+                 f'not executed by the doc build: {skipped}' if skipped
+                 else ''))
+  hooks = results.get('hooks')
+  if hooks:
+    found = [f"{r['hook']}: exit {r['exit']}, rewrites {r['rewrites']}"
+             for r in hooks['hooks'] if r['exit'] or r['rewrites']]
+    names = ', '.join(f"{r['package']} ({r['files']} files)"
+                      for r in hooks['hooks'])
+    rows.append(('pre-commit hooks on the changed files', '-',
+                 '; '.join(found) or '0 findings', names))
+  static = results.get('static')
+  if static:
+    for tool, data in static['tools'].items():
+      scope = '' if tool != 'pytype' else f" ({static['pytype_scope']})"
+      rows.append((f'{tool}{scope}', f"{data['baseline']} errors",
+                   f"{data['with_ours']} errors",
+                   f"{len(data['in_ours'])} in changed files"))
+  lines = ['| check | pristine | with the series | notes |',
+           '|---|---|---|---|']
+  for row in rows:
+    lines.append('| ' + ' | '.join(str(c).replace('|', '\\|') for c in row)
+                 + ' |')
+  apply = results.get('apply', {})
+  head = ''
+  if apply:
+    versions = apply['versions']['patched']
+    head = (f"Flax commit `{apply['base'][:8]}`, {len(apply['patches'])}"
+            f" patches; Python {versions[0]}, jax {versions[1]}, flax"
+            f" {versions[2]}.\n\n")
+  verdict = ', '.join(f"{part}: {'green' if r['green'] else 'NOT green'}"
+                      for part, r in results.items())
+  return head + '\n'.join(lines) + f'\n\n{verdict}\n'
+
+
+RUNNERS = {
+    'apply': part_apply, 'commits': part_commits, 'tests': part_tests, 'doctests': part_doctests,
+    'guides': part_guides, 'hooks': part_hooks, 'static': part_static,
+}
+
+
+def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      description=__doc__.split('\n\n')[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('checkout', type=pathlib.Path,
+                      help='a clean git checkout of google/flax')
+  parser.add_argument('--work', type=pathlib.Path,
+                      help='work directory (default build/patchset/COMMIT)')
+  parser.add_argument('--parts', default=','.join(PARTS),
+                      help=f'comma-separated subset of {",".join(PARTS)}')
+  parser.add_argument('--reuse', action='store_true',
+                      help='skip the parts whose results are already there')
+  parser.add_argument('--workers', type=int, default=2,
+                      help='pytest-xdist workers, as Flax CI (default 2)')
+  parser.add_argument('--python', default=sys.executable,
+                      help='the interpreter of the fresh venvs')
+  parser.add_argument(
+      '--keep-pristine', action='store_true',
+      help='reuse the pristine tree, venv and test results if present (they'
+      ' do not depend on the series)')
+  parser.add_argument('--without-docs', action='store_true',
+                      help='the series without its docs commit')
+  parser.add_argument('--pytype-scope', choices=('changed', 'all'),
+                      default='changed',
+                      help='pytype on the changed files, or all of flax/')
+  parser.add_argument('--static-workdir', type=pathlib.Path,
+                      help="check_static.py's kept copy (pytype's cache)")
+  args = parser.parse_args(argv)
+  args.parts = [p.strip() for p in args.parts.split(',') if p.strip()]
+  unknown = set(args.parts) - set(PARTS)
+  if unknown:
+    parser.error(f'unknown parts: {sorted(unknown)}')
+  return args
+
+
+def main(argv: tp.Sequence[str] | None = None) -> int:
+  args = parse_args(argv)
+  args.checkout = args.checkout.resolve()
+  try:
+    base = make_patchset.check_checkout(args.checkout)
+  except make_patchset.PatchsetError as e:
+    print(f'check_patchset: error: {e}', file=sys.stderr)
+    return 2
+  work = (args.work or REPO / 'build' / 'patchset' / base[:12]).resolve()
+  (work / 'results').mkdir(parents=True, exist_ok=True)
+  (work / 'logs').mkdir(parents=True, exist_ok=True)
+  results = {}
+  for part in PARTS:
+    path = work / 'results' / f'{part}.json'
+    if part in args.parts and not (args.reuse and path.exists()):
+      if part != 'apply' and not (work / 'results' / 'apply.json').exists():
+        print(f'check_patchset: {part} needs apply first', file=sys.stderr)
+        return 2
+      print(f'== {part}', flush=True)
+      start = time.monotonic()
+      try:
+        result = RUNNERS[part](args, work)
+      except Exception as e:  # pylint: disable=broad-except
+        # One part that cannot run does not stop the others.
+        traceback.print_exc()
+        result = {'error': f'{type(e).__name__}: {e}', 'green': False}
+      result['seconds'] = round(time.monotonic() - start)
+      path.write_text(json.dumps(result, indent=2))
+      print(f'== {part}: {"green" if result["green"] else "NOT green"}'
+            f' ({result["seconds"]}s)', flush=True)
+    if path.exists():
+      results[part] = json.loads(path.read_text())
+  table = summary_table({p: r for p, r in results.items() if 'error' not in r})
+  (work / 'summary.md').write_text(table)
+  print('\n' + table)
+  for part, result in results.items():
+    if 'error' in result:
+      print(f'{part}: {result["error"][:2000]}')
+  return 0 if all(r['green'] for r in results.values()) else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())
