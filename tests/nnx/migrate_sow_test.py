@@ -833,6 +833,45 @@ class GeneratedTreeTest(absltest.TestCase):
     code, summary, out, _ = _run([directory], mode='check', jobs=2)
     self.assertEqual((code, summary.changed, out), (0, 0, ''))
 
+  def test_two_jobs_give_the_output_of_one(self):
+    # The files are analysed and rewritten in worker processes: the diff,
+    # the flags, the errors and the tallies are those of a serial run.
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    _generated_tree(directory, 40)
+    _write(directory, 'broken.py', 'def f(:\n  self.sow(nnx.Intermediate)\n')
+    _write(directory, 'pkg0/pop.py', POP_SOURCE)
+    runs = []
+    for jobs in (1, 2):
+      code, summary, out, err = _run([directory], mode='diff', jobs=jobs,
+                                     annotate=True, target='capture')
+      summary.seconds = 0.0
+      runs.append((code, summary, out, err))
+    self.assertEqual(runs[0], runs[1])
+    code, summary, out, err = runs[0]
+    self.assertEqual(code, ms.EXIT_UNREADABLE)  # broken.py
+    self.assertIn('broken.py', err)
+    self.assertEqual(summary.rewritten['pop'], 1)
+    self.assertIn('nnx.capture(model, nnx.Intermediate)(x)', out)
+
+
+POP_SOURCE = '''\
+    from flax import nnx
+
+
+    class Model(nnx.Module):
+
+      def __call__(self, x):
+        self.sow(nnx.Intermediate, 'x', x)
+        return x
+
+
+    def run(x):
+      model = Model()
+      y = model(x)
+      state = nnx.pop(model, nnx.Intermediate)
+      return y, state
+    '''
+
 
 MODEL_SOURCE = '''\
 from flax import nnx
