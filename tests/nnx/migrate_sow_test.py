@@ -690,7 +690,7 @@ def _notebook(cells):
       'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, indent=1) + '\n'
 
 
-class NotebookTest(absltest.TestCase):
+class NotebookTest(parameterized.TestCase):
 
   CELLS = ("""\
       from flax import nnx
@@ -758,8 +758,52 @@ class NotebookTest(absltest.TestCase):
     before = _read(path)
     code, summary, _, err = _run([path], mode='write', target='capture')
     self.assertEqual((code, _read(path)), (0, before))
-    self.assertIn('earlier-call: model is also called in an earlier cell', err)
+    self.assertIn('earlier-call: model(...) in an earlier cell may sow', err)
     self.assertEqual(summary.rewritten['pop'], 0)
+
+  RENDER = {
+      # render cannot sow: what the pop collects is what the capture does.
+      'plain': ('return x * 0', None),
+      'calls_self': ('return self(x)', 'it calls .render()'),
+      'calls_sowing_submodule': ('return self.sub(x)', 'it calls .render()'),
+      'passed_on': ('return x * 0', 'model passed to show()'),
+  }
+
+  @parameterized.named_parameters(*[(k, *v) for k, v in RENDER.items()])
+  def test_an_earlier_call_of_a_method_that_cannot_sow(self, body, flag):
+    head = textwrap.dedent(self.CELLS[0]).replace(
+        '    return x + 1\n', '    return x + 1\n\n'
+        '  def render(self, x):\n    ' + body + '\n', 1)
+    head = head.replace('class Model(nnx.Module):', '''\
+class Sub(nnx.Module):
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 's', x)
+    return x
+
+
+class Model(nnx.Module):
+
+  def __init__(self):
+    self.sub = Sub()
+''')
+    earlier = ('show = print\nshow(model)\n' if 'passed' in (flag or '')
+               else 'frames = model.render(x)\n')
+    cells = [head, earlier] + list(self.CELLS[1:3])
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = _write(directory, 'nb.ipynb', _notebook(cells))
+    expected = self._run_cells(path)
+    code, summary, _, err = _run([path], mode='write', target='capture')
+    self.assertEqual(code, 0, msg=err)
+    if flag is None:
+      self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+      migrated = self._run_cells(path)
+      for a, b in zip(expected, migrated):
+        np.testing.assert_array_equal(a, b)
+    else:
+      self.assertEqual(summary.rewritten['pop'], 0)
+      self.assertIn(flag, err)
+      self.assertIn('earlier-call', err)
 
 
 def _generated_tree(directory, count):

@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import functools
 
+from . import earlier
 from . import names as nm
 from . import reexports
 from .facts import ClassFact, OtherUse, Site
@@ -65,6 +66,13 @@ class Project:
     self.linen = [s for s in sites if not self.is_nnx(s)]
     self.sows = [s for s in self.sites if s.kind in ('sow', 'perturb')]
     self.readers = [s for s in self.sites if s.kind in ('capture', 'pop')]
+    for reader in self.readers:
+      # Calls before the captured one: do they call a method that sows?
+      if reader.earlier and not any(code == 'earlier-call'
+                                    for code, _ in reader.pop_reasons):
+        reason = earlier.reason(self, reader)
+        if reason:
+          reader.pop_reasons.insert(0, reason)
 
   @functools.cache
   def kind(self, qualified: str | None, depth: int = 0) -> str:

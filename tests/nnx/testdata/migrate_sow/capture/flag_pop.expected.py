@@ -30,7 +30,7 @@ def not_adjacent(model, x):
 def earlier_call(model, x):
   warmup = model(x)
   y = model(x)
-  # TODO(migrate_sow): earlier-call: model is also called at line 28; what that call sows would be popped too
+  # TODO(migrate_sow): earlier-call: model(...) at line 28 may sow; what it sowed would be popped too
   scores = nnx.pop(model, Scores)
   return warmup, y, scores
 
@@ -74,7 +74,7 @@ def vmap_after_an_earlier_vmap(model, x):
   axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
   nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
   y = nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
-  # TODO(migrate_sow): earlier-call: model is also called at line 66; what that call sows would be popped too
+  # TODO(migrate_sow): earlier-call: model through nnx.vmap at line 66 may sow; what it sowed would be popped too
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
 
