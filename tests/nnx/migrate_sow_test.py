@@ -543,6 +543,28 @@ class ProjectTest(absltest.TestCase):
     self.assertNotIn('not-in-module', err)
     self.assertIn("sow(x, name='state')", _read(life))
 
+  def test_a_helper_class_sowing_on_a_module_passed_in_says_so(self):
+    # Flax's examples/gemma/sow_lib.py: SowConfig.maybe_sow_*(x, module).
+    source = textwrap.dedent('''\
+        import dataclasses
+        from flax import nnx
+
+
+        @dataclasses.dataclass
+        class SowConfig:
+          on: bool = False
+
+          def maybe_sow(self, x, module: nnx.Module):
+            if self.on:
+              module.sow(nnx.Intermediate, 'x', x)
+        ''')
+    new, flags = ms.migrate_source(source, target='functional', path='lib.py')
+    self.assertEqual(new, source)
+    self.assertEqual([(f.code, f.line) for f in flags],
+                     [('not-in-module', 11)])
+    self.assertIn('in SowConfig, not an NNX Module: it sows on module, a '
+                  'module passed in', flags[0].message)
+
   def test_re_export_resolver_follows_chains_and_prefixes(self):
     resolve = reexports.resolver({
         'a.X': 'a.b.X', 'a.b.X': 'a.b.c.X', 'loop.Y': 'loop.Y2',

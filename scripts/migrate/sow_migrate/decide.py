@@ -290,6 +290,20 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   return None
 
 
+def _not_in_module(project: Project, sow: Site) -> str:
+  """What the class holding a sow is, when it is not an NNX Module."""
+  fact = project.classes.get(sow.owner)
+  short = sow.owner.rsplit('.', 1)[-1]
+  unknown = [b for b in (fact.bases if fact else ())
+             if b not in project.classes and not b.startswith('flax.')]
+  if fact is None or unknown:
+    return (f'in {short}, whose base {shorten(unknown) or "?"} is not '
+            'resolved: not known to be an NNX Module; rewrite by hand')
+  return (f'in {short}, not an NNX Module: it sows on {sow.receiver}, a '
+          'module passed in, under that module\'s path (a functional sow has '
+          'no module path): rewrite by hand')
+
+
 def _decide_capture(project: Project) -> dict[int, Decision]:
   decisions = {}
   for reader in project.readers:
@@ -354,8 +368,7 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
                       "not nnx.Intermediate: use sow(x, name=..., tag='...') "
                       'and capture(f, tag=...)')
     elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
-      own[id(sow)] = ('not-in-module', 'in a class not known to be an NNX '
-                      'Module (its base is not resolved); rewrite by hand')
+      own[id(sow)] = ('not-in-module', _not_in_module(project, sow))
     elif sow.name is not None:
       multi = project.multi_instance(sow)
       if multi:

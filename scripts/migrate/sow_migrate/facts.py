@@ -73,6 +73,7 @@ class Site:
   earlier: list[tuple[str, str, str]] = dataclasses.field(
       default_factory=list)
   earlier_closed: bool = False
+  receiver: str = ''  # `module` in module.sow(...)
 
   @property
   def where(self) -> str:
@@ -252,6 +253,7 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
 
   def _sow_or_perturb(self, node: cst.Call, kind: str) -> None:
     site = self.new_site(kind, node)
+    site.receiver = _code(node.func.value)
     if any(arg.star for arg in node.args):
       site.block('kwargs', f'*args/**kwargs in .{kind}() hide its arguments')
       return
