@@ -138,9 +138,10 @@ def _not_adjacent(collector, statement, holder, target: str) -> str:
                   'nnx.pop')
         line = collector.position(earlier)[0]
         if _calls(earlier, target):
-          others = f', {pops} of them nnx.pop' if pops else ''
-          nested = ('' if current is statement
-                    else ' (the pop is in a nested block)')
+          others = (f', {pops} of them nnx.pop taking their types (and '
+                    'subclasses) first' if pops else '')
+          nested = ('' if current is statement else
+                    ' (the pop is in a nested block: it may not run)')
           if not between and current is not statement:
             return (f'{short} is called at line {line} and nnx.pop is in the '
                     'block after it: capture by hand')

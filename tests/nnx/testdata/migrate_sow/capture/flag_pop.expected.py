@@ -84,7 +84,7 @@ def two_pops(model, x):
   y = model(x)
   # TODO(migrate_sow): later-pop: model is popped again at line 76; inside nnx.capture the values of other types would not be left for it
   scores = nnx.pop(model, Scores)
-  # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop: capture by hand
+  # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop taking their types (and subclasses) first: capture by hand
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, scores, intermediates
 
