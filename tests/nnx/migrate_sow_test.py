@@ -543,6 +543,46 @@ class ProjectTest(absltest.TestCase):
     self.assertNotIn('not-in-module', err)
     self.assertIn("sow(x, name='state')", _read(life))
 
+  def test_a_reader_of_another_type_does_not_keep_a_sow_legacy(self):
+    # nnx.capture(f, nnx.Perturbation) collects exactly Perturbations (0.12.8)
+    # and nnx.pop(m, Scores) Scores and its subclasses: neither reads the
+    # Intermediate sown here, which migrates with its own capture.
+    source = textwrap.dedent('''\
+        from flax import nnx
+
+
+        class Scores(nnx.Intermediate):
+          pass
+
+
+        class Model(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'h', x)
+            self.sow(Scores, 's', x)
+            return x
+
+
+        def features(model, x):
+          y, state = nnx.capture(model, nnx.Intermediate)(x)
+          return y, state['h'][0]
+
+
+        def grads(model, x):
+          return nnx.capture(model, nnx.Perturbation)(x)
+
+
+        def scores(model, x):
+          model(x)
+          return nnx.pop(model, Scores)
+        ''')
+    new, flags = ms.migrate_source(source, target='functional',
+                                   path='model.py')
+    self.assertIn("sow(x, name='h')", new)
+    self.assertIn('y, state = capture(model)(x)', new)
+    self.assertEqual(sorted(f.code for f in flags),
+                     ['perturbation', 'subclass', 'subclass'])
+
   def test_a_helper_class_sowing_on_a_module_passed_in_says_so(self):
     # Flax's examples/gemma/sow_lib.py: SowConfig.maybe_sow_*(x, module).
     source = textwrap.dedent('''\

@@ -156,7 +156,28 @@ class Project:
   def reached(self, reader: Site) -> list[Site]:
     classes = self.closure(reader.root)
     return [s for s in self.sows if _importable(s, reader) and (
-        classes is None or s.owner is None or s.owner in classes)]
+        classes is None or s.owner is None or s.owner in classes)
+            and self.type_reaches(reader, s)]
+
+  def type_reaches(self, reader: Site, sow: Site) -> bool:
+    """Whether the types ``reader`` names may collect what ``sow`` sows.
+
+    ``nnx.pop`` takes a type and its subclasses; flax 0.12.8's
+    ``nnx.capture`` takes the exact types (a sow of another type inside it
+    is dropped). A type the codemod cannot resolve may be anything.
+    """
+    if not reader.types or not sow.types:
+      return True
+
+    def known(name):
+      return name in self.classes or name in _NNX_VARIABLES
+
+    sown = sow.types[0]
+    if not known(sown) or not all(known(t) for t in reader.types):
+      return True
+    if reader.kind == 'pop':
+      return any(self.is_subclass(sown, t) for t in reader.types)
+    return sown in reader.types
 
   def nearness(self, reader: Site, sow: Site) -> tuple[int, str, int]:
     """Orders the readers of ``sow``: the most certain first."""

@@ -12,7 +12,7 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 8 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(nnx.Intermediate, 'x', x)
     # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(Scores, 'scores', x)
