@@ -34,7 +34,7 @@ codemod runs there with ``--write --annotate``, once per target; then:
   are reported again).
 * every rewritten ``.py`` file must still parse.
 
-``--results FILE`` replaces the table between the markers
+``--jobs N`` is passed to the codemod. ``--results FILE`` replaces the table between the markers
 ``<!-- migrate-acceptance:start -->`` and ``<!-- migrate-acceptance:end -->``.
 """
 
@@ -182,7 +182,7 @@ def _snapshot(directory: str) -> dict[str, bytes]:
   return found
 
 
-def run_repo(repo: str, target: str) -> dict:
+def run_repo(repo: str, target: str, jobs: int = 1) -> dict:
   """Runs the codemod over a copy of ``repo``; returns one table row."""
   with tempfile.TemporaryDirectory() as scratch:
     copy = os.path.join(scratch, os.path.basename(repo))
@@ -190,10 +190,11 @@ def run_repo(repo: str, target: str) -> dict:
                     symlinks=True)
     before = _snapshot(copy)
     first, seconds = _cli(['--target', target, '--write', '--annotate',
-                           '--project-root', copy, '.'], copy)
+                           '--jobs', str(jobs), '--project-root', copy, '.'],
+                          copy)
     after = _snapshot(copy)
     again, _ = _cli(['--target', target, '--check', '--annotate',
-                     '--project-root', copy, '.'], copy)
+                     '--jobs', str(jobs), '--project-root', copy, '.'], copy)
   changed = [p for p in after if after[p] != before.get(p)]
   broken = [p for p in changed if p.endswith('.py') and _broken(after[p])]
   flags = collections.Counter()
@@ -262,6 +263,8 @@ def main(argv=None) -> int:
   parser.add_argument('--repos', default=os.environ.get('FLAX_SOW_REPOS'))
   parser.add_argument('--only', nargs='*', default=REPOS)
   parser.add_argument('--results', default=None)
+  parser.add_argument('--jobs', type=int, default=1,
+                      help="passed to the codemod's --jobs")
   args = parser.parse_args(argv)
   if not args.repos or not os.path.isdir(args.repos):
     print('acceptance: no --repos/FLAX_SOW_REPOS directory; skipped')
@@ -272,7 +275,7 @@ def main(argv=None) -> int:
     if not os.path.isdir(repo):
       print(f'acceptance: {repo} missing; skipped')
       continue
-    rows = [run_repo(repo, target) for target in TARGETS]
+    rows = [run_repo(repo, target, args.jobs) for target in TARGETS]
     results[name] = (_commit(repo), count_sites(repo), rows)
     for row in rows:
       print(name, json.dumps({k: v for k, v in row.items()}, default=str))

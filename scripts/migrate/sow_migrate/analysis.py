@@ -24,7 +24,7 @@ import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-from . import documents, pops
+from . import documents, earlier, pops
 from . import facts as facts_lib
 
 
@@ -134,12 +134,23 @@ def analyse(path: str, data: bytes, root: str,
         previous = by_index.get(parsed_unit.index - 1)
         pops.link_across_units(
             site, previous.module if previous else None)
-      if site.kind == 'pop' and doc.kind != 'py':
-        # Cells before the one holding the call.
+      if site.kind == 'pop' and doc.kind != 'py' and (
+          site.pop_call is not None and not site.pop_reasons):
+        # Cells before the one holding the call, nearest first.
         first = (site.pop_call_unit if site.pop_call_unit is not None
                  else parsed_unit.index)
-        pops.earlier_call_in_cells(site, [
-            u.module for u in result.units if u.index < first])
+        earlier.in_cells(site, [u.module for u in reversed(result.units)
+                                if u.index < first], 'in an earlier cell')
+  functions = earlier.local_functions(u.module for u in result.units)
+  for parsed_unit in result.units:
+    for site in parsed_unit.facts.sites:
+      if site.kind != 'pop' or site.pop_call is None or site.pop_reasons:
+        continue
+      earlier.resolve_functions(site, functions)
+      unknown = earlier.first_unknown(site)
+      if unknown:
+        site.pop_reasons[:] = [unknown]
+        site.pop_call = site.pop_statement = None
   return result
 
 

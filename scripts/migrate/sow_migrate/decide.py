@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import functools
 
+from . import earlier
 from . import names as nm
 from . import reexports
 from .facts import ClassFact, OtherUse, Site
@@ -65,6 +66,13 @@ class Project:
     self.linen = [s for s in sites if not self.is_nnx(s)]
     self.sows = [s for s in self.sites if s.kind in ('sow', 'perturb')]
     self.readers = [s for s in self.sites if s.kind in ('capture', 'pop')]
+    for reader in self.readers:
+      # Calls before the captured one: do they call a method that sows?
+      if reader.earlier and not any(code == 'earlier-call'
+                                    for code, _ in reader.pop_reasons):
+        reason = earlier.reason(self, reader)
+        if reason:
+          reader.pop_reasons.insert(0, reason)
 
   @functools.cache
   def kind(self, qualified: str | None, depth: int = 0) -> str:
@@ -148,7 +156,28 @@ class Project:
   def reached(self, reader: Site) -> list[Site]:
     classes = self.closure(reader.root)
     return [s for s in self.sows if _importable(s, reader) and (
-        classes is None or s.owner is None or s.owner in classes)]
+        classes is None or s.owner is None or s.owner in classes)
+            and self.type_reaches(reader, s)]
+
+  def type_reaches(self, reader: Site, sow: Site) -> bool:
+    """Whether the types ``reader`` names may collect what ``sow`` sows.
+
+    ``nnx.pop`` takes a type and its subclasses; flax 0.12.8's
+    ``nnx.capture`` takes the exact types (a sow of another type inside it
+    is dropped). A type the codemod cannot resolve may be anything.
+    """
+    if not reader.types or not sow.types:
+      return True
+
+    def known(name):
+      return name in self.classes or name in _NNX_VARIABLES
+
+    sown = sow.types[0]
+    if not known(sown) or not all(known(t) for t in reader.types):
+      return True
+    if reader.kind == 'pop':
+      return any(self.is_subclass(sown, t) for t in reader.types)
+    return sown in reader.types
 
   def nearness(self, reader: Site, sow: Site) -> tuple[int, str, int]:
     """Orders the readers of ``sow``: the most certain first."""
@@ -282,6 +311,20 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   return None
 
 
+def _not_in_module(project: Project, sow: Site) -> str:
+  """What the class holding a sow is, when it is not an NNX Module."""
+  fact = project.classes.get(sow.owner)
+  short = sow.owner.rsplit('.', 1)[-1]
+  unknown = [b for b in (fact.bases if fact else ())
+             if b not in project.classes and not b.startswith('flax.')]
+  if fact is None or unknown:
+    return (f'in {short}, whose base {shorten(unknown) or "?"} is not '
+            'resolved: not known to be an NNX Module; rewrite by hand')
+  return (f'in {short}, not an NNX Module: it sows on {sow.receiver}, a '
+          'module passed in, under that module\'s path (a functional sow has '
+          'no module path): rewrite by hand')
+
+
 def _decide_capture(project: Project) -> dict[int, Decision]:
   decisions = {}
   for reader in project.readers:
@@ -346,8 +389,7 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
                       "not nnx.Intermediate: use sow(x, name=..., tag='...') "
                       'and capture(f, tag=...)')
     elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
-      own[id(sow)] = ('not-in-module', 'in a class not known to be an NNX '
-                      'Module (its base is not resolved); rewrite by hand')
+      own[id(sow)] = ('not-in-module', _not_in_module(project, sow))
     elif sow.name is not None:
       multi = project.multi_instance(sow)
       if multi:

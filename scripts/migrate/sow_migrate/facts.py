@@ -30,6 +30,7 @@ from libcst import metadata
 
 from . import consumers as consumers_lib
 from . import names as nm
+from . import methods as methods_lib
 from . import other_uses, pops
 from .other_uses import OtherUse
 
@@ -66,6 +67,13 @@ class Site:
   cross_unit: str | None = None
   pop_statement_candidate: cst.CSTNode | None = None
   pop_call_unit: int | None = None
+  # Calls of the popped object before the one a capture would wrap:
+  # (what, method called or '' if unknown, where), nearest first; and
+  # whether the scan reached an earlier pop or assignment.
+  earlier: list[tuple[str, str, str]] = dataclasses.field(
+      default_factory=list)
+  earlier_closed: bool = False
+  receiver: str = ''  # `module` in module.sow(...)
 
   @property
   def where(self) -> str:
@@ -86,6 +94,8 @@ class ClassFact:
   calls: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
   # Attributes assigned something that is not a call (a module passed in).
   opaque: bool = False
+  methods: dict[str, methods_lib.MethodFact] = dataclasses.field(
+      default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -106,7 +116,7 @@ def string_value(node: cst.CSTNode) -> str | None:
   return None
 
 
-class Collector(other_uses.OtherUses, cst.CSTVisitor):
+class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
   """Records the facts of one code unit."""
 
   METADATA_DEPENDENCIES = (
@@ -210,6 +220,7 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
   # Calls -------------------------------------------------------------------
 
   def visit_Call(self, node: cst.Call) -> None:
+    self.record_method_call(node)
     if not isinstance(node.func, (cst.Name, cst.Attribute)):
       return  # f(...)(x): the inner call is visited on its own
     self.called.add(_code(node.func))
@@ -242,6 +253,7 @@ class Collector(other_uses.OtherUses, cst.CSTVisitor):
 
   def _sow_or_perturb(self, node: cst.Call, kind: str) -> None:
     site = self.new_site(kind, node)
+    site.receiver = _code(node.func.value)
     if any(arg.star for arg in node.args):
       site.block('kwargs', f'*args/**kwargs in .{kind}() hide its arguments')
       return

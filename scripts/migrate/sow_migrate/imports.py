@@ -19,7 +19,7 @@ import re
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import RemoveImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 MODULE = 'flax.nnx.sow'
 
@@ -43,29 +43,99 @@ def import_line(names: dict[str, str]) -> str:
   return f'from {MODULE} import {", ".join(parts)}\n'
 
 
-def add_import(module: cst.Module, names: dict[str, str]) -> cst.Module:
-  """Inserts the import into the first import block, sorted by module."""
-  if not names:
+def request(context: CodemodContext, names: dict[str, str]) -> None:
+  """Asks ``AddImportsVisitor`` for ``from flax.nnx.sow import ...``."""
+  for name, alias in sorted(names.items()):
+    AddImportsVisitor.add_needed_import(context, MODULE, name,
+                                        None if alias == name else alias)
+
+
+def add_needed(module: cst.Module, context: CodemodContext) -> cst.Module:
+  """Adds the imports asked for in ``context``, in sorted position.
+
+  ``AddImportsVisitor`` extends an existing ``from flax.nnx.sow import``
+  line or appends a new one to the first import block; a new line is then
+  moved to where it sorts in its block.
+  """
+  if not context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
     return module
-  statement = cst.parse_statement(import_line(names),
-                                  config=module.config_for_parsing)
+  before = _count_ours(module.body)
+  old_body = module.body
+  module = AddImportsVisitor(context).transform_module(module)
+  context.scratch.pop(AddImportsVisitor.CONTEXT_KEY, None)
+  if _count_ours(module.body) == before:
+    return _sort_names(module)  # added to an existing line
   body = list(module.body)
-  block = [i for i, s in enumerate(body) if _module_of(s) is not None]
-  if not block:
-    index = 0
-    while index < len(body) and _is_docstring_or_future(body[index]):
-      index += 1
-    body.insert(index, statement)
-    return module.with_changes(body=body)
-  start = block[0]
-  end = start
-  while end + 1 < len(body) and _module_of(body[end + 1]) is not None:
+  added = _new_index(body, before)
+  if added < len(old_body):
+    # AddImportsVisitor puts a blank line after the import block; the
+    # statement there keeps its own lines.
+    body[added + 1] = body[added + 1].with_changes(
+        leading_lines=old_body[added].leading_lines)
+  statement = body.pop(added)
+  return module.with_changes(body=_insert_sorted(body, statement, added))
+
+
+def _sort_names(module: cst.Module) -> cst.Module:
+  # AddImportsVisitor puts the names it adds first: keep the line sorted.
+  body = list(module.body)
+  for index, statement in enumerate(body):
+    if not _is_ours(statement) or isinstance(statement.body[0].names,
+                                              cst.ImportStar):
+      continue
+    names = list(statement.body[0].names)
+    ordered = sorted(names, key=lambda a: cst.Module([]).code_for_node(a.name))
+    if ordered != names:
+      ordered = [a.with_changes(comma=names[i].comma)
+                 for i, a in enumerate(ordered)]
+      body[index] = statement.with_changes(
+          body=[statement.body[0].with_changes(names=ordered)])
+  return module.with_changes(body=body)
+
+
+def _is_import(statement) -> bool:
+  return isinstance(statement, cst.SimpleStatementLine) and isinstance(
+      statement.body[0], (cst.Import, cst.ImportFrom))
+
+
+def _is_ours(statement) -> bool:
+  return _module_of(statement) == MODULE and isinstance(
+      statement.body[0], cst.ImportFrom)
+
+
+def _count_ours(body) -> int:
+  return sum(1 for s in body if _is_ours(s))
+
+
+def _new_index(body, before: int) -> int:
+  # AddImportsVisitor appends its line after the existing ones of the
+  # block: the (before + 1)-th line of ours.
+  seen = 0
+  for index, statement in enumerate(body):
+    if _is_ours(statement):
+      seen += 1
+      if seen == before + 1:
+        return index
+  raise AssertionError('the added import is missing')
+
+
+def _insert_sorted(body, statement, index: int):
+  """Inserts ``statement`` where it sorts in the import block at ``index``
+  (groups separated by blank lines stay: ``import os`` above keeps its
+  place)."""
+  start = index
+  while start > 0 and _is_import(body[start - 1]):
+    start -= 1
+  end = index  # one past the block
+  while end < len(body) and _is_import(body[end]):
     end += 1
+  if start == end:  # a block of its own
+    body.insert(index, statement)
+    return body
   key = MODULE.lower()
-  # After the last import that sorts before it (groups separated by blank
-  # lines stay intact: stdlib `import os` above keeps its place).
-  before = [index for index in range(start, end + 1)
-            if (_module_of(body[index]) or '').lower() <= key]
+  # Relative imports (no module name here) sort after absolute ones.
+  before = [i for i in range(start, end)
+            if (_module_of(body[i]) or '~').lower() <= key]
   position = before[-1] + 1 if before else start
   if position == start:
     # Take over the comments above the block, which describe the block.
@@ -73,17 +143,7 @@ def add_import(module: cst.Module, names: dict[str, str]) -> cst.Module:
     statement = statement.with_changes(leading_lines=first.leading_lines)
     body[start] = first.with_changes(leading_lines=[])
   body.insert(position, statement)
-  return module.with_changes(body=body)
-
-
-def _is_docstring_or_future(statement) -> bool:
-  if not isinstance(statement, cst.SimpleStatementLine):
-    return False
-  small = statement.body[0]
-  if isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString):
-    return True
-  return isinstance(small, cst.ImportFrom) and _module_of(statement) == (
-      '__future__')
+  return body
 
 
 def _maybe_unused(code: str, name: str) -> bool:

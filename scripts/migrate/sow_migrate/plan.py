@@ -11,7 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Phase 3: the new text of one file, from the decisions."""
+"""Phase 3: the new text of one file, from the decisions.
+
+The decisions become a plan (which nodes each transformer of ``codemods``
+changes); the transformers run in turn over each code unit the plan
+touches, then the imports they asked for are added.
+"""
 
 from __future__ import annotations
 
@@ -21,10 +26,14 @@ import re
 
 import libcst as cst
 from libcst import metadata
+from libcst.codemod import CodemodContext
 
+from . import codemods
 from . import decide as decide_lib
-from . import imports, rewrites
+from . import imports
 from .analysis import FileAnalysis, ParsedUnit
+from .codemods import annotate as annotate_lib
+from .codemods import base as codemods_base
 from .flags import MAX_LINE, Flag
 
 FUNCTIONS = ('sow', 'perturb', 'capture')
@@ -58,28 +67,21 @@ def _statement_of(parents, node):
   return current
 
 
-def _chain(edits, node, edit):
-  previous = edits.get(node)
-  edits[node] = edit if previous is None else (
-      lambda updated, a=previous, b=edit: b(a(updated)))
-
-
 def _annotation(flag: Flag) -> str:
   # Without line numbers, which the notes themselves shift.
   message = re.sub(r'(\S+\.(?:py|ipynb|md)):\d+', r'\1', flag.message)
   text = f'{flag.code}: {" ".join(message.split())}'
-  room = MAX_LINE - len(rewrites.TODO) - 8
+  room = MAX_LINE - len(annotate_lib.TODO) - 8
   return text if len(text) <= room else text[:room - 3] + '...'
 
 
-def file_edits(analysis: FileAnalysis, decisions, target: str,
-               annotate: bool, modes: dict[str, str],
-               counts: collections.Counter):
-  """The edits of every unit of a file, and the new names each unit uses."""
-  edits: dict[cst.CSTNode, rewrites.Edit] = {}
-  used = collections.defaultdict(dict)
-  notes = collections.defaultdict(list)
+def file_plan(analysis: FileAnalysis, decisions, target: str, annotate: bool,
+              modes: dict[str, str], counts: collections.Counter):
+  """What each transformer changes in the file, and the units it touches."""
+  plan = codemods_base.FilePlan()
+  notes = collections.defaultdict(lambda: [None, []])
   headers = {}
+  touched = set()
   functional = target == 'functional'
   for unit in analysis.units:
     aliases = _aliases(unit)
@@ -95,51 +97,50 @@ def file_edits(analysis: FileAnalysis, decisions, target: str,
                 unit.module, unsafe_skip_copy=True).resolve(
                     metadata.ParentNodeProvider)
           statement = _statement_of(parents, site.node)
-          notes[statement].append(_annotation(site_flag(site, decision)))
-          if unit.module.body and statement is unit.module.body[0]:
-            headers[statement] = unit.module.header
+          if statement is not None:
+            notes[statement][1].append(_annotation(site_flag(site, decision)))
+            notes[statement][0] = unit.index
+            touched.add(unit.index)
+            if unit.module.body and statement is unit.module.body[0]:
+              headers[statement] = unit.module.header
         continue
       if decision.action != decide_lib.REWRITE:
         continue
       counts[site.kind] += 1
-      if site.kind in ('sow', 'perturb', 'capture'):
-        used[unit.index][site.kind] = aliases[site.kind]
-        if site.kind == 'sow':
-          rewrite = rewrites.SowRewrite(aliases['sow'], site.mode)
-        elif site.kind == 'perturb':
-          rewrite = rewrites.PerturbRewrite(aliases['perturb'])
-        else:
-          rewrite = rewrites.CaptureRewrite(aliases['capture'], site.decorator)
-        _chain(edits, site.node, rewrite)
+      touched.add(unit.index)
+      if site.kind == 'sow':
+        plan.sows.append((unit.index, site.node, aliases['sow'], site.mode))
+      elif site.kind == 'perturb':
+        plan.perturbs.append((unit.index, site.node, aliases['perturb']))
+      elif site.kind == 'capture':
+        plan.captures.append((unit.index, site.node, aliases['capture'],
+                              site.decorator))
       else:
-        alias = aliases['capture'] if functional else None
-        if functional:
-          home = site.pop_call_unit if site.pop_call_unit is not None else (
-              unit.index)
-          used[home]['capture'] = alias
-        for node, edit in rewrites.PopRewrite(site, alias).edits().items():
-          _chain(edits, node, edit)
+        plan.pops.append((unit.index, site,
+                          aliases['capture'] if functional else None))
+        if site.pop_call_unit is not None:
+          touched.add(site.pop_call_unit)
       if functional and site.consumer is not None:
         for access in site.consumer.accesses:
-          mode = modes.get(access.name, 'append')
-          _chain(edits, access.node, rewrites.AccessRewrite(access, mode))
-  for statement, messages in notes.items():
-    if statement is not None:
-      _chain(edits, statement, rewrites.Annotate(
-          sorted(set(messages)), headers.get(statement, ())))
-  return edits, used
+          plan.accesses.append((unit.index, access,
+                                modes.get(access.name, 'append')))
+  plan.notes = {statement: (unit, sorted(set(messages)),
+                            headers.get(statement, ()))
+                for statement, (unit, messages) in notes.items()}
+  return plan, touched
 
 
-def rewrite_unit(unit: ParsedUnit, edits, used: dict[str, str],
-                 kind: str) -> str:
+def rewrite_unit(unit: ParsedUnit, plan, tracker, kind: str) -> str:
   """The unit's new code (its old code when nothing applies)."""
-  module = unit.module.visit(rewrites.Rewriter(edits))
+  context = CodemodContext()
+  module = unit.module
+  for transformer in codemods.ORDER:
+    module = transformer(context, tracker, plan, unit.index).apply(module)
   if module is unit.module or module.deep_equals(unit.module):
     return unit.unit.code
-  if used:
-    module = imports.add_import(module, used)
-    if kind == 'py':  # in notebooks an import may serve other cells
-      module = imports.remove_unused(module)
+  module = imports.add_needed(module, context)
+  if kind == 'py':  # in notebooks an import may serve other cells
+    module = imports.remove_unused(module)
   return module.code
 
 
@@ -149,13 +150,14 @@ def rewrite_file(analysis: FileAnalysis, decisions, target: str,
   doc = analysis.doc
   old = doc.render([u.code for u in doc.units])
   result = FileResult(analysis.path, old)
-  edits, used = file_edits(analysis, decisions, target, annotate, modes,
-                           result.rewritten)
+  plan, touched = file_plan(analysis, decisions, target, annotate, modes,
+                            result.rewritten)
   codes = [u.code for u in doc.units]
-  if edits:
+  if plan:
+    tracker = codemods_base.Tracker(plan.nodes())
     for unit in analysis.units:
-      codes[unit.index] = rewrite_unit(unit, edits, used.get(unit.index, {}),
-                                       doc.kind)
+      if unit.index in touched:
+        codes[unit.index] = rewrite_unit(unit, plan, tracker, doc.kind)
   if doc.kind != 'py':
     codes = _move_imports(doc, codes)
   new = doc.render(codes)
@@ -187,6 +189,8 @@ def _move_imports(doc, codes):
   for index, lines in added.items():
     for line in lines:
       codes[index] = codes[index].replace(line, '', 1)
-  codes[first] = imports.add_import(
-      cst.parse_module(codes[first]), names).code
+  context = CodemodContext()
+  imports.request(context, names)
+  codes[first] = imports.add_needed(cst.parse_module(codes[first]),
+                                    context).code
   return codes

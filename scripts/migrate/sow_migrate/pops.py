@@ -91,12 +91,10 @@ def analyse_pop(collector, site, target) -> None:
       site.pop_reasons.append(('pop-not-adjacent', 'the cell before does not '
                                f'end with a call of {_code(target)}'))
     return
-  earlier = _earlier_call(collector, previous, _full(target))
-  if earlier:
-    site.pop_reasons.append(('earlier-call', f'{_code(target)} is also called '
-                             f'at line {earlier}; what that call sows would '
-                             'be popped too'))
-    return
+  # earlier.py builds on this module's helpers: imported here.
+  from . import earlier as earlier_lib  # pylint: disable=g-import-not-at-top
+  # Decided once the file's functions are known (analysis.py).
+  earlier_lib.in_function(collector, site, previous, _full(target))
   later = _later_pop(collector, statement, _full(target))
   if later:
     site.pop_reasons.append(('later-pop', f'{_code(target)} is popped again '
@@ -140,9 +138,10 @@ def _not_adjacent(collector, statement, holder, target: str) -> str:
                   'nnx.pop')
         line = collector.position(earlier)[0]
         if _calls(earlier, target):
-          others = f', {pops} of them nnx.pop' if pops else ''
-          nested = ('' if current is statement
-                    else ' (the pop is in a nested block)')
+          others = (f', {pops} of them nnx.pop taking their types (and '
+                    'subclasses) first' if pops else '')
+          nested = ('' if current is statement else
+                    ' (the pop is in a nested block: it may not run)')
           if not between and current is not statement:
             return (f'{short} is called at line {line} and nnx.pop is in the '
                     'block after it: capture by hand')
@@ -175,6 +174,7 @@ _NOT_CALLING = frozenset({
     'pop', 'state', 'split', 'update', 'graphdef', 'merge', 'iter_modules',
     'iter_graph', 'clone', 'variables', 'print', 'isinstance', 'type', 'id',
     'len', 'getattr', 'hasattr', 'setattr', 'repr', 'str', 'display',
+    'Optimizer',  # nnx.Optimizer(model, tx) keeps a reference to the model
 })
 
 
@@ -296,18 +296,6 @@ def _pops(node: cst.CSTNode, target: str) -> bool:
   return f'pop({target},' in code
 
 
-def _earlier_call(collector, statement, target: str) -> int | None:
-  """The line of an earlier call of ``target`` in the same function."""
-  for earlier in _neighbours(collector, statement, before=True):
-    if _pops(earlier, target):
-      return None
-    if _assigns(earlier, target):
-      return None  # a new object: nothing sown on it yet
-    if _calls(earlier, target):
-      return collector.position(earlier)[0]
-  return None
-
-
 def _later_pop(collector, statement, target: str) -> int | None:
   """The line of a later ``nnx.pop(target, ...)`` before another call."""
   for later in _neighbours(collector, statement, before=False):
@@ -350,11 +338,9 @@ def link_across_units(site, previous_module: cst.Module | None) -> None:
                             'only: rewrite by hand')]
   if small is None or statement is None:
     return
-  if any(_calls(earlier, target) for earlier in body[:-1]):
-    site.pop_reasons[:] = [('earlier-call', f'{target} is also called earlier '
-                            'in the cell before; what that call sows would '
-                            'be popped too')]
-    return
+  from . import earlier as earlier_lib  # pylint: disable=g-import-not-at-top
+  site.earlier, site.earlier_closed = earlier_lib.scan(
+      reversed(body[:-1]), target, lambda _: 'earlier in the cell before')
   holder = statement.body[0]
   if not (isinstance(holder, cst.Assign) and holder.value is site.node):
     site.pop_reasons[:] = [('pop-form', 'the pop opening this cell is not '
@@ -366,27 +352,6 @@ def link_across_units(site, previous_module: cst.Module | None) -> None:
                                        'follow'))
   site.pop_call, site.pop_statement = last, statement
   site.pop_call_unit = site.unit - 1
-
-
-def earlier_call_in_cells(site, previous_modules) -> None:
-  """A notebook or page: an earlier cell may have called the model too."""
-  if site.pop_call is None or site.pop_reasons:
-    return
-  target = _full(site.node.args[0].value)
-  for module in reversed(previous_modules):
-    for statement in reversed(list(module.body)):
-      if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        continue  # defining a function calls nothing
-      if _pops(statement, target):
-        return
-      if _assigns(statement, target):
-        return  # a new object: nothing sown on it yet
-      if _calls(statement, target):
-        site.pop_reasons[:] = [('earlier-call', f'{target} is also called in '
-                                'an earlier cell; what that call sows would be '
-                                'popped too')]
-        site.pop_call = site.pop_statement = None
-        return
 
 
 def _assigns(statement, target: str) -> bool:

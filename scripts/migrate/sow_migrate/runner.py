@@ -30,11 +30,10 @@ import re
 import sys
 import tempfile
 import time
-import traceback
 
 from . import decide as decide_lib
-from . import plan, reexports
-from .analysis import FileAnalysis, analyse, module_name
+from . import parallel, plan, reexports
+from .analysis import FileAnalysis, module_name
 from .flags import MAX_LINE, Flag
 
 EXTENSIONS = ('.py', '.ipynb', '.md')
@@ -125,13 +124,6 @@ def _one_line(text: str) -> str:
   return text if len(text) <= MAX_LINE else text[:MAX_LINE - 3] + '...'
 
 
-def _internal(path: str, error: BaseException, verbose: bool, err) -> str:
-  line = _one_line(f'{path}: internal error: {type(error).__name__}: {error}')
-  if verbose:
-    err.write(''.join(traceback.format_exception(error)))
-  return line
-
-
 def _relative(path: str, base: str) -> str:
   relative = os.path.relpath(path, base)
   return path if relative.startswith('..') else relative
@@ -139,7 +131,8 @@ def _relative(path: str, base: str) -> str:
 
 def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
         annotate: bool = False, root: str | None = None,
-        verbose: bool = False, out=None, err=None, **_unused):
+        verbose: bool = False, out=None, err=None, jobs: int = 1,
+        **_unused):
   """Runs the codemod over ``paths``; returns (exit code, Summary)."""
   out, err = out or sys.stdout, err or sys.stderr
   start = time.perf_counter()
@@ -150,6 +143,16 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   base = os.getcwd()
   # Consumers are searched in the whole project, even on a partial run.
   project_files = [p for p in find_files([root]) if p not in set(given)]
+  pool, data = parallel.Pool(jobs), {}
+  try:
+    return _run(given, project_files, target, mode, annotate, root, base,
+                verbose, out, err, summary, start, pool, data)
+  finally:
+    pool.close()
+
+
+def _run(given, project_files, target, mode, annotate, root, base, verbose,
+         out, err, summary, start, pool, data):
   analyses: dict[str, FileAnalysis] = {}
   unknown: list[tuple[str, bool]] = []  # files whose facts are missing
   skipped: list[str] = []
@@ -157,7 +160,7 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   for round_ in range(2):
     _analyse_all(todo, given, base, root, verbose, err, summary, analyses,
                  unknown, skipped, None if round_ == 0 else _attribute_re(
-                     analyses))
+                     analyses), pool, data)
     # Files that mention none of the APIs may still read a sown value as
     # an attribute (model.features.value): a second look at those.
     todo, skipped = skipped, []
@@ -165,7 +168,7 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
       break
   aliases = reexports.collect(root, given + project_files, _read)
   _analyse_bases(given + project_files, root, aliases, analyses, verbose, err,
-                 summary, unknown, base)
+                 summary, unknown, base, pool, data)
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
@@ -176,17 +179,28 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
     results, new_failure = {}, False
+    jobs = []
     for path in given:
       analysis = analyses.get(path)
       if analysis is None or path in failed:
         continue
-      try:
-        results[path] = plan.rewrite_file(analysis, decisions, target,
-                                          annotate, modes)
-      except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
-        summary.internal.append(_internal(analysis.path, e, verbose, err))
-        failed.add(path)
-        new_failure = True
+      wanted = [decisions.get(id(s)) for s in parallel.sites_of(analysis)]
+      if not any(d is not None and (d.action == decide_lib.REWRITE or (
+          annotate and d.action == 'flag')) for d in wanted):
+        continue  # nothing to change
+      jobs.append((path, analysis.path, root, data[path], wanted, target,
+                   annotate, modes, None if pool.parallel else analysis))
+    for job, (status, *payload) in zip(jobs, pool.map(parallel.rewrite,
+                                                      jobs)):
+      if status == 'ok':
+        results[job[0]] = payload[0]
+        continue
+      summary.internal.append(_one_line(
+          f'{job[1]}: internal error: {payload[0]}'))
+      if verbose:
+        err.write(payload[1])
+      failed.add(job[0])
+      new_failure = True
     if not new_failure:
       break
   _tally(summary, project, decisions, given, analyses, results, err)
@@ -228,35 +242,45 @@ def _attribute_re(analyses):
 
 
 def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
-                 unknown, skipped, pattern) -> None:
+                 unknown, skipped, pattern, pool=None, data=None) -> None:
+  """Reads and analyses ``paths`` (in ``pool``'s workers); the results are
+  merged in the order of ``paths``."""
+  pool = pool or parallel.Pool(1)
+  data = {} if data is None else data
   given = set(given)
+  jobs = []
   for path in paths:
     display = _relative(path, base)
     try:
-      data = _read(path)
+      content = _read(path)
     except OSError as e:
       if path in given:
         summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
       continue
-    if pattern is None and not _MENTIONS_RE.search(data):
+    if pattern is None and not _MENTIONS_RE.search(content):
       skipped.append(path)
       continue
-    if pattern is not None and not pattern.search(data):
+    if pattern is not None and not pattern.search(content):
       continue
-    try:
-      analysis = analyse(display, data, root, path)
-    except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
-      line = _internal(display, e, verbose, err)
+    data[path] = content
+    jobs.append((path, display, root, content, not pool.parallel))
+  for job, (status, *payload) in zip(jobs, pool.map(parallel.analyse, jobs)):
+    path, display, _, content, _ = job
+    if status == 'internal':
+      line = _one_line(f'{display}: internal error: {payload[0]}')
+      if verbose:
+        err.write(payload[1])
       if path in given:
         summary.internal.append(line)
-      unknown.append((display, bool(_RISKY_RE.search(data)),
-                      bool(_READER_RE.search(data))))
+      unknown.append((display, bool(_RISKY_RE.search(content)),
+                      bool(_READER_RE.search(content))))
       continue
+    analysis = payload[0]
     if analysis.error:
       if path in given:
         summary.errors.append(_one_line(analysis.error))
-      unknown.append((display, bool(_RISKY_RE.search(data)),
-                      bool(_READER_RE.search(data))))
+      unknown.append((display, bool(_RISKY_RE.search(content)),
+                      bool(_READER_RE.search(content))))
       continue
     if path in given:
       summary.errors += [_one_line(e) for e in analysis.unit_errors]
@@ -265,7 +289,7 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
 
 
 def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
-                   unknown, base) -> None:
+                   unknown, base, pool=None, data=None) -> None:
   """Analyses the files defining the project's unknown base classes.
 
   A base class in a file that mentions none of the APIs (``class
@@ -292,7 +316,7 @@ def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
     if not todo:
       return
     _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
-                 unknown, [], _CLASS_RE)
+                 unknown, [], _CLASS_RE, pool, data)
 
 
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
@@ -412,7 +436,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help='print the traceback of internal errors')
   parser.add_argument('--quiet', action='store_true')
   parser.add_argument('--jobs', type=int, default=1, metavar='N',
-                      help='accepted for compatibility; the run is serial')
+                      help='analyse and rewrite files in N processes (the '
+                      'output is the same as with 1)')
   parser.add_argument('--no-progress', dest='progress', action='store_false')
   args = parser.parse_args(argv)
   missing = [p for p in args.paths if not os.path.exists(p)]
@@ -428,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
   try:
     code, summary = run(args.paths, target=args.target, mode=args.mode,
                         annotate=args.annotate, root=args.root,
-                        verbose=args.verbose, err=err)
+                        verbose=args.verbose, err=err, jobs=args.jobs)
     for line in summary.lines():
       err.write(line + '\n')
   finally:

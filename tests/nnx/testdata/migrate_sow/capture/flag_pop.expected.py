@@ -12,7 +12,7 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
+    # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 8 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(nnx.Intermediate, 'x', x)
     # TODO(migrate_sow): legacy-reader: may be read by nnx.pop at flag_pop.py and 10 more, which stays (pop-not-adjacent); the model runs outside nnx.capture
     self.sow(Scores, 'scores', x)
@@ -30,7 +30,7 @@ def not_adjacent(model, x):
 def earlier_call(model, x):
   warmup = model(x)
   y = model(x)
-  # TODO(migrate_sow): earlier-call: model is also called at line 28; what that call sows would be popped too
+  # TODO(migrate_sow): earlier-call: model(...) at line 28 may sow; what it sowed would be popped too
   scores = nnx.pop(model, Scores)
   return warmup, y, scores
 
@@ -74,7 +74,7 @@ def vmap_after_an_earlier_vmap(model, x):
   axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
   nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
   y = nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0))(model, x)
-  # TODO(migrate_sow): earlier-call: model is also called at line 66; what that call sows would be popped too
+  # TODO(migrate_sow): earlier-call: model through nnx.vmap at line 66 may sow; what it sowed would be popped too
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, intermediates
 
@@ -84,7 +84,7 @@ def two_pops(model, x):
   y = model(x)
   # TODO(migrate_sow): later-pop: model is popped again at line 76; inside nnx.capture the values of other types would not be left for it
   scores = nnx.pop(model, Scores)
-  # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop: capture by hand
+  # TODO(migrate_sow): pop-not-adjacent: model is called at line 74, with 1 statement between the call and nnx.pop, 1 of them nnx.pop taking their types (and subclasses) first: capture by hand
   intermediates = nnx.pop(model, nnx.Intermediate)
   return y, scores, intermediates
 
