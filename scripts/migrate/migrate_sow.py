@@ -17,7 +17,7 @@ Usage::
 
   python scripts/migrate/migrate_sow.py [--target=functional|capture]
       [--diff | --write | --check] [--annotate] [--project-root DIR]
-      [--verbose] PATH...
+      [--jobs N] [--verbose] PATH...
 
 ``--target=capture`` replaces ``y = m(x)`` + ``s = nnx.pop(m, T)`` with
 ``y, s = nnx.capture(m, T)(x)`` (semantics-preserving); ``--target=functional``
