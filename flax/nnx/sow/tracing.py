@@ -475,7 +475,9 @@ def _after_call(out, copies, graph, graphdef, values_in, outcome):
         outcome.new_state = _pack(new_values, state_out)
     else:
       # As nnx.jit's graph updates: flatten the copies and the new nodes
-      # against the input indexes, to be merged into the originals.
+      # against the input indexes, to be merged into the originals. Graph
+      # mode only: in tree mode a changed structure was refused above.
+      assert split is not None
       outcome.graph_graphdef, graph_values = split.flatten(
           [copies, new_nodes], with_paths=False
       )
