@@ -34,8 +34,9 @@ codemod runs there with ``--write --annotate``, once per target; then:
   are reported again).
 * every rewritten ``.py`` file must still parse.
 
-``--jobs N`` is passed to the codemod. ``--results FILE`` replaces the table between the markers
-``<!-- migrate-acceptance:start -->`` and ``<!-- migrate-acceptance:end -->``.
+``--jobs N`` is passed to the codemod. ``--results FILE`` replaces the table
+between the markers ``<!-- migrate-acceptance:start -->`` and
+``<!-- migrate-acceptance:end -->``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ import yaml
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import make_patchset  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+import make_patchset  # noqa: E402
 
 PARTS = ('apply', 'commits', 'tests', 'doctests', 'guides', 'hooks', 'static')
 TREES = ('pristine', 'patched')
@@ -120,7 +121,8 @@ def run(cmd: tp.Sequence[str], cwd: pathlib.Path | None = None,
   shown = ' '.join(words if len(words) <= 16 else
                    words[:14] + [f'... ({len(words) - 14} more)'])
   print(f'$ {shown}' + (f'  (log: {log})' if log else ''), flush=True)
-  out = open(log, 'a', encoding='utf-8') if log else None  # pylint: disable=consider-using-with
+  # pylint: disable-next=consider-using-with
+  out = open(log, 'a', encoding='utf-8') if log else None
   try:
     proc = subprocess.run(
         [str(c) for c in cmd], cwd=cwd, env=env, stdout=out or
@@ -634,7 +636,8 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
 
 
 RUNNERS = {
-    'apply': part_apply, 'commits': part_commits, 'tests': part_tests, 'doctests': part_doctests,
+    'apply': part_apply, 'commits': part_commits, 'tests': part_tests,
+    'doctests': part_doctests,
     'guides': part_guides, 'hooks': part_hooks, 'static': part_static,
 }
 

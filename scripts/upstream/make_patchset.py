@@ -60,7 +60,8 @@ import typing as tp
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import flax_integration  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+import flax_integration  # noqa: E402
 
 # Where our tests go in Flax's tree.
 FLAX_TESTS = 'tests/nnx/sow'
@@ -334,7 +335,10 @@ class Commit:
 
 
 COMMITS = (
-    Commit('transform', transform, 'nnx: add flax.nnx.sow, a functional sow/capture transform', '''\
+    Commit(
+        'transform', transform,
+        'nnx: add flax.nnx.sow, a functional sow/capture transform',
+        '''\
 `sow(value, name=...)` is an identity JAX primitive that leaves a named
 marker in the jaxpr, and `capture(f)` traces `f`, interprets the jaxpr and
 returns `(out, collected)`: every marked value by name, from any function,
@@ -356,7 +360,10 @@ Tests are in tests/nnx/sow/ (no `__init__.py`, as tests/nnx/nn/, so that
 their helpers import by name; its conftest.py fails any of them that leaves
 global state behind). The property tests use hypothesis, added to the
 `testing` extra; without it they skip.'''),
-    Commit('integration', integration, 'nnx: build nnx.capture, Module.sow and Module.perturb on flax.nnx.sow', '''\
+    Commit(
+        'integration', integration,
+        'nnx: build nnx.capture, Module.sow and Module.perturb on flax.nnx.sow',
+        '''\
 `Module.sow`, `Module.perturb` and `nnx.capture` keep their signatures,
 docstrings and conventions (one State per Variable type, nested by module
 path; `reduce_fn`/`init_fn`; `init` for perturbations; `method_outputs`),
@@ -383,7 +390,11 @@ otherwise unchanged and passes.
 Parity tests compare with Flax 0.12.8's `nnx.capture` bitwise on ten real
 models where that implementation exists (the overlay on a released Flax);
 here they skip, saying so.'''),
-    Commit('docs', docs, 'docs_nnx: guides for the sow transform; extracting_intermediates without __captures__', '''\
+    Commit(
+        'docs', docs,
+        'docs_nnx: guides for the sow transform; extracting_intermediates'
+        ' without __captures__',
+        '''\
 The sow transform's guides, as paired notebooks (.ipynb + MyST .md, as
 the other guides): the API, what comes out under each control-flow
 construct, perturbations, the coverage table of higher-order primitives,
@@ -397,7 +408,11 @@ longer exists: those cells are rewritten for the new implementation.
 tests/nnx/sow/guides_test.py executes these guides (and only these) and
 checks that the coverage table and the bad-input catalogue list exactly
 the tested cases.'''),
-    Commit('codemod', codemod, 'scripts/migrate: a codemod from Module.sow/nnx.capture to flax.nnx.sow', '''\
+    Commit(
+        'codemod', codemod,
+        'scripts/migrate: a codemod from Module.sow/nnx.capture to'
+        ' flax.nnx.sow',
+        '''\
 `python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
 rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
 where it can prove the rewrite keeps behavior, and flags every other site
