@@ -566,13 +566,15 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
   rows = []
   commits = results.get('commits')
   if commits:
+    def one(r):
+      if r['import'] or r['collect']:
+        return f"{r['commit']}: FAILED (import {r['import']}," \
+               f" collect {r['collect']})"
+      return r['collected'].split(' tests collected')[0]
     rows.append((
-        'each commit alone: `import flax.nnx`, collect our tests', '-',
-        '; '.join(f"{r['commit']}: {r['collected']}"
-                  if not (r['import'] or r['collect'])
-                  else f"{r['commit']}: FAILED (import {r['import']},"
-                  f" collect {r['collect']})" for r in commits['commits']),
-        ''))
+        'each commit alone: imports `flax.nnx`, collects our tests', '-',
+        ' / '.join(one(r) for r in commits['commits']) + ' tests',
+        f"{len(commits['commits'])} commits"))
   tests = results.get('tests')
   if tests:
     rows.append((
@@ -581,8 +583,10 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
         _fmt_counts(tests['flax_patched']),
         'same outcome for every test' if not tests['flax_differ'] else
         f"{len(tests['flax_differ'])} tests differ"))
-    reasons = '; '.join(f'{n}: {r}' for r, n in
-                        tests['ours_skip_reasons'].items())
+    reasons = '; '.join(
+        f'{n}: {r if len(r) <= 90 else r[:87] + "..."}'
+        for r, n in sorted(tests['ours_skip_reasons'].items(),
+                           key=lambda item: -item[1]))
     rows.append((
         f'our tests in `{OUR_TESTS}`', '-', _fmt_counts(tests['ours']),
         f'skips: {reasons}' if reasons else 'no skips'))
@@ -607,8 +611,9 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
   if hooks:
     found = [f"{r['hook']}: exit {r['exit']}, rewrites {r['rewrites']}"
              for r in hooks['hooks'] if r['exit'] or r['rewrites']]
-    names = ', '.join(f"{r['package']} ({r['files']} files)"
-                      for r in hooks['hooks'])
+    names = ', '.join(
+        f"{r['hook']} {r['package'].split('==')[1]} ({r['files']} files)"
+        for r in hooks['hooks'])
     rows.append(('pre-commit hooks on the changed files', '-',
                  '; '.join(found) or '0 findings', names))
   static = results.get('static')
