@@ -180,8 +180,7 @@ class _CompiledRunners:
     self.lock = threading.Lock()
 
   def __call__(self, selection: Selection, args, kwargs):
-    if callable(selection.names):
-      selection = selection.resolve(self._sow_keys(args, kwargs))
+    selection = selection.resolve(lambda: self._sow_keys(args, kwargs))
     runner = self.runners.get(selection)
     if runner is None:
       runner = self._add(selection)
@@ -290,7 +289,9 @@ def _compiled_runners(f) -> _CompiledRunners | None:
 
 def _call(f, selection, args, kwargs):
   with tracing.staged(f, args, kwargs) as staged:
-    selection = selection.resolve(primitive.sow_keys(staged.jaxpr.jaxpr))
+    selection = selection.resolve(
+        lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
+    )
     scope = interpreter.Scope(interpreter.Request(selection))
     out_flat = interpreter.evaluate(
         staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope

@@ -65,20 +65,23 @@ class Selection:
     return bool(self.names(params['sow_name']))
 
   def resolve(
-      self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]
+      self,
+      keys: tp.Callable[[], tp.Iterable[tuple[primitive.Name, tp.Hashable]]],
   ) -> Selection:
-    """This selection over a program whose sows have these (name, tag) keys.
+    """This selection over a program whose sows have the (name, tag) ``keys()``.
 
     A name predicate becomes the set of names it selects there, so that the
     caches keyed by the selection compare predicates by what they select: a
     new predicate object (an inline ``lambda``) selecting the same names
     reuses the transformed and compiled programs instead of adding its own.
-    The predicate is asked about each name once per call.
+    The predicate is asked about each name once per call. ``keys`` is only
+    called for a predicate: walking a large program costs time a selection
+    by tag or by names does not need.
     """
     if not callable(self.names):
       return self
     candidates = {
-        name for name, tag in keys if self.tag is None or tag == self.tag
+        name for name, tag in keys() if self.tag is None or tag == self.tag
     }
     return Selection(
         tag=self.tag, names=frozenset(filter(self.names, candidates))
