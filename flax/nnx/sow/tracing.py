@@ -258,9 +258,8 @@ class Prepared:
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
         (callable_node, args, kwargs), is_leaf=_is_graph_node
     )
-    self.node_pos = [
-        i for i, leaf in enumerate(self.leaves) if _is_graph_node(leaf)
-    ]
+    is_node = [_is_graph_node(leaf) for leaf in self.leaves]
+    self.node_pos = [i for i, node in enumerate(is_node) if node]
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
     # Flatten every graph node at once, keeping shared references.
@@ -286,8 +285,8 @@ class Prepared:
         state_values
     )
     self.arg_traced = [
-        not _is_graph_node(leaf) and _is_traced(leaf)
-        for leaf in self.leaves
+        not node and _is_traced(leaf)
+        for leaf, node in zip(self.leaves, is_node)
     ]
     self.state_traced = [_is_traced(leaf) for leaf in self.state_leaves]
     self.inputs = [
