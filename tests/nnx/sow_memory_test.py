@@ -32,6 +32,7 @@ import numpy as np
 from flax.nnx.sow import capture, sow
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
+from flax.nnx.sow import selection
 
 SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
 CHAIN = 12  # intermediates between two observations
@@ -116,6 +117,83 @@ class EagerMemoryTest(parameterized.TestCase):
     direct, captured = self.observe(in_custom_jvp)
     self.assertLen(direct, 2)
     self.assertEqual(captured, direct * 2)
+
+
+def clobbers(x, observe):
+  """``CHAIN`` steps, each value sown with ``mode='clobber'``; observed once.
+
+  Only the last clobbered value is collected: the ones before it are
+  superseded and must not stay alive. An appended value under the same name
+  before the first clobber is superseded too.
+  """
+  sow(x, name='last', mode='append')
+  for _ in range(CHAIN):
+    x = sow(jnp.sin(x) + 1.0, name='last', mode='clobber')
+  jax.debug.callback(observe, x)
+  return jnp.sum(x)
+
+
+class SupersededClobberTest(absltest.TestCase):
+
+  def test_superseded_values_are_freed(self):
+    x = jnp.ones(SHAPE)
+    direct, captured = LiveArrays(), LiveArrays()
+    out = clobbers(x, direct)
+    out_c, collected = capture(lambda x: clobbers(x, captured))(x)
+    self.assertEqual(float(out_c), float(out))
+    # The collected value is the last one, recomputed directly.
+    last = x
+    for _ in range(CHAIN):
+      last = jnp.sin(last) + 1.0
+    self.assertLen(collected['last'], 1)
+    np.testing.assert_array_equal(collected['last'][0], last)
+    self.assertLen(direct.counts, 1)
+    # The capture keeps the last clobbered value, which is `x` at the
+    # callback anyway: nothing more is live than in the direct run.
+    self.assertEqual(captured.counts, direct.counts)
+
+  def test_names_keep_the_order_of_their_first_sow(self):
+    # The clobber of 'b' supersedes its first value, which set the order.
+    def f(x):
+      sow(x, name='b')
+      sow(x + 1, name='a')
+      sow(x + 2, name='b', mode='clobber')
+      return x
+
+    x = jnp.arange(3.0)
+    _, collected = capture(f)(x)
+    self.assertEqual(list(collected), ['b', 'a'])
+    np.testing.assert_array_equal(collected['b'][0], x + 2)
+    self.assertLen(collected['b'], 1)
+
+  def test_a_clobber_replaces_every_tag_of_its_name(self):
+    # capture groups by name: the clobber replaces the other tag's value too.
+    def f(x):
+      sow(x, name='b', tag='one')
+      sow(x + 1, name='b', tag='two')
+      sow(x + 2, name='b', tag='one', mode='clobber')
+      return x
+
+    x = jnp.arange(3.0)
+    _, collected = capture(f)(x)
+    self.assertLen(collected['b'], 1)
+    np.testing.assert_array_equal(collected['b'][0], x + 2)
+
+  def test_other_tags_are_kept(self):
+    # nnx.capture keys values by name and tag: a clobber replaces only its
+    # own tag's values there, so the scope must keep the other tag's.
+    def f(x):
+      sow(x, name='a', tag='keep')
+      sow(x + 1, name='a', tag='other', mode='clobber')
+      return x
+
+    scope = interpreter.Scope(interpreter.Request(selection.Selection()))
+    jaxpr = jax.make_jaxpr(f)(jnp.zeros(2))
+    interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, [jnp.zeros(2)], scope)
+    self.assertEqual(
+        [(site.name, site.tag) for site, _ in scope.records],
+        [('a', 'keep'), ('a', 'other')],
+    )
 
 
 class DeadAfterTest(absltest.TestCase):

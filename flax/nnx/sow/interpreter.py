@@ -235,7 +235,9 @@ class Scope:
   def __init__(self, request: Request, planter: Planter | None = None):
     self.request = request
     self.planter = planter
-    self.records: list[Record] = []
+    # Superseded records become None (see `record`); `records` skips them.
+    self._records: list[Record | None] = []
+    self._positions: dict[primitive.Name, list[int]] = {}  # live, by name
     # vmaps on the call equations whose bodies are being evaluated in place
     # (see `inlined`): for the sites found there, they are inner vmaps.
     self.inline_vmaps = 0
@@ -261,11 +263,39 @@ class Scope:
     finally:
       self.inline_vmaps -= vmaps
 
+  @property
+  def records(self) -> list[Record]:
+    """The records of this scope, in program order."""
+    return [record for record in self._records if record is not None]
+
   def record(self, site: Site, leaves: tp.Sequence[tp.Any]):
-    if self.request.collect:
-      # A higher-order primitive bound eagerly may return a literal of its
-      # body as a raw literal value (checkpoint does): record arrays.
-      self.records.append((site, [as_array(leaf) for leaf in leaves]))
+    if not self.request.collect:
+      return
+    # A higher-order primitive bound eagerly may return a literal of its
+    # body as a raw literal value (checkpoint does): record arrays.
+    record = (site, [as_array(leaf) for leaf in leaves])
+    positions = self._positions.setdefault(site.name, [])
+    if site.mode == 'clobber' and self._tags(positions) == {site.tag}:
+      # The values it supersedes are dropped now, so that an eager capture
+      # frees them as `f` itself would. It takes the place of the first of
+      # them, which fixes the order of the names. Under several tags, which
+      # `capture` (by name) and `nnx.capture` (by name and tag) supersede
+      # differently, every record stays.
+      first, *superseded = positions
+      for i in superseded:
+        self._records[i] = None
+      self._records[first] = record
+      positions[1:] = []
+      return
+    positions.append(len(self._records))
+    self._records.append(record)
+
+  def _tags(self, positions: list[int]) -> set[tp.Hashable]:
+    return {
+        record[0].tag
+        for record in (self._records[i] for i in positions)
+        if record is not None
+    }
 
   def plant(self, site: Site) -> list[tp.Any] | None:
     if self.planter is None or not self.request.plants(
@@ -281,8 +311,8 @@ class Scope:
     return self.planter.take(site)
 
   def last_record(self, name: primitive.Name) -> Record | None:
-    for record in reversed(self.records):
-      if record[0].name == name:
+    for record in reversed(self._records):
+      if record is not None and record[0].name == name:
         return record
     return None
 
