@@ -31,6 +31,7 @@ from absl.testing import parameterized
 import jax
 from jax import lax
 import jax.numpy as jnp
+from jax.experimental.layout import Format, Layout
 import numpy as np
 
 from flax import nnx
@@ -46,6 +47,7 @@ import sow_testing
 capture_lib = importlib.import_module('flax.nnx.sow.capture')
 
 X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
+_ONE_DEVICE = jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
 
 def _pyramid(x):
@@ -234,7 +236,14 @@ class CompiledRunnerTest(parameterized.TestCase):
     capture(jax.jit(f))(kept)  # without donation: kept
     self.assertFalse(kept.is_deleted())
 
-  def test_hijax_variables_are_updated_as_jit_updates_them(self):
+  @parameterized.named_parameters(
+      ('unplaced', {}),
+      # A placed jit: the runner takes its shardings, and still writes the
+      # updates back (capturing the jitted function itself dropped them).
+      ('in_shardings', {'in_shardings': (None, _ONE_DEVICE)}),
+      ('out_shardings', {'out_shardings': _ONE_DEVICE}),
+  )
+  def test_hijax_variables_are_updated_as_jit_updates_them(self, options):
     class Counter(nnx.Module):
 
       def __init__(self):
@@ -250,9 +259,10 @@ class CompiledRunnerTest(parameterized.TestCase):
 
     with nnx.var_defaults(hijax=True):
       direct_model, model = Counter(), Counter()
+    jitted = jax.jit(forward, **options)
     for _ in range(2):
-      direct_out = jax.jit(forward)(direct_model, X)
-      out, collected = capture(jax.jit(forward))(model, X)
+      direct_out = jitted(direct_model, X)
+      out, collected = capture(jitted)(model, X)
       np.testing.assert_array_equal(out, direct_out)
       np.testing.assert_array_equal(collected['y'][0], direct_out)
     # The oracle: the direct call updated its model's Hijax BatchStat twice.
@@ -260,9 +270,35 @@ class CompiledRunnerTest(parameterized.TestCase):
     self.assertEqual(float(model.count[...]), float(direct_model.count[...]))
     self.assertIsInstance(model.count, nnx.variablelib.HijaxVariable)
 
+  def test_a_jit_with_layouts_refuses_hijax_arguments(self):
+    # A jit with layouts is captured as it is; the copies it would receive
+    # hold ordinary Variables, whose updates jax.jit drops: refused, by name.
+    class Scaled(nnx.Module):
+
+      def __init__(self):
+        self.w = nnx.Param(jnp.arange(3, dtype=jnp.float32))
+
+    def scaled(model, x):
+      return sow(x * model.w[...], name='y')
+
+    x = jnp.ones((2, 3))
+    jitted = jax.jit(
+        scaled, in_shardings=(None, Format(Layout((0, 1)), _ONE_DEVICE))
+    )
+    model = Scaled()
+    out, collected = capture(jitted)(model, x)  # ordinary Variables: works
+    np.testing.assert_array_equal(out, x * np.arange(3))
+    np.testing.assert_array_equal(collected['y'][0], out)
+    with nnx.var_defaults(hijax=True):
+      hijax_model = Scaled()
+    with self.assertRaisesRegex(
+        NotImplementedError, r"'scaled' has layouts.*1 Hijax Variable"
+    ):
+      capture(jitted)(hijax_model, x)
+
   def test_a_placed_jit_is_captured_with_its_placement(self):
-    # in_shardings given: the runner captures the jitted function itself,
-    # whose sharding stays in the program.
+    # in_shardings and out_shardings given: the runner is jitted with them,
+    # so the sharding stays in the program.
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     jitted = jax.jit(lambda x: sow(x * 2, name='h') + 1,
                      in_shardings=sharding, out_shardings=sharding)

@@ -22,6 +22,7 @@ import weakref
 
 import jax
 
+from flax.nnx import variablelib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
@@ -149,8 +150,11 @@ class _CompiledRunners:
   Variables are updated as ``jax.jit(g)`` updates them (``jax.jit(g)``
   inside the capture would receive ordinary copies, whose updates a jit
   drops); ``g`` itself is closed over, as ``jax.jit`` closes over it, even
-  if it is a Module. A jitted function that places its arguments or results
-  (shardings, layouts) is captured as it is, with its placement.
+  if it is a Module. The runners of a jitted function with shardings are
+  jitted with them (``out_shardings`` apply to ``out``). One with layouts is
+  captured as it is, with its layouts, and refuses Hijax Variables among its
+  arguments: their copies would reach it as ordinary Variables, whose
+  updates ``jax.jit`` drops.
 
   A name predicate is resolved on each call to the names ``g`` sows for that
   call (read from the trace of ``jax.jit(g)``, which JAX caches), so that
@@ -175,6 +179,7 @@ class _CompiledRunners:
         donate_argnames=info.donate_argnames,
         keep_unused=info.keep_unused,
         compiler_options=dict(info.compiler_options_kvs) or None,
+        **_placement(info),
     )
     self.runners: dict[Selection, tp.Callable[..., tp.Any]] = {}
     self.lock = threading.Lock()
@@ -207,8 +212,12 @@ class _CompiledRunners:
     target = self.target
     argnums = self.options['static_argnums']
     argnames = self.options['static_argnames']
+    jitted_itself = isinstance(target, weakref.ref)
+    name = self.name
 
     def run(*args, **kwargs):
+      if jitted_itself:
+        _refuse_hijax_arguments(name, args, kwargs)
       fun, args, kwargs = _bind_static(
           target(), args, kwargs, argnums, argnames
       )
@@ -220,18 +229,42 @@ class _CompiledRunners:
     return jax.jit(run, **self.options)
 
 
+def _has_layouts(info) -> bool:
+  return any(layout is not None for layout in info.in_layouts_leaves) or any(
+      layout is not None for layout in info.out_layouts_leaves
+  )
+
+
+def _placement(info) -> dict[str, tp.Any]:
+  """The shardings of the jitted function ``info`` describes, for a runner.
+
+  The runner takes ``f``'s arguments, so ``f``'s ``in_shardings`` apply to
+  it as they are; it returns ``(out, collected)``, so ``f``'s
+  ``out_shardings`` apply to ``out`` and the sown values are left to XLA,
+  as under ``jax.jit(capture(f), ...)``. Layouts are not rebuilt: a function
+  with layouts is captured as it is (see ``_target``).
+  """
+  if _has_layouts(info):
+    return {}
+  placement = {}
+  if info.user_specified_in_shardings:
+    placement['in_shardings'] = info.in_shardings_treedef.unflatten(
+        info.in_shardings_leaves
+    )
+  unspecified = type(_jax.UNSPECIFIED)
+  if any(type(s) is not unspecified for s in info.out_shardings_leaves):
+    placement['out_shardings'] = (
+        info.out_shardings_treedef.unflatten(info.out_shardings_leaves),
+        _jax.UNSPECIFIED,
+    )
+  return placement
+
+
 def _target(f, info) -> tp.Callable[[], tp.Any]:
   """What a runner of the jitted ``f`` captures: ``f``'s own function, or
-  ``f`` (held weakly) if it places its arguments or results."""
-  unspecified = type(_jax.UNSPECIFIED)
-  placed = (
-      info.user_specified_in_shardings
-      or any(type(s) is not unspecified for s in info.out_shardings_leaves)
-      or any(layout is not None for layout in info.in_layouts_leaves)
-      or any(layout is not None for layout in info.out_layouts_leaves)
-  )
+  ``f`` (held weakly) if it has layouts, which a runner cannot take."""
   fun = getattr(f, '__wrapped__', None)
-  if placed or fun is None:
+  if _has_layouts(info) or fun is None:
     return weakref.ref(f)
 
   def call(*args, **kwargs):
@@ -240,6 +273,31 @@ def _target(f, info) -> tp.Callable[[], tp.Any]:
     return fun(*args, **kwargs)
 
   return lambda: call
+
+
+def _refuse_hijax_arguments(name: str, args, kwargs) -> None:
+  """Raises if a Hijax Variable reaches a jitted function captured as is.
+
+  The jitted function receives copies of the graph nodes with ordinary
+  Variables (see ``tracing``), and ``jax.jit`` drops their updates: rather
+  than lose them silently, refuse.
+  """
+  hijax = [
+      leaf
+      for leaf in jax.tree_util.tree_leaves(
+          (args, kwargs),
+          is_leaf=lambda x: isinstance(x, variablelib.HijaxVariable),
+      )
+      if isinstance(leaf, variablelib.HijaxVariable)
+  ]
+  if hijax:
+    raise NotImplementedError(
+        f'capture: the jitted function {name!r} has layouts, so it is'
+        ' captured as it is, and updates of the'
+        f' {len(hijax)} Hijax Variable(s) among its arguments would not be'
+        ' written back. Use jax.jit(capture(f), ...) with the layouts'
+        ' instead.'
+    )
 
 
 def _bind_static(fun, args, kwargs, argnums, argnames):
