@@ -210,8 +210,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if site.mode == 'never':\n      raise ValueError(",
        "planting a sow with mode='clobber' is refused"),
     _m('interpreter-zero-trip-first-value', 'interpreter.py',
-       '    for record in reversed(self.records):',
-       '    for record in self.records:',
+       '    for record in reversed(self._records):',
+       '    for record in self._records:',
        'a zero-trip while loop keeps the last value sown before it'),
     _m('interpreter-no-refusal', 'interpreter.py',
        '    return _rules.RULES.get(eqn.primitive, _refuse)',
@@ -332,13 +332,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '        ) or self._make_runner(selection)',
        'capture(jax.jit(f), names=...) selects by its own names'),
     _m('capture-runner-predicate-unresolved', 'capture.py',
-       '      selection = selection.resolve(self._sow_keys(args, kwargs))',
-       '      pass',
+       '    selection = selection.resolve(lambda: self._sow_keys(args,'
+       ' kwargs))\n',
+       '',
        'a fresh predicate selecting the same names reuses the compiled'
        ' runner'),
     _m('capture-call-predicate-unresolved', 'capture.py',
-       '    selection = selection.resolve('
-       'primitive.sow_keys(staged.jaxpr.jaxpr))\n',
+       '    selection = selection.resolve(\n'
+       '        lambda: primitive.sow_keys(staged.jaxpr.jaxpr)\n'
+       '    )\n',
        '',
        'a fresh predicate selecting the same names reuses the transformed'
        ' bodies'),
@@ -359,8 +361,17 @@ MUTANTS: tuple[Mutant, ...] = (
        '        if len(self.runners) >= self._MAX_RUNNERS:',
        '        if False:',
        'the runners of one jitted function are bounded'),
+    _m('capture-runner-shardings-dropped', 'capture.py',
+       '        **_placement(info),\n',
+       '',
+       'a placed jit keeps its shardings and its Hijax updates'),
+    _m('capture-layouts-hijax-allowed', 'capture.py',
+       '      if jitted_itself:\n'
+       '        _refuse_hijax_arguments(name, args, kwargs)\n',
+       '',
+       'a jit with layouts refuses Hijax Variables it cannot update'),
     _m('capture-runner-calls-the-jit', 'capture.py',
-       '  if placed or fun is None:\n    return weakref.ref(f)',
+       '  if _has_layouts(info) or fun is None:\n    return weakref.ref(f)',
        '  if True:\n    return weakref.ref(f)',
        'an eager capture(jax.jit(f)) updates Hijax Variables as jax.jit(f)'),
     _m('capture-clobber-appends', 'capture.py',
@@ -380,6 +391,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "  selection = Selection.make(tag=tag, names=None, where='plant')",
        "  selection = Selection.make(tag=None, names=None, where='plant')",
        'plant(f, values, tag=...) plants only sows with that tag'),
+    _m('interpreter-clobber-keeps-superseded', 'interpreter.py',
+       "    if site.mode == 'clobber' and self._tags(positions) =="
+       " {site.tag}:",
+       "    if site.mode == 'clobber' and False:",
+       'an eager capture frees the values a clobber supersedes'),
     # -- perturb.py --------------------------------------------------------
     _m('perturb-bwd-not-sown', 'perturb.py',
        '  return (primitive.sow(cotangent, name=name, tag=tag),)',
