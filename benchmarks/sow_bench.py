@@ -175,8 +175,13 @@ def bench_trace_lower(quick: bool) -> list[Row]:
   return rows
 
 
-def many_sows_child(n_layers: int, repeats: int) -> None:
-  """Prints the staging times of the three sides, for ``bench_many_sows``."""
+def many_sows_child(n_layers: int, repeats: int, collector: int) -> None:
+  """Prints the staging times of the three sides, for ``bench_many_sows``.
+
+  With ``collector`` 0, the garbage collector is off: the staging work alone.
+  """
+  if not collector:
+    gc.disable()
   width = 16
   keys = jax.random.split(jax.random.key(2), n_layers)
   params = [jax.random.normal(k, (width, width)) / 4 for k in keys]
@@ -191,13 +196,13 @@ def many_sows_child(n_layers: int, repeats: int) -> None:
 
 
 def _many_sows_in_processes(
-    n_layers: int, processes: int, repeats: int
+    n_layers: int, processes: int, repeats: int, collector: bool
 ) -> list[tuple[float, float, float]]:
   runs = []
   for _ in range(processes):
     result = subprocess.run(
         [sys.executable, os.path.abspath(__file__), '--many_sows_child',
-         str(n_layers), str(repeats)],
+         str(n_layers), str(repeats), str(int(collector))],
         check=True, capture_output=True, text=True,
     )
     plain, hand, captured = map(float, result.stdout.split()[-3:])
@@ -221,8 +226,9 @@ def bench_many_sows(quick: bool) -> list[Row]:
   """
   rows = []
   processes = 2 if quick else 7
+  repeats = 3 if quick else 7
   for n_layers in (500,) if quick else (500, 2000):
-    runs = _many_sows_in_processes(n_layers, processes, 3 if quick else 7)
+    runs = _many_sows_in_processes(n_layers, processes, repeats, True)
     ratios = sorted(captured / plain for plain, _, captured in runs)
     by_hand = [captured / hand for _, hand, captured in runs]
     ratio = statistics.median(ratios)
@@ -240,6 +246,17 @@ def bench_many_sows(quick: bool) -> list[Row]:
         f'{n_layers} values, same MLP', statistics.median(by_hand),
         'reported', None,
         f'hand {hand:.3f} s, {hand / plain:.2f}x jit(f) (medians)',
+    ))
+    # Where the rest goes: the same without the garbage collector. Capture
+    # traces `f` into a jaxpr of its own and copies it, so it allocates more
+    # objects per sow than `f`, and full collections come more often.
+    quiet = _many_sows_in_processes(n_layers, processes, repeats, False)
+    rows.append(Row(
+        '2', f'the same, {n_layers} layers, garbage collector off (the '
+        'staging work alone)',
+        statistics.median(c / p for p, _, c in quiet), 'reported', None,
+        f'jit(f) {statistics.median(run[0] for run in quiet):.3f} s '
+        '(median)',
     ))
   return rows
 
@@ -828,7 +845,7 @@ def main():
                       f'flax/, for item 7 (or ${MODELS_FROM_ENV})')
   parser.add_argument('--peak_rss_child', choices=('f', 'capture'),
                       help=argparse.SUPPRESS)  # one measurement of item 5
-  parser.add_argument('--many_sows_child', nargs=2, type=int,
+  parser.add_argument('--many_sows_child', nargs=3, type=int,
                       help=argparse.SUPPRESS)  # one process of item 2
   args = parser.parse_args()
   if args.peak_rss_child:

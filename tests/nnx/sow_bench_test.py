@@ -45,6 +45,16 @@ class SowBenchTest(absltest.TestCase):
     self.assertLen(medians, 3)
     self.assertEqual(''.join(calls), 'abc' + 'aabbcc' * 3)
 
+  def test_many_sows_processes_report_three_times_each(self):
+    # Each fresh process measures jit(f), the hand-written f and capture.
+    for collector in (True, False):
+      # pylint: disable-next=protected-access
+      measure = sow_bench._many_sows_in_processes
+      (run,) = measure(n_layers=3, processes=1, repeats=1, collector=collector)
+      self.assertLen(run, 3)
+      for seconds in run:
+        self.assertGreater(seconds, 0.0)
+
   def test_memory_item_is_plain_plus_captured_bytes(self):
     (row,) = sow_bench.bench_memory(quick=True)
     self.assertEqual(row.item, '5')
