@@ -392,8 +392,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "  selection = Selection.make(tag=None, names=None, where='plant')",
        'plant(f, values, tag=...) plants only sows with that tag'),
     _m('interpreter-clobber-keeps-superseded', 'interpreter.py',
-       "    if site.mode == 'clobber' and self._tags(positions) =="
-       " {site.tag}:",
+       "    if site.mode == 'clobber' and name in self._first:",
        "    if site.mode == 'clobber' and False:",
        'an eager capture frees the values a clobber supersedes'),
     # -- perturb.py --------------------------------------------------------

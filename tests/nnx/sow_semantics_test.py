@@ -503,12 +503,15 @@ class WeakTypeTest(absltest.TestCase):
     self.assertTrue(collected['c'][0].weak_type)
 
 
-class ZeroTripLoopTest(absltest.TestCase):
+class ZeroTripLoopTest(parameterized.TestCase):
 
-  def test_zero_trip_while_keeps_the_last_value_sown_before(self):
+  # Under one tag, the second clobber replaces the first record; under two,
+  # both records stay, and the loop must take the later one.
+  @parameterized.parameters((None, None), ('first', 'second'))
+  def test_zero_trip_while_keeps_the_last_value_sown_before(self, tag1, tag2):
     def f(x, n):
-      sow(x, name='s', mode='clobber')
-      sow(x + 1, name='s', mode='clobber')
+      sow(x, name='s', tag=tag1, mode='clobber')
+      sow(x + 1, name='s', tag=tag2, mode='clobber')
 
       def body(carry):
         i, v = carry

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import typing as tp
 
 import jax
@@ -170,6 +171,13 @@ def aval_of(value: tp.Any) -> Aval:
   return tuple(aval.shape), np.dtype(aval.dtype)
 
 
+@functools.lru_cache(maxsize=256)
+def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
+  # Shared between sites: a program with thousands of sows of a few shapes
+  # then allocates no tuples per sow (fewer garbage collections).
+  return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
+
+
 def site_of(eqn: core.JaxprEqn) -> Site:
   params = eqn.params
   return Site(
@@ -177,9 +185,7 @@ def site_of(eqn: core.JaxprEqn) -> Site:
       tag=params['tag'],
       mode=params['mode'],
       tree=params['tree'],
-      avals=tuple(
-          (tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars
-      ),
+      avals=_avals(tuple(v.aval for v in eqn.invars)),
       vmapped=params['vmapped'],
       inner_vmaps=vmaps_of(eqn),
   )
@@ -237,7 +243,10 @@ class Scope:
     self.planter = planter
     # Superseded records become None (see `record`); `records` skips them.
     self._records: list[Record | None] = []
-    self._positions: dict[primitive.Name, list[int]] = {}  # live, by name
+    # Per name: where its first live record is, and how many it has (ints,
+    # not a list per name: a program may sow thousands of names).
+    self._first: dict[primitive.Name, int] = {}
+    self._count: dict[primitive.Name, int] = {}
     # vmaps on the call equations whose bodies are being evaluated in place
     # (see `inlined`): for the sites found there, they are inner vmaps.
     self.inline_vmaps = 0
@@ -274,28 +283,36 @@ class Scope:
     # A higher-order primitive bound eagerly may return a literal of its
     # body as a raw literal value (checkpoint does): record arrays.
     record = (site, [as_array(leaf) for leaf in leaves])
-    positions = self._positions.setdefault(site.name, [])
-    if site.mode == 'clobber' and self._tags(positions) == {site.tag}:
-      # The values it supersedes are dropped now, so that an eager capture
-      # frees them as `f` itself would. It takes the place of the first of
-      # them, which fixes the order of the names. Under several tags, which
-      # `capture` (by name) and `nnx.capture` (by name and tag) supersede
-      # differently, every record stays.
-      first, *superseded = positions
-      for i in superseded:
-        self._records[i] = None
-      self._records[first] = record
-      positions[1:] = []
-      return
-    positions.append(len(self._records))
+    name = site.name
+    if site.mode == 'clobber' and name in self._first:
+      live = self._live(name)
+      if {r[0].tag for _, r in live} == {site.tag}:
+        # The values it supersedes are dropped now, so that an eager
+        # capture frees them as `f` itself would. It takes the place of the
+        # first of them, which fixes the order of the names. Under several
+        # tags, which `capture` (by name) and `nnx.capture` (by name and tag)
+        # supersede differently, every record stays.
+        for i, _ in live[1:]:
+          self._records[i] = None
+        self._records[live[0][0]] = record
+        self._count[name] = 1
+        return
+    self._first.setdefault(name, len(self._records))
+    self._count[name] = self._count.get(name, 0) + 1
     self._records.append(record)
 
-  def _tags(self, positions: list[int]) -> set[tp.Hashable]:
-    return {
-        record[0].tag
-        for record in (self._records[i] for i in positions)
-        if record is not None
-    }
+  def _live(self, name: primitive.Name) -> list[tuple[int, Record]]:
+    """The live records of ``name`` with their positions, first first."""
+    first = self._first[name]
+    if self._count[name] == 1:  # a loop of clobbers: found at once
+      record = self._records[first]
+      assert record is not None
+      return [(first, record)]
+    return [
+        (i, record)
+        for i, record in enumerate(self._records[first:], start=first)
+        if record is not None and record[0].name == name
+    ]
 
   def plant(self, site: Site) -> list[tp.Any] | None:
     if self.planter is None or not self.request.plants(
