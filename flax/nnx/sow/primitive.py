@@ -141,9 +141,14 @@ def _sow_impl(*leaves, **params):
   return leaves
 
 
+# One set for every marker (JAX's own `no_effects` is frozen too), rather than
+# a set per sow kept by its equation.
+_HARVEST_EFFECTS = frozenset({sow_effect})
+
+
 def _sow_abstract_eval(*avals, **params):
   del params
-  sow_effects = {sow_effect} if harvesting.value else jex_core.no_effects
+  sow_effects = _HARVEST_EFFECTS if harvesting.value else jex_core.no_effects
   return list(avals), sow_effects
 
 
