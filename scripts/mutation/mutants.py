@@ -49,6 +49,7 @@ CORE_TESTS = (
     'tests/nnx/sow_sharding_test.py',
     'tests/nnx/sow_graph_nodes_test.py',
     'tests/nnx/sow_doctest_test.py',
+    'tests/nnx/sow_memory_test.py',
 )
 COMPAT_TESTS = (
     'tests/nnx/sow_semantics_test.py',
@@ -118,7 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '      leaf\n      if dim is None',
        'an unbatched value sown under vmap gets one entry per member'),
     _m('primitive-no-effect', 'primitive.py',
-       'sow_effects = {sow_effect} if harvesting.value else'
+       'sow_effects = _HARVEST_EFFECTS if harvesting.value else'
        ' jex_core.no_effects',
        'sow_effects = jex_core.no_effects',
        'a sow whose result is unused survives dead-code elimination'),
