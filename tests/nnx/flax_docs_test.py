@@ -119,7 +119,8 @@ class FlaxCheckoutTest(absltest.TestCase):
         self.assertEqual(self.nb.in_sync(self.guides() / name, self.pin), [])
 
   def test_new_pairs_are_as_flax_unexecuted_myst_guides(self):
-    # flax_gspmd is a MyST pair stored without outputs, as ours are.
+    # flax_gspmd is a MyST pair stored without outputs, as ours are before
+    # guide_outputs.py executes them.
     flax_md = (self.pristine / 'docs_nnx' / 'guides' / 'flax_gspmd.md')
     flax_ipynb = nbformat.read(flax_md.with_suffix('.ipynb'), 4)
     header = re.match(r'---\n.*?\n---\n', flax_md.read_text(), re.S).group(0)
@@ -178,7 +179,7 @@ class FlaxCheckoutTest(absltest.TestCase):
       self.assertTrue((api / f'{entry}.rst').exists(), entry)
     self.assertIn('  sow\n', index)
     page = (api / 'sow.rst').read_text()
-    self.assertTrue(page.startswith('sow\n---'))
+    self.assertTrue(page.startswith('flax.nnx.sow\n---'))
     module = None
     names = []
     for directive, target in re.findall(
@@ -221,17 +222,22 @@ class FlaxCheckoutTest(absltest.TestCase):
                      [(c.cell_type, c.source) for c in fragments])
     self.assertLen({c.id for c in new.cells}, len(new.cells))
 
-  def test_not_executed_guides_are_excluded_in_conf(self):
+  def test_every_guide_is_executed_by_the_doc_build(self):
+    # conf.py is not edited: none of ours is in nb_execution_excludepatterns.
+    self.assertNotIn('docs_nnx/conf.py', self.changed)
     conf = (self.checkout / 'docs_nnx' / 'conf.py').read_text()
-    namespace = {}
-    start = conf.index('nb_execution_excludepatterns = [')
-    listing = conf[start:conf.index(']\n', start) + 2]
-    exec(listing, namespace)  # pylint: disable=exec-used
-    patterns = namespace['nb_execution_excludepatterns']
-    for name in self.docs.NOT_EXECUTED:
-      self.assertIn(f'guides/{name}.ipynb', patterns)
-    self.assertNotIn('guides/sow_transform.ipynb', patterns)
-    self.assertNotIn('guides/extracting_intermediates.ipynb', patterns)
+    for name in (*self.docs.GUIDES, 'extracting_intermediates'):
+      self.assertNotIn(f'guides/{name}', conf)
+
+  def test_test_paths_are_where_the_series_puts_them(self):
+    for name in self.docs.GUIDES:
+      text = (self.guides() / f'{name}.md').read_text()
+      self.assertNotRegex(text, r'tests/nnx/(?!sow/)\w+\.py', name)
+    text = (self.guides() / 'capture_behavior_changes.md').read_text()
+    self.assertIn('`tests/nnx/sow/capture_compat_test.py`', text)
+    self.assertNotIn('flax_capture', text)
+    self.assertNotIn('capture_compat.install()\n', text)
+    self.assertNotIn('capture_compat.uninstall()\n', text)
 
   def test_changelog_entry_under_vnext(self):
     lines = (self.checkout / 'CHANGELOG.md').read_text().splitlines()
@@ -309,8 +315,25 @@ class WithoutCheckoutTest(absltest.TestCase):
   def test_omit_markers(self):
     text = 'a\n<!-- upstream:omit -->\nb\n<!-- upstream:end -->\nc\n'
     self.assertEqual(self.docs.flax_text(text, pathlib.Path('g')), 'a\nc\n')
+    self.assertEqual(self.docs.flax_text(
+        'a\n\n<!-- upstream:omit -->\nb\n<!-- upstream:end -->\n\nc\n',
+        pathlib.Path('g')), 'a\n\nc\n')
     with self.assertRaisesRegex(ValueError, 'unpaired'):
       self.docs.flax_text('a\n<!-- upstream:omit -->\nb\n', pathlib.Path('g'))
+
+  def test_test_paths(self):
+    where = pathlib.Path('g')
+    self.assertEqual(
+        self.docs.flax_test_paths(
+            'in `tests/nnx/sow_test.py` and tests/nnx/sow/x_test.py',
+            {'sow_test.py'}, where),
+        'in `tests/nnx/sow/sow_test.py` and tests/nnx/sow/x_test.py')
+    with self.assertRaisesRegex(ValueError, 'does not ship'):
+      self.docs.flax_test_paths('tests/nnx/readme_test.py', {'sow_test.py'},
+                                where)
+    shipped = self.docs.shipped_tests(ROOT)
+    self.assertIn('capture_compat_test.py', shipped)
+    self.assertNotIn('readme_test.py', shipped)
 
   def test_links(self):
     where = pathlib.Path('g')
@@ -338,6 +361,7 @@ class WithoutCheckoutTest(absltest.TestCase):
         written.append([stem.with_suffix(s).read_text()
                         for s in ('.md', '.ipynb')])
       self.assertEqual(written[0], written[1])
+
 
 
 if __name__ == '__main__':
