@@ -16,8 +16,9 @@
 With ``FLAX_CHECKOUT`` (a Flax checkout, e.g. a clone at 0.12.8), the docs
 are applied to a temporary copy of its ``docs_nnx``, ``CHANGELOG.md`` and
 ``.pre-commit-config.yaml``, and checked against Flax's own files; without
-it those tests skip. The rest uses small notebooks made here. Executing the
-guides is for ``scripts/upstream/execute_guides.py``.
+it those tests skip. The rest uses small notebooks made here, and executes
+one with ``guide_outputs.py`` (in this Python's kernel), as the docs commit
+stores the guides' outputs.
 """
 
 import filecmp
@@ -362,6 +363,70 @@ class WithoutCheckoutTest(absltest.TestCase):
                         for s in ('.md', '.ipynb')])
       self.assertEqual(written[0], written[1])
 
+
+
+class GuideOutputsTest(absltest.TestCase):
+  """guide_outputs.store on a small pair in a tree made here."""
+
+  def setUp(self):
+    super().setUp()
+    _, self.nb, _ = _import_scripts()
+    import guide_outputs  # pylint: disable=g-import-not-at-top
+    self.outputs = guide_outputs
+    tmp = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp.cleanup)
+    self.tree = pathlib.Path(tmp.name)
+    (self.tree / '.pre-commit-config.yaml').write_text(
+        'repos:\n- repo: https://github.com/mwouts/jupytext\n'
+        '  rev: v1.13.8\n')
+    (self.tree / 'docs_nnx' / 'guides').mkdir(parents=True)
+    self.stem = self.tree / 'docs_nnx' / 'guides' / 'g'
+
+  def write(self, *sources: str) -> None:
+    cells = [self.nb.new_cell('markdown', '# A guide')]
+    cells += [self.nb.new_cell('code', s) for s in sources]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook = self.nb.as_flax_guide(notebook, 'g')
+    notebook.cells[2].id = 'flaxcell'
+    notebook.cells[2].outputs = [nbformat.v4.new_output(
+        'stream', name='stdout', text='stored\n')]
+    notebook.cells[2].execution_count = 7
+    self.nb.write_pair(notebook, self.stem, self.nb.MYST, '1.13.8')
+
+  def test_outputs_stored_and_flax_cells_kept(self):
+    self.write('x = 40', 'print(x + 2)', 'import os\nprint(os.getcwd())')
+    written = self.outputs.store(self.tree, ['g'], keep={'g': {'flaxcell'}})
+    self.assertEqual(sorted(written), [self.stem.with_suffix('.ipynb'),
+                                       self.stem.with_suffix('.md')])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    code = [c for c in notebook.cells if c.cell_type == 'code']
+    self.assertEqual([c.execution_count for c in code], [1, 7, 3])
+    self.assertEqual(code[1].outputs[0].text, 'stored\n')  # kept
+    self.assertEqual(code[2].outputs[0].text,
+                     str(self.stem.parent) + '\n')  # run in its folder
+    self.assertNotIn('kernelspec', notebook.metadata)
+    self.assertEqual(notebook.metadata.language_info.name, 'python')
+    self.assertIn('```{code-cell} ipython3\n',
+                  self.stem.with_suffix('.md').read_text())
+    self.assertEqual(self.nb.in_sync(self.stem, '1.13.8'), [])
+
+  def test_kernel_imports_from_the_tree(self):
+    (self.tree / 'flax').mkdir()
+    (self.tree / 'flax' / '__init__.py').write_text("WHERE = 'the tree'\n")
+    self.write('x = 1', 'print(2)', 'import flax\nprint(flax.WHERE)')
+    self.outputs.store(self.tree, ['g'])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    self.assertEqual(notebook.cells[-1].outputs[0].text, 'the tree\n')
+
+  def test_a_failing_cell_stores_nothing(self):
+    self.write('x = 1', 'print(2)', 'raise ValueError("broken")')
+    before = [self.stem.with_suffix(s).read_text() for s in ('.md', '.ipynb')]
+    with self.assertRaisesRegex(self.outputs.GuideError,
+                                'g: code cell 3: ValueError: broken'):
+      self.outputs.store(self.tree, ['g'])
+    self.assertEqual(
+        [self.stem.with_suffix(s).read_text() for s in ('.md', '.ipynb')],
+        before)
 
 
 if __name__ == '__main__':
