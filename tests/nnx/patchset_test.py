@@ -167,6 +167,18 @@ class DelegateModuleTest(absltest.TestCase):
 
 class OtherEditsTest(absltest.TestCase):
 
+  def test_capture_returns_quoted(self):
+    text = MODULE.replace('"""Captures."""', '"""Captures.\n\n    Returns:\n'
+                          '      a tuple of (result, *intermediates) where\n'
+                          '    """')
+    out = fi.quote_capture_returns(text)
+    self.assertEqual(out, text.replace('(result, *intermediates)',
+                                       '``(result, *intermediates)``'))
+    with self.assertRaisesRegex(fi.EditError, 'quoted already'):
+      fi.quote_capture_returns(out)
+    with self.assertRaisesRegex(fi.EditError, 'in the docstring of capture'):
+      fi.quote_capture_returns(MODULE)
+
   def test_export_sow_after_capture(self):
     text = ('from .module import Module as Module\n'
             'from .module import capture as capture\n'
