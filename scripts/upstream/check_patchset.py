@@ -41,7 +41,9 @@ already done:
   ``run_all_tests.sh --only-doctest`` runs them (before it sets the CI
   variables), in each tree.
 * ``guides``: the guides the series adds and ``extracting_intermediates``
-  executed as notebooks, as the docs build does (``run_notebooks.py``);
+  executed as notebooks, as myst-nb executes them when the doc build
+  executes notebooks (``NB_EXECUTION_MODE`` set; ``run_notebooks.py``),
+  but for those ``nb_execution_excludepatterns`` excludes (none of ours);
   ``extracting_intermediates`` in ``pristine/`` too.
 * ``hooks``: the pre-commit hooks of ``.pre-commit-config.yaml`` at their
   pinned versions (installed from PyPI: pre-commit itself would clone them
