@@ -97,6 +97,25 @@ def execute(
   return Run(stem.name, len(code), failed), executed
 
 
+def coalesce_streams(cell: nbformat.NotebookNode) -> None:
+  """Joins consecutive outputs of one stream (stdout, stderr) into one.
+
+  How a kernel splits a cell's printing into messages depends on when its
+  buffer is flushed; joined, the stored notebook is the same on every run.
+  """
+  outputs = []
+  for output in cell.get('outputs', []):
+    previous = outputs[-1] if outputs else None
+    if (output.output_type == 'stream' and previous is not None
+        and previous.output_type == 'stream'
+        and previous.name == output.name):
+      previous.text += output.text
+    else:
+      outputs.append(output)
+  if 'outputs' in cell:
+    cell.outputs = outputs
+
+
 def store_outputs(
     stem: pathlib.Path, executed: nbformat.NotebookNode, pin: str,
     keep: tp.Collection[str] = (),
@@ -106,15 +125,20 @@ def store_outputs(
   notebook's language info changes how jupytext writes its code cells.
 
   The cells whose ids are in ``keep`` keep the outputs and execution count
-  they have in the stored notebook (Flax's own cells of a guide we edit).
+  they have in the stored notebook (Flax's own cells of a guide we edit);
+  in the others, consecutive outputs of a stream are joined.
   """
   stored, text_format = flax_notebooks.read_pair(stem)
   executed.metadata.pop('kernelspec', None)
   kept = {c.id: c for c in stored.cells if c.get('id') in keep}
   for cell in executed.cells:
-    if cell.get('id') in kept and cell.cell_type == 'code':
+    if cell.cell_type != 'code':
+      continue
+    if cell.get('id') in kept:
       cell.outputs = kept[cell.id].outputs
       cell.execution_count = kept[cell.id].execution_count
+    else:
+      coalesce_streams(cell)
   return flax_notebooks.write_pair(executed, stem, text_format, pin)
 
 

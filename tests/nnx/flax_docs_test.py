@@ -410,6 +410,17 @@ class GuideOutputsTest(absltest.TestCase):
                   self.stem.with_suffix('.md').read_text())
     self.assertEqual(self.nb.in_sync(self.stem, '1.13.8'), [])
 
+  def test_streams_joined(self):
+    # Flushed in between: the kernel sends two messages to stdout.
+    self.write('x = 1', 'print(2)',
+               'import sys\nprint("a")\nsys.stdout.flush()\nprint("b")\n'
+               'print("e", file=sys.stderr)')
+    self.outputs.store(self.tree, ['g'])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    outputs = notebook.cells[-1].outputs
+    self.assertEqual([(o.name, o.text) for o in outputs],
+                     [('stdout', 'a\nb\n'), ('stderr', 'e\n')])
+
   def test_kernel_imports_from_the_tree(self):
     (self.tree / 'flax').mkdir()
     (self.tree / 'flax' / '__init__.py').write_text("WHERE = 'the tree'\n")
