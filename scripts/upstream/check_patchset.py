@@ -634,10 +634,14 @@ def _sphinx(work: pathlib.Path, tree: str, builder: str) -> dict[str, tp.Any]:
               'docs_nnx', out, '-T', '-w', warnings], cwd=root, env=env,
              log=log, check=False)
   text = log.read_text()
-  return {'exit': code,
-          'warnings': sphinx_warnings(warnings.read_text(), root),
-          **({'doctest': doctest_summary(text)} if builder == 'doctest'
-             else {})}
+  result = {'exit': code,
+            'warnings': sphinx_warnings(warnings.read_text(), root)}
+  if builder == 'doctest':
+    result['doctest'] = doctest_summary(text)
+    # What a failing setup or test could not import (not installed here).
+    result['missing'] = sorted(set(re.findall(
+        r"ModuleNotFoundError: No module named '([\w.]+)'", text)))
+  return result
 
 
 def _pages(work: pathlib.Path, changed: list[str]) -> dict[str, int]:
@@ -696,6 +700,7 @@ def part_docs(args, work: pathlib.Path) -> dict[str, tp.Any]:
       'warnings': {t: {b: len(r['warnings']) for b, r in builds[t].items()}
                    for t in TREES},
       'doctest': {t: builds[t]['doctest']['doctest'] for t in TREES},
+      'missing': {t: builds[t]['doctest']['missing'] for t in TREES},
       'new': new_list, 'gone': [list(k) for k in gone],
       'ours': ours, 'accepted': len(accepted), 'findings': findings,
       'pages': pages,
@@ -718,6 +723,46 @@ def part_docs(args, work: pathlib.Path) -> dict[str, tp.Any]:
 def _fmt_counts(counts: dict[str, int]) -> str:
   order = ('passed', 'failed', 'error', 'skipped', 'xfailed', 'xpassed')
   return ', '.join(f'{counts[k]} {k}' for k in order if counts.get(k)) or '-'
+
+
+def _docs_rows(docs: dict[str, tp.Any]) -> list[tuple[str, ...]]:
+  """The Sphinx builds: one row per builder."""
+
+  def new(builder):
+    found = [w for w in docs['new'] if w['builder'] == builder]
+    others = collections.Counter(
+        w['message'][:60] for w in docs['findings']
+        if w['builder'] == builder)
+    accepted = len(found) - sum(others.values())
+    text = f'{len(found)} new warnings'
+    if accepted:
+      text += (f', {accepted} of them as every Flax guide gets (an .ipynb'
+               ' and an .md)')
+    return text + (f', others: {dict(others)}' if others else '')
+
+  def doctest(tree):
+    d = docs['doctest'][tree]
+    text = (f"{d.get('tests', 0)} tests, {d.get('failures in tests', 0)}"
+            ' failures')
+    setup = d.get('failures in setup code', 0)
+    return text + (f', {setup} failing setup' if setup else '')
+
+  missing = sorted(set().union(*docs.get('missing', {}).values()))
+  pages = ', '.join(
+      f"{name.removeprefix('guides/')} ({n} outputs)" if n >= 0
+      else f'{name}: NOT BUILT' for name, n in docs['pages'].items())
+  return [
+      ('`docs_nnx`: Sphinx `-M doctest`', doctest('pristine'),
+       doctest('patched'),
+       ('same results' if docs['doctest']['pristine']
+        == docs['doctest']['patched'] else 'results differ')
+       + (f"; not installed: {', '.join(missing)}" if missing else '')
+       + f"; {new('doctest')}"),
+      ('`docs_nnx`: Sphinx `-M html` (stored outputs)',
+       f"{docs['warnings']['pristine']['html']} warnings",
+       f"{docs['warnings']['patched']['html']} warnings",
+       f"{new('html')}; pages: {pages}"),
+  ]
 
 
 def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
@@ -783,30 +828,7 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
                    f"{len(data['in_ours'])} in changed files"))
   docs = results.get('docs')
   if docs:
-    def doctest(tree):
-      d = docs['doctest'][tree]
-      text = (f"{d.get('tests', 0)} tests, {d.get('failures in tests', 0)}"
-              ' failures')
-      setup = d.get('failures in setup code', 0)
-      return text + (f', {setup} failing setup' if setup else '')
-    rows.append(('`docs_nnx`: Sphinx doctest builder', doctest('pristine'),
-                 doctest('patched'), 'same failures in both'
-                 if docs['doctest']['pristine'] == docs['doctest']['patched']
-                 else 'differ'))
-    new = collections.Counter(w['message'].split(':')[0][:60]
-                              for w in docs['findings'])
-    pages = ', '.join(f'{name.rsplit("/", 1)[-1]} ({n} outputs)'
-                      if n >= 0 else f'{name}: NO PAGE'
-                      for name, n in docs['pages'].items())
-    rows.append((
-        '`docs_nnx`: Sphinx html (notebooks from stored outputs)',
-        f"{docs['warnings']['pristine']['html']} warnings",
-        f"{docs['warnings']['patched']['html']} warnings",
-        f"{len(docs['new'])} new ({len(docs['ours'])} in or naming the"
-        f" series' files), {docs['accepted']} of them as every Flax guide"
-        ' gets (an .ipynb and an .md per guide), '
-        f"{len(docs['findings'])} others" + (f": {dict(new)}" if new else '')
-        + f'; pages: {pages}'))
+    rows += _docs_rows(docs)
   lines = ['| check | pristine | with the series | notes |',
            '|---|---|---|---|']
   for row in rows:

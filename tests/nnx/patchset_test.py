@@ -327,26 +327,33 @@ class SphinxOutputTest(absltest.TestCase):
                          expected)
 
   def test_summary_rows(self):
+    multiple = 'multiple files found for the document "guides/a"'
     docs = {
         'doctest': {t: {'tests': 169, 'failures in tests': 0,
                         'failures in setup code': 1}
                     for t in ('pristine', 'patched')},
-        'warnings': {'pristine': {'html': 270, 'doctest': 1},
-                     'patched': {'html': 275, 'doctest': 1}},
-        'new': [{}] * 5, 'ours': [{}] * 5, 'accepted': 5, 'findings': [],
-        'pages': {'guides/a': 3, 'api_reference/flax.nnx/sow': 0},
-        'green': True,
+        'missing': {'pristine': ['torch'], 'patched': ['torch']},
+        'warnings': {'pristine': {'html': 270, 'doctest': 300},
+                     'patched': {'html': 272, 'doctest': 302}},
+        'new': [{'builder': b, 'where': '', 'message': multiple}
+                for b in ('doctest', 'html')]
+               + [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'findings': [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'pages': {'guides/a': 3, 'api_reference/flax.nnx/sow': -1},
+        'green': False,
     }
     table = check_patchset.summary_table({'docs': docs})
-    self.assertIn('| 169 tests, 0 failures, 1 failing setup | 169 tests, 0'
-                  ' failures, 1 failing setup | same failures in both |',
-                  table)
-    self.assertIn('| 270 warnings | 275 warnings | 5 new (5 in or naming'
-                  " the series' files), 5 of them as every Flax guide gets",
-                  table)
-    self.assertIn('0 others; pages: a (3 outputs), sow (0 outputs) |', table)
-    self.assertTrue(table.endswith('docs: green\n'))
-
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M doctest` | 169 tests, 0 failures, 1'
+        ' failing setup | 169 tests, 0 failures, 1 failing setup | same'
+        ' results; not installed: torch; 1 new warnings, 1 of them as every'
+        ' Flax guide gets (an .ipynb and an .md) |', table)
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M html` (stored outputs) | 270 warnings |'
+        ' 272 warnings | 2 new warnings, 1 of them as every Flax guide gets'
+        " (an .ipynb and an .md), others: {'bad': 1}; pages: a (3 outputs),"
+        ' api_reference/flax.nnx/sow: NOT BUILT |', table)
+    self.assertTrue(table.endswith('docs: NOT green\n'))
 
 if __name__ == '__main__':
   absltest.main()
