@@ -84,6 +84,7 @@ OUR_TESTS = 'tests/nnx/'
 FLAX_TESTS = 'tests/nnx/sow/'
 TEST_PATH = re.compile(r'\btests/nnx/(\w+\.py)\b')
 
+
 # Titled by the package: the page's file name, the other pages' style, would
 # make the section label "sow", which pytree.ipynb's "### sow" already has
 # (autosectionlabel: labels are unique across the docs).
@@ -224,7 +225,7 @@ def add_guide(
   return flax_notebooks.write_pair(notebook, stem, flax_notebooks.MYST, pin)
 
 
-# --- toctree, API reference, CHANGELOG ------------------------------
+# --- toctree, API reference, CHANGELOG ---------------------------------------
 
 
 def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
