@@ -225,7 +225,7 @@ def add_guide(
   return flax_notebooks.write_pair(notebook, stem, flax_notebooks.MYST, pin)
 
 
-# --- toctree, API reference, CHANGELOG ---------------------------------------
+# --- toctree, API reference, CHANGELOG --------------------------------------
 
 
 def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
