@@ -41,7 +41,9 @@ already done:
   ``run_all_tests.sh --only-doctest`` runs them (before it sets the CI
   variables), in each tree.
 * ``guides``: the guides the series adds and ``extracting_intermediates``
-  executed as notebooks, as the docs build does (``run_notebooks.py``);
+  executed as notebooks, as myst-nb executes them when the doc build
+  executes notebooks (``NB_EXECUTION_MODE`` set; ``run_notebooks.py``),
+  but for those ``nb_execution_excludepatterns`` excludes (none of ours);
   ``extracting_intermediates`` in ``pristine/`` too.
 * ``hooks``: the pre-commit hooks of ``.pre-commit-config.yaml`` at their
   pinned versions (installed from PyPI: pre-commit itself would clone them
@@ -50,6 +52,14 @@ already done:
 * ``static``: mypy and pytype as Flax's CI runs them, by ``check_static.py``
   on ``pristine/`` then ``patched/`` (pytype on the Python files the series
   adds or changes; ``--pytype-scope=all`` for all of ``flax/``).
+* ``docs``: ``docs_nnx`` built with Sphinx as Flax's CI doctest job builds
+  it (``sphinx-build -M doctest``, then ``-M html``, ``-T``; notebooks are
+  rendered from their stored outputs, ``nb_execution_mode`` being
+  ``'off'``), in each tree, in a venv with Flax's ``docs`` extra
+  (``venv-docs/``, jax pinned); the warnings are compared, and none may be
+  new or located in a file the series adds or changes, but for those that
+  every paired guide of Flax's gets (``ACCEPTED_WARNINGS``). Flax's CI also
+  builds the Linen ``docs/``, which the series does not touch.
 
 Then it prints the summary as a Markdown table (also ``summary.md``); exits
 1 if any part is not green.
@@ -81,7 +91,8 @@ sys.path.insert(0, str(HERE))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
 import make_patchset  # noqa: E402
 
-PARTS = ('apply', 'commits', 'tests', 'doctests', 'guides', 'hooks', 'static')
+PARTS = ('apply', 'commits', 'tests', 'doctests', 'guides', 'hooks', 'static',
+         'docs')
 TREES = ('pristine', 'patched')
 OUR_TESTS = make_patchset.FLAX_TESTS
 CI_ENV = {
@@ -553,6 +564,158 @@ def part_static(args, work: pathlib.Path) -> dict[str, tp.Any]:
 
 
 # ---------------------------------------------------------------------------
+# docs: Sphinx on docs_nnx
+# ---------------------------------------------------------------------------
+
+# Warnings Sphinx gives every paired guide of Flax's, ours alike, and why.
+ACCEPTED_WARNINGS = {
+    'multiple files found for the document': 'each guide is an .ipynb + .md'
+    ' pair and docs_nnx/conf.py lists both suffixes; Sphinx builds the'
+    ' .ipynb',
+}
+_WARNING = re.compile(r'^(?:(?P<where>.*?): )?(?:WARNING|ERROR|CRITICAL): '
+                      r'(?P<message>.*)$')
+_DOCTEST = re.compile(r'^\s+(\d+) (tests?|failures? in tests|failures? in'
+                      r' setup code|failures? in cleanup code)$', re.M)
+
+
+def sphinx_warnings(log: str, tree: pathlib.Path) -> list[dict[str, str]]:
+  """The warnings of a Sphinx log: where (relative to the tree, line
+  numbers dropped) and the message (the tree's path dropped)."""
+  def relative(text):
+    for root in {str(tree), str(tree.resolve())}:
+      text = text.replace(f'{root}/', '')
+    return text
+
+  found = []
+  for line in log.splitlines():
+    match = _WARNING.match(line)
+    if not match:
+      continue
+    where = re.sub(r':\d+$', '', relative(match.group('where') or ''))
+    found.append({'where': where,
+                  'message': relative(match.group('message'))})
+  return found
+
+
+def located_in(where: str, changed: list[str]) -> bool:
+  path = where.split(':', 1)[0]
+  if path.startswith(('docs_nnx/', 'flax/')):
+    candidates = (path,)
+  else:  # a document name, relative to docs_nnx, or a path of one
+    candidates = (f'docs_nnx/{path}',)
+  return any(c == p or os.path.splitext(c)[0] == os.path.splitext(p)[0]
+             for c in candidates for p in changed)
+
+
+def _accepted(warning: dict[str, str]) -> bool:
+  return any(warning['message'].startswith(m) for m in ACCEPTED_WARNINGS)
+
+
+def doctest_summary(log: str) -> dict[str, int]:
+  """``tests``, ``failures in tests``, ... of the doctest builder's log."""
+  return {re.sub(r'failures?', 'failures', re.sub(r'tests?$', 'tests', k)):
+          int(n) for n, k in _DOCTEST.findall(log)}
+
+
+def _sphinx(work: pathlib.Path, tree: str, builder: str) -> dict[str, tp.Any]:
+  root = work / tree
+  out = work / 'docs-build' / tree
+  log = work / 'logs' / f'docs-{builder}.{tree}.log'
+  warnings = log.with_suffix('.warnings')
+  log.unlink(missing_ok=True)
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'NB_EXECUTION_MODE')}
+  # conf.py puts its tree first on sys.path too; this makes it explicit.
+  env['PYTHONPATH'] = str(root)
+  # -w: the warnings alone, also in a file (the log interleaves them with
+  # the progress lines).
+  code = run([work / 'venv-docs' / 'bin' / 'sphinx-build', '-M', builder,
+              'docs_nnx', out, '-T', '-w', warnings], cwd=root, env=env,
+             log=log, check=False)
+  text = log.read_text()
+  result = {'exit': code,
+            'warnings': sphinx_warnings(warnings.read_text(), root)}
+  if builder == 'doctest':
+    result['doctest'] = doctest_summary(text)
+    # What a failing setup or test could not import (not installed here).
+    result['missing'] = sorted(set(re.findall(
+        r"ModuleNotFoundError: No module named '([\w.]+)'", text)))
+  return result
+
+
+def _pages(work: pathlib.Path, changed: list[str]) -> dict[str, int]:
+  """Each page the series adds to docs_nnx: the number of cell outputs in
+  its HTML (-1: no page)."""
+  pages = {}
+  for path in changed:
+    if not path.startswith('docs_nnx/') or not path.endswith(
+        ('.ipynb', '.rst')):
+      continue
+    name = os.path.splitext(path.removeprefix('docs_nnx/'))[0]
+    if name in pages or name == 'guides_advanced' or name.endswith('index'):
+      continue
+    html = work / 'docs-build' / 'patched' / 'html' / f'{name}.html'
+    pages[name] = (html.read_text().count('class="cell_output')
+                   if html.exists() else -1)
+  return pages
+
+
+def part_docs(args, work: pathlib.Path) -> dict[str, tp.Any]:
+  applied = json.loads((work / 'results' / 'apply.json').read_text())
+  log = work / 'logs' / 'docs-venv.log'
+  venv = work / 'venv-docs'
+  if not venv_python(venv).exists():
+    run([args.python, '-m', 'venv', venv], log=log)
+    pip = [venv_python(venv), '-m', 'pip', 'install', '-q']
+    run([*pip, '--upgrade', 'pip'], log=log)
+    jax = [r for r in EXTRA if _requirement_name(r) in ('jax', 'jaxlib')]
+    run([*pip, '-e', f"{work / 'patched'}[docs]", *jax], log=log)
+  builds = {}
+  for tree in TREES:
+    shutil.rmtree(work / 'docs-build' / tree, ignore_errors=True)
+    # The order of Flax's CI: the doctest builder, then html.
+    builds[tree] = {b: _sphinx(work, tree, b) for b in ('doctest', 'html')}
+  changed = applied['changed']
+
+  def keyed(tree):
+    return collections.Counter(
+        (b, w['where'], w['message']) for b, r in builds[tree].items()
+        for w in r['warnings'])
+
+  new = keyed('patched') - keyed('pristine')
+  gone = keyed('pristine') - keyed('patched')
+  new_list = [{'builder': b, 'where': w, 'message': m}
+              for (b, w, m), n in sorted(new.items()) for _ in range(n)]
+  findings = [w for w in new_list if not _accepted(w)]
+  # Of the new ones, those located in (or naming) a file of the series.
+  ours = [w for w in new_list if located_in(w['where'], changed)
+          or any(f'"{os.path.splitext(p.removeprefix("docs_nnx/"))[0]}"'
+                 in w['message'] for p in changed)]
+  accepted = [w for w in new_list if _accepted(w)]
+  pages = _pages(work, changed)
+  exits = {t: {b: r['exit'] for b, r in builds[t].items()} for t in TREES}
+  return {
+      'exit': exits,
+      'warnings': {t: {b: len(r['warnings']) for b, r in builds[t].items()}
+                   for t in TREES},
+      'doctest': {t: builds[t]['doctest']['doctest'] for t in TREES},
+      'missing': {t: builds[t]['doctest']['missing'] for t in TREES},
+      'new': new_list, 'gone': [list(k) for k in gone],
+      'ours': ours, 'accepted': len(accepted), 'findings': findings,
+      'pages': pages,
+      'green': (exits['patched']['html'] == 0
+                and exits['patched']['doctest'] <= exits['pristine']['doctest']
+                and builds['patched']['doctest']['doctest'].get(
+                    'failures in tests', 0)
+                <= builds['pristine']['doctest']['doctest'].get(
+                    'failures in tests', 0)
+                and not findings
+                and all(n >= 0 for n in pages.values())),
+  }
+
+
+# ---------------------------------------------------------------------------
 # Summary
 # ---------------------------------------------------------------------------
 
@@ -560,6 +723,46 @@ def part_static(args, work: pathlib.Path) -> dict[str, tp.Any]:
 def _fmt_counts(counts: dict[str, int]) -> str:
   order = ('passed', 'failed', 'error', 'skipped', 'xfailed', 'xpassed')
   return ', '.join(f'{counts[k]} {k}' for k in order if counts.get(k)) or '-'
+
+
+def _docs_rows(docs: dict[str, tp.Any]) -> list[tuple[str, ...]]:
+  """The Sphinx builds: one row per builder."""
+
+  def new(builder):
+    found = [w for w in docs['new'] if w['builder'] == builder]
+    others = collections.Counter(
+        w['message'][:60] for w in docs['findings']
+        if w['builder'] == builder)
+    accepted = len(found) - sum(others.values())
+    text = f'{len(found)} new warnings'
+    if accepted:
+      text += (f', {accepted} of them as every Flax guide gets (an .ipynb'
+               ' and an .md)')
+    return text + (f', others: {dict(others)}' if others else '')
+
+  def doctest(tree):
+    d = docs['doctest'][tree]
+    text = (f"{d.get('tests', 0)} tests, {d.get('failures in tests', 0)}"
+            ' failures')
+    setup = d.get('failures in setup code', 0)
+    return text + (f', {setup} failing setup' if setup else '')
+
+  missing = sorted(set().union(*docs.get('missing', {}).values()))
+  pages = ', '.join(
+      f"{name.removeprefix('guides/')} ({n} outputs)" if n >= 0
+      else f'{name}: NOT BUILT' for name, n in docs['pages'].items())
+  return [
+      ('`docs_nnx`: Sphinx `-M doctest`', doctest('pristine'),
+       doctest('patched'),
+       ('same results' if docs['doctest']['pristine']
+        == docs['doctest']['patched'] else 'results differ')
+       + (f"; not installed: {', '.join(missing)}" if missing else '')
+       + f"; {new('doctest')}"),
+      ('`docs_nnx`: Sphinx `-M html` (stored outputs)',
+       f"{docs['warnings']['pristine']['html']} warnings",
+       f"{docs['warnings']['patched']['html']} warnings",
+       f"{new('html')}; pages: {pages}"),
+  ]
 
 
 def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
@@ -623,6 +826,9 @@ def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
       rows.append((f'{tool}{scope}', f"{data['baseline']} errors",
                    f"{data['with_ours']} errors",
                    f"{len(data['in_ours'])} in changed files"))
+  docs = results.get('docs')
+  if docs:
+    rows += _docs_rows(docs)
   lines = ['| check | pristine | with the series | notes |',
            '|---|---|---|---|']
   for row in rows:
@@ -644,6 +850,7 @@ RUNNERS = {
     'apply': part_apply, 'commits': part_commits, 'tests': part_tests,
     'doctests': part_doctests,
     'guides': part_guides, 'hooks': part_hooks, 'static': part_static,
+    'docs': part_docs,
 }
 
 

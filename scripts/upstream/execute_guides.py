@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import pathlib
 import sys
+import typing as tp
 
 import nbclient
 import nbformat
@@ -70,9 +71,13 @@ def _error_line(cell: nbformat.NotebookNode) -> str | None:
 
 
 def execute(
-    stem: pathlib.Path, setup: str = '', timeout: int = 600
+    stem: pathlib.Path, setup: str = '', timeout: int = 600,
+    env: dict[str, str] | None = None,
 ) -> tuple[Run, nbformat.NotebookNode]:
-  """Runs ``STEM.ipynb``; returns the run and the executed notebook."""
+  """Runs ``STEM.ipynb``; returns the run and the executed notebook.
+
+  ``env`` is the kernel's whole environment (default: this process's).
+  """
   notebook = nbformat.read(stem.with_suffix('.ipynb'), as_version=4)
   executed = nbformat.from_dict(notebook)
   if setup:
@@ -81,7 +86,7 @@ def execute(
       executed, timeout=timeout, kernel_name='python3', allow_errors=True,
       record_timing=False, resources={'metadata': {'path': str(stem.parent)}},
   )
-  client.execute()
+  client.execute(**({'env': env} if env is not None else {}))
   if setup:
     setup_error = _error_line(executed.cells.pop(0))
     if setup_error:
@@ -92,14 +97,48 @@ def execute(
   return Run(stem.name, len(code), failed), executed
 
 
+def coalesce_streams(cell: nbformat.NotebookNode) -> None:
+  """Joins consecutive outputs of one stream (stdout, stderr) into one.
+
+  How a kernel splits a cell's printing into messages depends on when its
+  buffer is flushed; joined, the stored notebook is the same on every run.
+  """
+  outputs = []
+  for output in cell.get('outputs', []):
+    previous = outputs[-1] if outputs else None
+    if (output.output_type == 'stream' and previous is not None
+        and previous.output_type == 'stream'
+        and previous.name == output.name):
+      previous.text += output.text
+    else:
+      outputs.append(output)
+  if 'outputs' in cell:
+    cell.outputs = outputs
+
+
 def store_outputs(
-    stem: pathlib.Path, executed: nbformat.NotebookNode, pin: str
+    stem: pathlib.Path, executed: nbformat.NotebookNode, pin: str,
+    keep: tp.Collection[str] = (),
 ) -> list[pathlib.Path]:
   """Writes the executed notebook as Flax keeps its pairs: the kernelspec
   dropped (Flax's nbstripout hook), and the ``.md`` rewritten too, as the
-  notebook's language info changes how jupytext writes its code cells."""
-  _, text_format = flax_notebooks.read_pair(stem)
+  notebook's language info changes how jupytext writes its code cells.
+
+  The cells whose ids are in ``keep`` keep the outputs and execution count
+  they have in the stored notebook (Flax's own cells of a guide we edit);
+  in the others, consecutive outputs of a stream are joined.
+  """
+  stored, text_format = flax_notebooks.read_pair(stem)
   executed.metadata.pop('kernelspec', None)
+  kept = {c.id: c for c in stored.cells if c.get('id') in keep}
+  for cell in executed.cells:
+    if cell.cell_type != 'code':
+      continue
+    if cell.get('id') in kept:
+      cell.outputs = kept[cell.id].outputs
+      cell.execution_count = kept[cell.id].execution_count
+    else:
+      coalesce_streams(cell)
   return flax_notebooks.write_pair(executed, stem, text_format, pin)
 
 

@@ -27,11 +27,17 @@ upstream patch series) and returns the paths it changed or added:
   ``nnx.capture``, listed after ``transforms`` in the API reference;
 * Flax's ``extracting_intermediates`` guide is rewritten for the new
   ``nnx.capture`` (:mod:`intermediates_guide`);
-* the doc build does not execute two of them (``nb_execution_excludepatterns``
-  in ``docs_nnx/conf.py``): the behavior-changes guide compares the new
-  ``nnx.capture`` with Flax 0.12.8's, which Flax no longer has, and the
-  migration guide needs libcst, which Flax does not depend on;
 * ``CHANGELOG.md`` gets an entry under vNext.
+
+Paths of our tests (``tests/nnx/NAME``) become their place in Flax's tree
+(``tests/nnx/sow/NAME``); a path of a test that does not ship with the
+series is refused, as a link that would not resolve is. The pairs are
+written without outputs; ``guide_outputs.py`` executes them in the patched
+tree and stores the outputs, as Flax keeps its guides. All of them run in
+Flax (``docs_nnx/conf.py`` is not edited): the comparisons with Flax 0.12.8's
+own ``nnx.capture`` in the behavior-changes guide are passages about this
+repository, left out, and the migration guide's codemod and libcst come with
+the series.
 
 Every edit finds its place by the checkout's own text and fails with the
 file and what it looked for if that text is not there; nothing is edited
@@ -46,6 +52,7 @@ import argparse
 import pathlib
 import re
 import sys
+import typing as tp
 
 import flax_notebooks
 import intermediates_guide
@@ -56,31 +63,33 @@ GUIDES = (
     'sow_transform', 'capture_behavior_changes', 'sow_bad_inputs',
     'migrate_sow',
 )
-# Guides the doc build cannot execute inside Flax, and why.
-NOT_EXECUTED = {
-    # It runs beside Flax 0.12.8's own nnx.capture to show each difference;
-    # in Flax, nnx.capture is the new one. It runs with the overlay on 0.12.8.
-    'capture_behavior_changes': "compares with Flax 0.12.8's nnx.capture",
-    'migrate_sow': 'needs libcst, not a Flax dependency',
-}
 GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')
 TOCTREE = pathlib.Path('docs_nnx', 'guides_advanced.rst')
 TOCTREE_AFTER = 'guides/extracting_intermediates'
 API_DIR = pathlib.Path('docs_nnx', 'api_reference', 'flax.nnx')
 API_PAGE = API_DIR / 'sow.rst'
 API_AFTER = 'transforms'
-CONF = pathlib.Path('docs_nnx', 'conf.py')
 CHANGELOG = pathlib.Path('CHANGELOG.md')
 
+# With the blank line before it, if any: the one after it stays.
 OMIT = re.compile(
-    r'^<!-- upstream:omit -->\n.*?^<!-- upstream:end -->\n', re.M | re.S
+    r'(?:^\n)?^<!-- upstream:omit -->\n.*?^<!-- upstream:end -->\n',
+    re.M | re.S,
 )
 MARKER = re.compile(r'<!-- upstream:\w+ -->')
 LINK = re.compile(r'\[([^\]]+)\]\(([^)\s]+)\)')
 FENCED = re.compile(r'(^```.*?^```$)', re.M | re.S)
+# Where our tests are in this repository and in Flax's tree.
+OUR_TESTS = 'tests/nnx/'
+FLAX_TESTS = 'tests/nnx/sow/'
+TEST_PATH = re.compile(r'\btests/nnx/(\w+\.py)\b')
 
+
+# Titled by the package: the page's file name, the other pages' style, would
+# make the section label "sow", which pytree.ipynb's "### sow" already has
+# (autosectionlabel: labels are unique across the docs).
 API_TEXT = """\
-sow
+flax.nnx.sow
 ------------------------
 
 .. automodule:: flax.nnx.sow
@@ -154,6 +163,24 @@ def flax_text(text: str, where: pathlib.Path) -> str:
   return text
 
 
+def flax_test_paths(
+    text: str, shipped: tp.Collection[str], where: pathlib.Path
+) -> str:
+  """``tests/nnx/NAME`` as ``tests/nnx/sow/NAME``, where the series puts our
+  tests; ``shipped`` names the test files that go with it."""
+
+  def path(match: re.Match[str]) -> str:
+    name = match.group(1)
+    if name not in shipped:
+      raise ValueError(
+          f'{where}: {match.group(0)} does not ship with the series; wrap'
+          ' the passage in <!-- upstream:omit --> ... <!-- upstream:end -->'
+      )
+    return FLAX_TESTS + name
+
+  return TEST_PATH.sub(path, text)
+
+
 def flax_links(markdown: str, where: pathlib.Path) -> str:
   """Links between guides as ``{doc}`` roles (outside code blocks); any
   other relative link would not resolve in Flax and is refused."""
@@ -179,15 +206,17 @@ def flax_links(markdown: str, where: pathlib.Path) -> str:
 
 
 def add_guide(
-    checkout: pathlib.Path, ours: pathlib.Path, name: str, pin: str
+    checkout: pathlib.Path, ours: pathlib.Path, name: str, pin: str,
+    shipped: tp.Collection[str],
 ) -> list[pathlib.Path]:
   source = ours / GUIDES_DIR / f'{name}.md'
   stem = checkout / GUIDES_DIR / name
   for path in (stem.with_suffix('.md'), stem.with_suffix('.ipynb')):
     if path.exists():
       raise FileExistsError(f'{path} exists already')
+  text = flax_text(source.read_text(), source)
   notebook = flax_notebooks.read_guide_text(
-      flax_text(source.read_text(), source)
+      flax_test_paths(text, shipped, source)
   )
   for cell in notebook.cells:
     if cell.cell_type == 'markdown':
@@ -196,7 +225,7 @@ def add_guide(
   return flax_notebooks.write_pair(notebook, stem, flax_notebooks.MYST, pin)
 
 
-# --- toctree, API reference, conf.py, CHANGELOG ------------------------------
+# --- toctree, API reference, CHANGELOG --------------------------------------
 
 
 def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
@@ -214,24 +243,6 @@ def add_api_page(checkout: pathlib.Path) -> list[pathlib.Path]:
   )
   page.write_text(API_TEXT)
   return [index, page]
-
-
-def exclude_from_execution(checkout: pathlib.Path) -> pathlib.Path:
-  """Adds the guides in :data:`NOT_EXECUTED` to the doc build's
-  ``nb_execution_excludepatterns``, after its last entry."""
-  text = _read(checkout, CONF)
-  match = re.search(
-      r'^nb_execution_excludepatterns = \[\n(.*?)^\]\n', text, re.M | re.S
-  )
-  if match is None:
-    raise ValueError(f'{CONF}: no nb_execution_excludepatterns list')
-  added = ''.join(
-      f"  'guides/{name}.ipynb',  # {why}\n"
-      for name, why in NOT_EXECUTED.items()
-  )
-  text = text[:match.end(1)] + added + text[match.end(1):]
-  (checkout / CONF).write_text(text)
-  return checkout / CONF
 
 
 def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
@@ -257,19 +268,31 @@ def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
 # --- all of it --------------------------------------------------------------
 
 
+def shipped_tests(ours: pathlib.Path) -> set[str]:
+  """Our test files that go with the series (``make_patchset.py``)."""
+  import make_patchset  # pylint: disable=g-import-not-at-top
+
+  shipped = set()
+  for names in (make_patchset.TRANSFORM_TESTS,
+                make_patchset.INTEGRATION_TESTS, make_patchset.DOCS_TESTS,
+                make_patchset.CODEMOD_TESTS):
+    shipped.update(n for n in names if (ours / OUR_TESTS / n).is_file())
+  return shipped
+
+
 def apply_docs(checkout: pathlib.Path, ours: pathlib.Path) -> list[str]:
   """Edits the Flax checkout ``checkout`` in place; ``ours`` is the root of
   this repository. Returns the paths changed or added, relative to
   ``checkout``, sorted."""
   checkout, ours = pathlib.Path(checkout), pathlib.Path(ours)
   pin = flax_notebooks.jupytext_pin(checkout)
+  shipped = shipped_tests(ours)
   changed: list[pathlib.Path] = []
   for name in GUIDES:
-    changed += add_guide(checkout, ours, name, pin)
+    changed += add_guide(checkout, ours, name, pin, shipped)
   changed += intermediates_guide.apply(checkout, pin)
   changed.append(add_to_toctree(checkout))
   changed += add_api_page(checkout)
-  changed.append(exclude_from_execution(checkout))
   changed.append(add_changelog_entry(checkout))
   return sorted({str(p.relative_to(checkout)) for p in changed})
 

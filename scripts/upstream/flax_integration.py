@@ -23,6 +23,10 @@ fails the series loudly instead of patching the wrong place.
   ``Module.perturb`` and ``capture`` keep their signatures and docstrings;
   their bodies call ``flax.nnx.capture_compat``; the helpers only the old
   ``capture`` used, and the imports only they used, are removed.
+* :func:`quote_capture_returns`: in ``capture``'s docstring, the
+  ``(result, *intermediates)`` of its Returns section as a literal (the API
+  reference page of the docs commit renders it; a bare ``*`` starts an
+  emphasis that does not end, and Sphinx warns).
 * :func:`export_sow`: ``flax/nnx/__init__.py`` exports the transform's
   package as ``nnx.sow``.
 * :func:`split_self_in_vmap_test`: ``tests/nnx/module_test.py``'s
@@ -370,6 +374,23 @@ def delegate_module(text: str, where: str = MODULE_PATH) -> str:
         f'{where}: still mentions __captures__ outside the removed code'
     )
   return delegated
+
+
+_RETURNED = '(result, *intermediates)'
+
+
+def quote_capture_returns(text: str, where: str = MODULE_PATH) -> str:
+  """``capture``'s docstring with ``(result, *intermediates)`` quoted."""
+  capture = _capture_function(_parse(text, where), where)
+  lines = text.splitlines()
+  docstring = range(capture.body[0].lineno - 1,
+                    _docstring_end(capture, where))
+  index = _one([i for i in docstring if _RETURNED in lines[i]],
+               f'{_RETURNED!r} in the docstring of capture', where)
+  if f'``{_RETURNED}``' in lines[index]:
+    raise EditError(f'{where}: {_RETURNED!r} is quoted already')
+  lines[index] = lines[index].replace(_RETURNED, f'``{_RETURNED}``')
+  return '\n'.join(lines) + '\n'
 
 
 # ---------------------------------------------------------------------------

@@ -13,8 +13,9 @@
 # limitations under the License.
 """Writes the upstream patch series: this repository as commits on Flax.
 
-Usage, from the repository root (any Python with this repository's files;
-the docs commit needs jupytext and nbformat)::
+Usage, from the repository root, in a Python with jupytext, nbclient,
+ipykernel, libcst and Flax's dependencies (this repository's venv: the docs
+commit executes the guides in the patched tree)::
 
   python scripts/upstream/make_patchset.py FLAX_CHECKOUT OUTDIR
 
@@ -27,9 +28,11 @@ clone of it, on its ``HEAD``, and written to ``OUTDIR`` by
 2. the NNX integration: ``flax/nnx/capture_compat``, ``module.py``'s
    ``Module.sow``, ``Module.perturb`` and ``capture`` calling it, ``nnx.sow``
    exported, with its tests;
-3. the docs (``flax_docs.apply_docs``, beside this script);
-4. the codemod, in ``scripts/migrate`` (outside the ``flax`` package: it
-   needs libcst, which Flax does not depend on), with its tests.
+3. the codemod, in ``scripts/migrate`` (outside the ``flax`` package: it
+   needs libcst, which Flax does not depend on), with its tests;
+4. the docs (``flax_docs.apply_docs``, beside this script), executed in the
+   tree of the three commits before (``guide_outputs.py``): the migration
+   guide runs the codemod, so the docs come after it.
 
 Our tests go to ``tests/nnx/sow/``: a directory without ``__init__.py``, as
 Flax's ``tests/nnx/nn/``, so that their helpers import as they do here and
@@ -293,19 +296,26 @@ def integration(tree: pathlib.Path) -> list[str]:
 
 
 def docs(tree: pathlib.Path) -> list[str]:
-  try:
-    import flax_docs  # pylint: disable=g-import-not-at-top
-  except ModuleNotFoundError as e:
-    if e.name != 'flax_docs':
-      raise
-    raise PatchsetError(
-        'commit 3 (docs) needs scripts/upstream/flax_docs.py, with'
-        ' apply_docs(checkout, ours) -> list[str] (the docs part of issue'
-        ' 17), which is not in this tree yet; --without-docs writes the'
-        ' series without that commit'
-    ) from None
+  # pylint: disable=g-import-not-at-top
+  import flax_docs
+  import guide_outputs
+  import intermediates_guide
+  import nbformat
+  # pylint: enable=g-import-not-at-top
+
+  edited = tree / intermediates_guide.GUIDE.with_suffix('.ipynb')
+  flax_cells = {c.get('id') for c in nbformat.read(edited, 4).cells}
   changed = flax_docs.apply_docs(tree, REPO)
+  try:
+    guide_outputs.store(
+        tree, [*flax_docs.GUIDES, intermediates_guide.GUIDE.name],
+        keep={intermediates_guide.GUIDE.name: flax_cells})
+  except guide_outputs.GuideError as e:
+    raise PatchsetError(str(e)) from None
   written = [str(tree / path) for path in changed]
+  # The API reference page renders capture's docstring.
+  written += edit(tree, flax_integration.MODULE_PATH,
+                  flax_integration.quote_capture_returns)
   written += copy_tests(tree, DOCS_TESTS)
   return written
 
@@ -391,24 +401,6 @@ Parity tests compare with Flax 0.12.8's `nnx.capture` bitwise on ten real
 models where that implementation exists (the overlay on a released Flax);
 here they skip, saying so.'''),
     Commit(
-        'docs', docs,
-        'docs_nnx: guides for the sow transform; extracting_intermediates'
-        ' without __captures__',
-        '''\
-The sow transform's guides, as paired notebooks (.ipynb + MyST .md, as
-the other guides): the API, what comes out under each control-flow
-construct, perturbations, the coverage table of higher-order primitives,
-every bad input and its error, and what changes for users of
-`nnx.capture`; toctree and API reference entries; a CHANGELOG entry.
-
-extracting_intermediates explained `nnx.capture` by printing the
-`__captures__` attribute it used to install on every module, which no
-longer exists: those cells are rewritten for the new implementation.
-
-tests/nnx/sow/guides_test.py executes these guides (and only these) and
-checks that the coverage table and the bad-input catalogue list exactly
-the tested cases.'''),
-    Commit(
         'codemod', codemod,
         'scripts/migrate: a codemod from Module.sow/nnx.capture to'
         ' flax.nnx.sow',
@@ -424,6 +416,29 @@ not depend on; libcst is added to the `testing` extra so that its tests
 (tests/nnx/sow/migrate_sow_test.py) run in CI. Without libcst they skip.
 Its input and expected files (tests/nnx/sow/testdata/) are excluded from
 ruff: they keep the imports the code they stand for has.'''),
+    Commit(
+        'docs', docs,
+        'docs_nnx: guides for the sow transform; extracting_intermediates'
+        ' without __captures__',
+        '''\
+The sow transform's guides, as paired notebooks (.ipynb + MyST .md, as
+the other guides): the API, what comes out under each control-flow
+construct, perturbations, the coverage table of higher-order primitives,
+every bad input and its error, what changes for users of `nnx.capture`,
+and the codemod of the previous commit. They are stored executed, with
+their outputs, as the other guides are (the doc build renders them without
+running them), and each of them also runs when the build executes
+notebooks. Toctree and API reference entries (nnx.capture's docstring,
+which the page renders, quotes `(result, *intermediates)`: a bare `*`
+starts an RST emphasis that does not end); a CHANGELOG entry.
+
+extracting_intermediates explained `nnx.capture` by printing the
+`__captures__` attribute it used to install on every module, which no
+longer exists: those cells are rewritten for the new implementation.
+
+tests/nnx/sow/guides_test.py executes these guides (and only these) and
+checks that the coverage table and the bad-input catalogue list exactly
+the tested cases.'''),
 )
 
 
@@ -510,7 +525,7 @@ def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
                       help='where the .patch files are written')
   parser.add_argument(
       '--without-docs', action='store_true',
-      help='leave out commit 3 (docs); the series is then incomplete')
+      help='leave out the docs commit; the series is then incomplete')
   return parser.parse_args(argv)
 
 

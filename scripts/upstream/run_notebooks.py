@@ -13,10 +13,12 @@
 # limitations under the License.
 """Executes notebooks as Flax's documentation build does (myst-nb).
 
-``docs_nnx/conf.py`` executes each notebook with a per-cell timeout of 100
-seconds, from the notebook's folder, and fails on the first error
-(``nb_execution_allow_errors = False``). This does the same with nbclient,
-which myst-nb uses, in the Python that runs it (its ``python3`` kernel)::
+When it executes notebooks (``NB_EXECUTION_MODE`` set; by default it
+renders their stored outputs), ``docs_nnx/conf.py`` executes each one with
+a per-cell timeout of 100 seconds, from the notebook's folder, and fails on
+the first error (``nb_execution_allow_errors = False``). This does the
+same with nbclient, which myst-nb uses, in the Python that runs it (its
+``python3`` kernel)::
 
   python run_notebooks.py OUT.jsonl NOTEBOOK.ipynb...
 

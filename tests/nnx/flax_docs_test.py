@@ -16,8 +16,9 @@
 With ``FLAX_CHECKOUT`` (a Flax checkout, e.g. a clone at 0.12.8), the docs
 are applied to a temporary copy of its ``docs_nnx``, ``CHANGELOG.md`` and
 ``.pre-commit-config.yaml``, and checked against Flax's own files; without
-it those tests skip. The rest uses small notebooks made here. Executing the
-guides is for ``scripts/upstream/execute_guides.py``.
+it those tests skip. The rest uses small notebooks made here, and executes
+one with ``guide_outputs.py`` (in this Python's kernel), as the docs commit
+stores the guides' outputs.
 """
 
 import filecmp
@@ -119,7 +120,8 @@ class FlaxCheckoutTest(absltest.TestCase):
         self.assertEqual(self.nb.in_sync(self.guides() / name, self.pin), [])
 
   def test_new_pairs_are_as_flax_unexecuted_myst_guides(self):
-    # flax_gspmd is a MyST pair stored without outputs, as ours are.
+    # flax_gspmd is a MyST pair stored without outputs, as ours are before
+    # guide_outputs.py executes them.
     flax_md = (self.pristine / 'docs_nnx' / 'guides' / 'flax_gspmd.md')
     flax_ipynb = nbformat.read(flax_md.with_suffix('.ipynb'), 4)
     header = re.match(r'---\n.*?\n---\n', flax_md.read_text(), re.S).group(0)
@@ -178,7 +180,7 @@ class FlaxCheckoutTest(absltest.TestCase):
       self.assertTrue((api / f'{entry}.rst').exists(), entry)
     self.assertIn('  sow\n', index)
     page = (api / 'sow.rst').read_text()
-    self.assertTrue(page.startswith('sow\n---'))
+    self.assertTrue(page.startswith('flax.nnx.sow\n---'))
     module = None
     names = []
     for directive, target in re.findall(
@@ -221,17 +223,22 @@ class FlaxCheckoutTest(absltest.TestCase):
                      [(c.cell_type, c.source) for c in fragments])
     self.assertLen({c.id for c in new.cells}, len(new.cells))
 
-  def test_not_executed_guides_are_excluded_in_conf(self):
+  def test_every_guide_is_executed_by_the_doc_build(self):
+    # conf.py is not edited: none of ours is in nb_execution_excludepatterns.
+    self.assertNotIn('docs_nnx/conf.py', self.changed)
     conf = (self.checkout / 'docs_nnx' / 'conf.py').read_text()
-    namespace = {}
-    start = conf.index('nb_execution_excludepatterns = [')
-    listing = conf[start:conf.index(']\n', start) + 2]
-    exec(listing, namespace)  # pylint: disable=exec-used
-    patterns = namespace['nb_execution_excludepatterns']
-    for name in self.docs.NOT_EXECUTED:
-      self.assertIn(f'guides/{name}.ipynb', patterns)
-    self.assertNotIn('guides/sow_transform.ipynb', patterns)
-    self.assertNotIn('guides/extracting_intermediates.ipynb', patterns)
+    for name in (*self.docs.GUIDES, 'extracting_intermediates'):
+      self.assertNotIn(f'guides/{name}', conf)
+
+  def test_test_paths_are_where_the_series_puts_them(self):
+    for name in self.docs.GUIDES:
+      text = (self.guides() / f'{name}.md').read_text()
+      self.assertNotRegex(text, r'tests/nnx/(?!sow/)\w+\.py', name)
+    text = (self.guides() / 'capture_behavior_changes.md').read_text()
+    self.assertIn('`tests/nnx/sow/capture_compat_test.py`', text)
+    self.assertNotIn('flax_capture', text)
+    self.assertNotIn('capture_compat.install()\n', text)
+    self.assertNotIn('capture_compat.uninstall()\n', text)
 
   def test_changelog_entry_under_vnext(self):
     lines = (self.checkout / 'CHANGELOG.md').read_text().splitlines()
@@ -309,8 +316,25 @@ class WithoutCheckoutTest(absltest.TestCase):
   def test_omit_markers(self):
     text = 'a\n<!-- upstream:omit -->\nb\n<!-- upstream:end -->\nc\n'
     self.assertEqual(self.docs.flax_text(text, pathlib.Path('g')), 'a\nc\n')
+    self.assertEqual(self.docs.flax_text(
+        'a\n\n<!-- upstream:omit -->\nb\n<!-- upstream:end -->\n\nc\n',
+        pathlib.Path('g')), 'a\n\nc\n')
     with self.assertRaisesRegex(ValueError, 'unpaired'):
       self.docs.flax_text('a\n<!-- upstream:omit -->\nb\n', pathlib.Path('g'))
+
+  def test_test_paths(self):
+    where = pathlib.Path('g')
+    self.assertEqual(
+        self.docs.flax_test_paths(
+            'in `tests/nnx/sow_test.py` and tests/nnx/sow/x_test.py',
+            {'sow_test.py'}, where),
+        'in `tests/nnx/sow/sow_test.py` and tests/nnx/sow/x_test.py')
+    with self.assertRaisesRegex(ValueError, 'does not ship'):
+      self.docs.flax_test_paths('tests/nnx/readme_test.py', {'sow_test.py'},
+                                where)
+    shipped = self.docs.shipped_tests(ROOT)
+    self.assertIn('capture_compat_test.py', shipped)
+    self.assertNotIn('readme_test.py', shipped)
 
   def test_links(self):
     where = pathlib.Path('g')
@@ -338,6 +362,82 @@ class WithoutCheckoutTest(absltest.TestCase):
         written.append([stem.with_suffix(s).read_text()
                         for s in ('.md', '.ipynb')])
       self.assertEqual(written[0], written[1])
+
+
+
+class GuideOutputsTest(absltest.TestCase):
+  """guide_outputs.store on a small pair in a tree made here."""
+
+  def setUp(self):
+    super().setUp()
+    _, self.nb, _ = _import_scripts()
+    import guide_outputs  # pylint: disable=g-import-not-at-top
+    self.outputs = guide_outputs
+    tmp = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp.cleanup)
+    self.tree = pathlib.Path(tmp.name)
+    (self.tree / '.pre-commit-config.yaml').write_text(
+        'repos:\n- repo: https://github.com/mwouts/jupytext\n'
+        '  rev: v1.13.8\n')
+    (self.tree / 'docs_nnx' / 'guides').mkdir(parents=True)
+    self.stem = self.tree / 'docs_nnx' / 'guides' / 'g'
+
+  def write(self, *sources: str) -> None:
+    cells = [self.nb.new_cell('markdown', '# A guide')]
+    cells += [self.nb.new_cell('code', s) for s in sources]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook = self.nb.as_flax_guide(notebook, 'g')
+    notebook.cells[2].id = 'flaxcell'
+    notebook.cells[2].outputs = [nbformat.v4.new_output(
+        'stream', name='stdout', text='stored\n')]
+    notebook.cells[2].execution_count = 7
+    self.nb.write_pair(notebook, self.stem, self.nb.MYST, '1.13.8')
+
+  def test_outputs_stored_and_flax_cells_kept(self):
+    self.write('x = 40', 'print(x + 2)', 'import os\nprint(os.getcwd())')
+    written = self.outputs.store(self.tree, ['g'], keep={'g': {'flaxcell'}})
+    self.assertEqual(sorted(written), [self.stem.with_suffix('.ipynb'),
+                                       self.stem.with_suffix('.md')])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    code = [c for c in notebook.cells if c.cell_type == 'code']
+    self.assertEqual([c.execution_count for c in code], [1, 7, 3])
+    self.assertEqual(code[1].outputs[0].text, 'stored\n')  # kept
+    self.assertEqual(code[2].outputs[0].text,
+                     str(self.stem.parent) + '\n')  # run in its folder
+    self.assertNotIn('kernelspec', notebook.metadata)
+    self.assertEqual(notebook.metadata.language_info.name, 'python')
+    self.assertIn('```{code-cell} ipython3\n',
+                  self.stem.with_suffix('.md').read_text())
+    self.assertEqual(self.nb.in_sync(self.stem, '1.13.8'), [])
+
+  def test_streams_joined(self):
+    # Flushed in between: the kernel sends two messages to stdout.
+    self.write('x = 1', 'print(2)',
+               'import sys\nprint("a")\nsys.stdout.flush()\nprint("b")\n'
+               'print("e", file=sys.stderr)')
+    self.outputs.store(self.tree, ['g'])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    outputs = notebook.cells[-1].outputs
+    self.assertEqual([(o.name, o.text) for o in outputs],
+                     [('stdout', 'a\nb\n'), ('stderr', 'e\n')])
+
+  def test_kernel_imports_from_the_tree(self):
+    (self.tree / 'flax').mkdir()
+    (self.tree / 'flax' / '__init__.py').write_text("WHERE = 'the tree'\n")
+    self.write('x = 1', 'print(2)', 'import flax\nprint(flax.WHERE)')
+    self.outputs.store(self.tree, ['g'])
+    notebook = nbformat.read(self.stem.with_suffix('.ipynb'), 4)
+    self.assertEqual(notebook.cells[-1].outputs[0].text, 'the tree\n')
+
+  def test_a_failing_cell_stores_nothing(self):
+    self.write('x = 1', 'print(2)', 'raise ValueError("broken")')
+    before = [self.stem.with_suffix(s).read_text() for s in ('.md', '.ipynb')]
+    with self.assertRaisesRegex(self.outputs.GuideError,
+                                'g: code cell 3: ValueError: broken'):
+      self.outputs.store(self.tree, ['g'])
+    self.assertEqual(
+        [self.stem.with_suffix(s).read_text() for s in ('.md', '.ipynb')],
+        before)
 
 
 if __name__ == '__main__':

@@ -16,7 +16,9 @@
 The edits (``scripts/upstream/flax_integration.py``) run on small
 hand-written files shaped as Flax's, whose expected results are written out
 here; the whole series (``make_patchset.py``) runs on ``$FLAX_CHECKOUT`` if
-it is set (a clean git clone of google/flax), else that test skips.
+it is set (a clean git clone of google/flax), else that test skips. Of
+``check_patchset.py``, the reading of Sphinx's output is tested here on
+text shaped as Sphinx 6.2 writes it.
 """
 
 import os
@@ -31,6 +33,7 @@ import sow_layout
 
 _SYS_PATH = list(sys.path)
 sys.path.insert(0, os.path.join(sow_layout.ROOT, 'scripts', 'upstream'))
+import check_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
 import flax_integration as fi  # pylint: disable=g-import-not-at-top,wrong-import-position
 import make_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -167,6 +170,18 @@ class DelegateModuleTest(absltest.TestCase):
 
 class OtherEditsTest(absltest.TestCase):
 
+  def test_capture_returns_quoted(self):
+    text = MODULE.replace('"""Captures."""', '"""Captures.\n\n    Returns:\n'
+                          '      a tuple of (result, *intermediates) where\n'
+                          '    """')
+    out = fi.quote_capture_returns(text)
+    self.assertEqual(out, text.replace('(result, *intermediates)',
+                                       '``(result, *intermediates)``'))
+    with self.assertRaisesRegex(fi.EditError, 'quoted already'):
+      fi.quote_capture_returns(out)
+    with self.assertRaisesRegex(fi.EditError, 'in the docstring of capture'):
+      fi.quote_capture_returns(MODULE)
+
   def test_export_sow_after_capture(self):
     text = ('from .module import Module as Module\n'
             'from .module import capture as capture\n'
@@ -258,6 +273,87 @@ class MakePatchsetTest(absltest.TestCase):
       self.assertTrue((tree / 'tests/nnx/sow/sow_test.py').exists())
       self.assertTrue((tree / 'scripts/migrate/migrate_sow.py').exists())
 
+
+class SphinxOutputTest(absltest.TestCase):
+
+  TREE = pathlib.Path('/w/patched')
+
+  def test_warnings_relative_without_line_numbers(self):
+    text = ''.join([
+        '/w/patched/docs_nnx/guides/a.ipynb:50094: WARNING: duplicate label'
+        ' examples, other instance in /w/patched/docs_nnx/examples/index.rst\n',
+        '/w/patched/flax/nnx/sow/capture.py:docstring of'
+        ' flax.nnx.sow.capture.capture:3: WARNING: Unexpected indentation.\n',
+        'WARNING: multiple files found for the document "guides/a": [\'x\']\n',
+        "Use '/w/patched/docs_nnx/guides/a.ipynb' for the build.\n",
+        "[':module: m']:2: CRITICAL: Unexpected section title.\n",
+    ])
+    self.assertEqual(check_patchset.sphinx_warnings(text, self.TREE), [
+        {'where': 'docs_nnx/guides/a.ipynb',
+         'message': 'duplicate label examples, other instance in'
+                    ' docs_nnx/examples/index.rst'},
+        {'where': 'flax/nnx/sow/capture.py:docstring of'
+                  ' flax.nnx.sow.capture.capture',
+         'message': 'Unexpected indentation.'},
+        {'where': '', 'message': 'multiple files found for the document'
+                                 ' "guides/a": [\'x\']'},
+        {'where': "[':module: m']", 'message': 'Unexpected section title.'},
+    ])
+
+  def test_doctest_summary(self):
+    text = textwrap.dedent('''\
+        Doctest summary
+        ===============
+          169 tests
+            0 failures in tests
+            1 failure in setup code
+            0 failures in cleanup code
+        build finished with problems, 275 warnings.
+    ''')
+    self.assertEqual(check_patchset.doctest_summary(text), {
+        'tests': 169, 'failures in tests': 0, 'failures in setup code': 1,
+        'failures in cleanup code': 0})
+
+  def test_located_in_the_series(self):
+    changed = ['docs_nnx/guides/a.ipynb', 'docs_nnx/guides/a.md',
+               'flax/nnx/sow/capture.py']
+    for where, expected in (
+        ('docs_nnx/guides/a.ipynb', True), ('guides/a', True),
+        ('flax/nnx/sow/capture.py:docstring of x', True),
+        ('docs_nnx/guides/b.ipynb', False), ('', False),
+        ('flax/nnx/module.py:docstring of y', False)):
+      with self.subTest(where):
+        self.assertEqual(check_patchset.located_in(where, changed),
+                         expected)
+
+  def test_summary_rows(self):
+    multiple = 'multiple files found for the document "guides/a"'
+    docs = {
+        'doctest': {t: {'tests': 169, 'failures in tests': 0,
+                        'failures in setup code': 1}
+                    for t in ('pristine', 'patched')},
+        'missing': {'pristine': ['torch'], 'patched': ['torch']},
+        'warnings': {'pristine': {'html': 270, 'doctest': 300},
+                     'patched': {'html': 272, 'doctest': 302}},
+        'new': [{'builder': b, 'where': '', 'message': multiple}
+                for b in ('doctest', 'html')]
+               + [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'findings': [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'pages': {'guides/a': 3, 'api_reference/flax.nnx/sow': -1},
+        'green': False,
+    }
+    table = check_patchset.summary_table({'docs': docs})
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M doctest` | 169 tests, 0 failures, 1'
+        ' failing setup | 169 tests, 0 failures, 1 failing setup | same'
+        ' results; not installed: torch; 1 new warnings, 1 of them as every'
+        ' Flax guide gets (an .ipynb and an .md) |', table)
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M html` (stored outputs) | 270 warnings |'
+        ' 272 warnings | 2 new warnings, 1 of them as every Flax guide gets'
+        " (an .ipynb and an .md), others: {'bad': 1}; pages: a (3 outputs),"
+        ' api_reference/flax.nnx/sow: NOT BUILT |', table)
+    self.assertTrue(table.endswith('docs: NOT green\n'))
 
 if __name__ == '__main__':
   absltest.main()
