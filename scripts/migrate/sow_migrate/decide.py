@@ -73,6 +73,10 @@ class Project:
         reason = earlier.reason(self, reader)
         if reason:
           reader.pop_reasons.insert(0, reason)
+      if reader.between and not reader.pop_reasons:
+        reason = earlier.between_reason(self, reader)
+        if reason:
+          reader.pop_reasons.insert(0, reason)
 
   @functools.cache
   def kind(self, qualified: str | None, depth: int = 0) -> str:

@@ -35,6 +35,13 @@ from . import other_uses, pops
 from .other_uses import OtherUse
 
 _REDUCER_KEYWORDS = ('reduce_fn', 'init_fn')
+# Annotations of plain values: an attribute set from such a parameter holds
+# no module.
+_SCALAR_TYPES = frozenset({
+    'builtins.int', 'builtins.float', 'builtins.bool', 'builtins.str',
+    'builtins.complex', 'builtins.bytes', 'builtins.tuple', 'builtins.None',
+    'typing.Optional', 'typing.Tuple', 'typing.Union', 'typing.Literal',
+})
 
 
 @dataclasses.dataclass(eq=False)
@@ -68,11 +75,19 @@ class Site:
   pop_statement_candidate: cst.CSTNode | None = None
   pop_call_unit: int | None = None
   # Calls of the popped object before the one a capture would wrap:
-  # (what, method called or '' if unknown, where), nearest first; and
-  # whether the scan reached an earlier pop or assignment.
-  earlier: list[tuple[str, str, str]] = dataclasses.field(
+  # (what, method called or '' if unknown, where, calls.CallArgs or None),
+  # nearest first; and whether the scan reached an earlier pop or
+  # assignment.
+  earlier: list[tuple[str, str, str, tp.Any]] = dataclasses.field(
       default_factory=list)
   earlier_closed: bool = False
+  # Calls of the object in the cells between the call and a pop opening a
+  # later cell, as in ``earlier``: they must neither sow nor read.
+  between: list[tuple[str, str, str, tp.Any]] = dataclasses.field(
+      default_factory=list)
+  # The file's functions the object is passed to before the call
+  # (functions.FunctionFact by name).
+  functions: dict[str, tp.Any] = dataclasses.field(default_factory=dict)
   receiver: str = ''  # `module` in module.sow(...)
 
   @property
@@ -214,8 +229,40 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
       if (isinstance(target.target, cst.Attribute)
           and isinstance(target.target.value, cst.Name)
           and target.target.value.value == 'self'
-          and isinstance(node.value, (cst.Name, cst.Attribute))):
+          and isinstance(node.value, (cst.Name, cst.Attribute))
+          and not self._scalar_param(node.value)):
         self._classes[-1].opaque = True
+
+  def _scalar_param(self, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is a parameter annotated as a plain value (``size:
+    int``, ``shape: tuple[int, ...] | None``): not a module passed in."""
+    if not isinstance(node, cst.Name):
+      return False
+    scope = self.get_metadata(metadata.ScopeProvider, node, None)
+    if scope is None:
+      return False
+    assignments = [a for a in scope[node.value]
+                   if isinstance(a, metadata.Assignment)]
+    if len(assignments) != 1 or not isinstance(assignments[0].node,
+                                                cst.Param):
+      return False
+    annotation = assignments[0].node.annotation
+    if annotation is None:
+      return False
+    names = []
+
+    class Names(cst.CSTVisitor):
+
+      def visit_Name(self, name: cst.Name) -> None:
+        names.append(name)
+
+      def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+        names.append(attribute)
+        return False
+
+    annotation.annotation.visit(Names())
+    return bool(names) and all(
+        (found := self.qnames(n)) and found <= _SCALAR_TYPES for n in names)
 
   # Calls -------------------------------------------------------------------
 

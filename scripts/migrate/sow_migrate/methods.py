@@ -20,6 +20,13 @@ calls only methods of the instance's class that cannot sow either, or
 submodules when no submodule class of the object sows. Anything the
 codemod cannot see (a method inherited from a class outside the project,
 ``super()``) may sow.
+
+A sow under ``if flag:`` where ``flag`` is a parameter whose default is
+``False`` does not run when the call leaves it False: CAX's
+``cs(state, num_steps=n)`` runs ``__call__(..., sow=False)``, which passes
+``sow=sow`` to ``_step`` through ``nnx.scan(lambda cs, ...: cs._step(...,
+sow=sow))(self, ...)``, and ``_step`` sows only ``if sow:``. The flags known
+False travel with each call (``calls.CallArgs``).
 """
 
 from __future__ import annotations
@@ -28,21 +35,39 @@ import dataclasses
 
 import libcst as cst
 
+from . import calls as calls_lib
+from .calls import CallArgs
+
+# Transforms that only call the function they wrap (with the object passed
+# to them): a call of ``self`` through them is a call of the lambda's method.
+_TRANSFORM_ROOTS = ('flax.nnx.', 'jax.')
+
 
 @dataclasses.dataclass
 class MethodFact:
   """What one method does with ``self``."""
 
-  sows: bool = False  # holds a .sow/.perturb call (on any object)
+  # One entry per .sow/.perturb call (on any object): the names that must
+  # be truthy for it to run (``if sow:``); empty: it always may.
+  sow_guards: list[frozenset[str]] = dataclasses.field(default_factory=list)
   escapes: bool = False  # passes self on, or calls super()
-  self_calls: set[str] = dataclasses.field(default_factory=set)  # self.f()
+  calls: list[CallArgs] = dataclasses.field(default_factory=list)  # self.f()
   attribute_calls: bool = False  # self.sub(...), self.sub.f(...)
+  params: tuple[str, ...] = ()  # positional, after self
+  false_defaults: frozenset[str] = frozenset()  # parameters `p=False`
+  assigned: frozenset[str] = frozenset()  # names the body binds
+  self_reads: frozenset[str] = frozenset()  # attributes it uses: self.x
+
+  @property
+  def sows(self) -> bool:
+    return bool(self.sow_guards)
 
 
 class Methods:
   """Collector methods recording a :class:`MethodFact` per method.
 
-  The mixing class provides ``_classes`` and ``_class_nodes``.
+  The mixing class provides ``_classes``, ``_class_nodes``, ``parent`` and
+  ``qnames``.
   """
 
   _method: MethodFact | None = None
@@ -56,6 +81,10 @@ class Methods:
       params = node.params.params
       self._self_name = params[0].name.value if params else 'self'
       self._method_node = node
+      self._method.params, self._method.false_defaults = (
+          calls_lib.params_of(node))
+      self._method.assigned = calls_lib.assigned_in(node)
+      self._method.self_reads = calls_lib.attributes_of(node, self._self_name)
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     if self._method is not None and original_node is getattr(
@@ -69,10 +98,16 @@ class Methods:
     func, me = call.func, self._self_name
     if isinstance(func, cst.Attribute) and func.attr.value in ('sow',
                                                                 'perturb'):
-      fact.sows = True
+      fact.sow_guards.append(self._guards(call))
+      if isinstance(func.value, cst.Name) and func.value.value == me:
+        return  # self.sow(...): the guard above is all that matters
     if any(isinstance(arg.value, cst.Name) and arg.value.value == me
            for arg in call.args):
-      fact.escapes = True
+      through = self._through_transform(call, me)
+      if through is None:
+        fact.escapes = True
+      else:
+        fact.calls.append(through)
     root, depth = func, 0
     while isinstance(root, cst.Attribute):
       root, depth = root.value, depth + 1
@@ -81,11 +116,55 @@ class Methods:
       fact.escapes = True
     elif isinstance(root, cst.Name) and root.value == me:
       if depth == 0:
-        fact.self_calls.add('__call__')
+        fact.calls.append(calls_lib.of_call(call, '__call__'))
       elif depth == 1:
-        fact.self_calls.add(func.attr.value)
+        fact.calls.append(calls_lib.of_call(call, func.attr.value))
       else:
         fact.attribute_calls = True
+
+  def _guards(self, node: cst.CSTNode) -> frozenset[str]:
+    """The names whose truth the sow ``node`` needs (enclosing ``if``s of
+    the method itself; in a nested function, none)."""
+    names, current = set(), node
+    while current is not None and current is not self._method_node:
+      parent = self.parent(current)
+      if isinstance(parent, (cst.FunctionDef, cst.Lambda)) and (
+          parent is not self._method_node):
+        return frozenset()
+      if isinstance(parent, cst.If) and current is parent.body:
+        names |= calls_lib.truthy_names(parent.test)
+      current = parent
+    return frozenset(names)
+
+  def _through_transform(self, call: cst.Call, me: str) -> CallArgs | None:
+    """``nnx.scan(lambda m, ...: m.f(...), ...)(self, ...)``: the call of
+    ``f``, when ``self`` is only the first argument and every function of
+    the chain is a JAX or NNX transform."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if not positional or positional[0] is not call.args[0] or any(
+        isinstance(a.value, cst.Name) and a.value.value == me
+        for a in call.args[1:]):
+      return None
+    if not isinstance(positional[0].value, cst.Name):
+      return None
+    funcs = []
+
+    class Funcs(cst.CSTVisitor):
+
+      def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Call):
+          funcs.append(node.func)
+
+      def visit_Lambda(self, node: cst.Lambda) -> bool:
+        del node
+        return False
+
+    call.func.visit(Funcs())
+    if not funcs or not all(
+        (names := self.qnames(f)) and all(n.startswith(_TRANSFORM_ROOTS)
+                                          for n in names) for f in funcs):
+      return None
+    return calls_lib.through_lambda(call)
 
 
 def _find(project, cls: str, name: str, depth: int = 0):
@@ -123,24 +202,105 @@ def _submodules_sow(project, root: str) -> bool:
              for s in project.sows)
 
 
-def may_sow(project, root: str, method: str) -> bool:
-  """Whether calling ``method`` on a ``root`` object may sow."""
-  seen, todo = set(), [method]
+def entry_false(fact: MethodFact, call: CallArgs | None,
+                caller_false: frozenset[str] = frozenset()) -> frozenset[str]:
+  """The flags of ``fact`` that ``call`` leaves False: a parameter whose
+  default is False and that is not passed, or passed ``False``, or passed
+  a name the caller knows to be False."""
+  if call is None or call.star:
+    return frozenset()
+  passed = dict(call.keywords)
+  for index, value in enumerate(call.positional):
+    if index < len(fact.params):
+      passed.setdefault(fact.params[index], value)
+  false = set()
+  for name in fact.false_defaults:
+    value = passed.get(name, 'False')
+    if value == 'False' or (value.startswith('name:')
+                            and value[len('name:'):] in caller_false):
+      false.add(name)
+  return frozenset(false - fact.assigned)
+
+
+def _reachable(project, root: str, method: str, call: CallArgs | None):
+  """The methods a call of ``method`` may run, each with the flags known
+  False in it; None when it may run something the codemod cannot see."""
+  first = _find(project, root, method)
+  if first is None:
+    return None
+  seen, todo, found = set(), [(method, entry_false(first, call))], []
   while todo:
-    name = todo.pop()
-    if name in seen:
+    name, false = todo.pop()
+    if (name, false) in seen:
       continue
-    seen.add(name)
+    seen.add((name, false))
     fact = _find(project, root, name)
-    if fact is None or fact.sows or fact.escapes:
+    if fact is None or fact.escapes:
+      return None
+    found.append((fact, false))
+    for called in fact.calls:
+      callee = _find(project, root, called.method)
+      if callee is not None:
+        todo.append((called.method, entry_false(callee, called, false)))
+  return found
+
+
+def _calls_submodules(project, root: str, fact: MethodFact) -> bool:
+  # self.sub(...), self.sub.f(...): an attribute, not a method.
+  return fact.attribute_calls or any(
+      _find(project, root, c.method) is None for c in fact.calls)
+
+
+def may_sow(project, root: str, method: str,
+            call: CallArgs | None = None) -> bool:
+  """Whether calling ``method`` on a ``root`` object (with the arguments
+  of ``call``, when known) may sow."""
+  if _find(project, root, method) is None:
+    return _attribute_may_sow(project, root, method)
+  found = _reachable(project, root, method, call)
+  if found is None:
+    return True
+  for fact, false in found:
+    if any(not guard & false for guard in fact.sow_guards):
+      return True  # a sow that runs whatever the flags
+    if _calls_submodules(project, root, fact) and _submodules_sow(project,
+                                                                   root):
       return True
-    if fact.attribute_calls and _submodules_sow(project, root):
-      return True
-    for called in fact.self_calls:
-      if _find(project, root, called) is None:
-        # self.sub(...): an attribute, not a method.
-        if _submodules_sow(project, root):
-          return True
-      else:
-        todo.append(called)
   return False
+
+
+def may_touch(project, root: str, method: str, call: CallArgs | None,
+              names: frozenset[str] | None) -> bool:
+  """Whether calling ``method`` may sow, or read an attribute named as a
+  sown value (``names``; None: any attribute), or call a submodule (which
+  may read its own)."""
+  found = _reachable(project, root, method, call)
+  if found is None:
+    return True
+  for fact, false in found:
+    if any(not guard & false for guard in fact.sow_guards):
+      return True
+    if _calls_submodules(project, root, fact):
+      return True
+    if fact.self_reads and (names is None or fact.self_reads & names):
+      return True
+  return False
+
+
+def _known_hierarchy(project, root: str) -> bool:
+  """Whether every class ``root`` derives from is in the project (or is
+  flax's own Module)."""
+  for cls in _ancestors(project, root):
+    if cls not in project.classes and cls != 'flax.nnx.Module':
+      return False
+  return True
+
+
+def _attribute_may_sow(project, root: str, name: str) -> bool:
+  """``obj.name(...)`` where no class of ``obj`` defines a method ``name``:
+  with the whole hierarchy known, ``name`` is an attribute (a submodule,
+  ``cs.embed_input(x)``), unless it is Module's own ``sow``/``perturb``."""
+  if name in ('sow', 'perturb', '__call__') or not _known_hierarchy(
+      project, root):
+    return True
+  return _submodules_sow(project, root)
