@@ -102,7 +102,8 @@ def transform_lambda(call: cst.Call) -> tuple[cst.Lambda, cst.Call,
   return None
 
 
-def lambda_params(node: cst.Lambda) -> frozenset[str]:
+def lambda_params(node: cst.Lambda | cst.FunctionDef) -> frozenset[str]:
+  """The names of every parameter of a lambda or function."""
   params = node.params
   every = (list(params.posonly_params) + list(params.params)
            + list(params.kwonly_params))

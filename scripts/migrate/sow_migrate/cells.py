@@ -30,7 +30,8 @@ import libcst as cst
 
 from . import earlier as earlier_lib
 from .consumers import Consumers
-from .pops import _assigns, _call_on, _passed_to, _pops
+from .pops import (_assigns, _call_on, _passed_to, _pops,
+                   _through_transform)
 
 
 def _names(node: cst.CSTNode | None) -> set[str]:
@@ -136,4 +137,6 @@ def _pair(site, body, statement, index: int, where: str) -> None:
                                        'in notebook cells the codemod does not '
                                        'follow'))
   site.pop_call, site.pop_statement = body[-1], statement
+  call = _call_on(body[-1], site.cross_unit).value
+  site.pop_through = _through_transform(call, site.cross_unit)
   site.pop_call_unit = index

@@ -42,10 +42,7 @@ def _free_in(node: cst.CSTNode, target: str) -> bool:
   without binding it as a parameter."""
   if '.' in target:
     return False
-  params = (calls_lib.lambda_params(node) if isinstance(node, cst.Lambda)
-            else calls_lib.lambda_params(cst.Lambda(node.params, cst.Name(
-                'None'))))
-  if target in params:
+  if target in calls_lib.lambda_params(node):
     return False
   found = []
 

@@ -28,6 +28,7 @@ import typing as tp
 import libcst as cst
 from libcst import metadata
 
+from . import attributes
 from . import consumers as consumers_lib
 from . import names as nm
 from . import methods as methods_lib
@@ -35,13 +36,6 @@ from . import other_uses, pops
 from .other_uses import OtherUse
 
 _REDUCER_KEYWORDS = ('reduce_fn', 'init_fn')
-# Annotations of plain values: an attribute set from such a parameter holds
-# no module.
-_SCALAR_TYPES = frozenset({
-    'builtins.int', 'builtins.float', 'builtins.bool', 'builtins.str',
-    'builtins.complex', 'builtins.bytes', 'builtins.tuple', 'builtins.None',
-    'typing.Optional', 'typing.Tuple', 'typing.Union', 'typing.Literal',
-})
 
 
 @dataclasses.dataclass(eq=False)
@@ -66,6 +60,7 @@ class Site:
   consumer: consumers_lib.Consumers | None = None
   pop_reasons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   pop_call: cst.CSTNode | None = None  # the statement calling the model
+  pop_through: bool = False  # that call goes through nnx.vmap/split_rngs
   pop_statement: cst.CSTNode | None = None
   decorator: bool = False
   module: str = ''  # dotted module name of the file
@@ -107,8 +102,10 @@ class ClassFact:
   # Qualified names called in the class body (instantiations among them),
   # with whether the call is in a loop or comprehension.
   calls: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
-  # Attributes assigned something that is not a call (a module passed in).
-  opaque: bool = False
+  # Attributes assigned something that is not a call (a module passed in?):
+  # the annotations of the parameters they come from, 'unannotated' or
+  # 'unknown' (decide.Project.opaque says which may be modules).
+  opaque: set[str] = dataclasses.field(default_factory=set)
   methods: dict[str, methods_lib.MethodFact] = dataclasses.field(
       default_factory=dict)
 
@@ -229,40 +226,9 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
       if (isinstance(target.target, cst.Attribute)
           and isinstance(target.target.value, cst.Name)
           and target.target.value.value == 'self'
-          and isinstance(node.value, (cst.Name, cst.Attribute))
-          and not self._scalar_param(node.value)):
-        self._classes[-1].opaque = True
-
-  def _scalar_param(self, node: cst.CSTNode) -> bool:
-    """Whether ``node`` is a parameter annotated as a plain value (``size:
-    int``, ``shape: tuple[int, ...] | None``): not a module passed in."""
-    if not isinstance(node, cst.Name):
-      return False
-    scope = self.get_metadata(metadata.ScopeProvider, node, None)
-    if scope is None:
-      return False
-    assignments = [a for a in scope[node.value]
-                   if isinstance(a, metadata.Assignment)]
-    if len(assignments) != 1 or not isinstance(assignments[0].node,
-                                                cst.Param):
-      return False
-    annotation = assignments[0].node.annotation
-    if annotation is None:
-      return False
-    names = []
-
-    class Names(cst.CSTVisitor):
-
-      def visit_Name(self, name: cst.Name) -> None:
-        names.append(name)
-
-      def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-        names.append(attribute)
-        return False
-
-    annotation.annotation.visit(Names())
-    return bool(names) and all(
-        (found := self.qnames(n)) and found <= _SCALAR_TYPES for n in names)
+          and isinstance(node.value, (cst.Name, cst.Attribute))):
+        self._classes[-1].opaque |= attributes.passed_in_types(self,
+                                                               node.value)
 
   # Calls -------------------------------------------------------------------
 

@@ -38,6 +38,22 @@ import libcst as cst
 from . import calls as calls_lib
 from .calls import CallArgs
 
+# Transforms that flatten what they are given as a JAX pytree (nnx.jit does
+# not: Flax 0.12.8's nnx.capture runs under it).
+FLATTENING = frozenset({
+    *(f'flax.nnx.{n}' for n in ('vmap', 'scan', 'pmap', 'remat', 'cond',
+                                'switch', 'fori_loop', 'while_loop',
+                                'shard_map')),
+    *(f'jax.{n}' for n in ('jit', 'vmap', 'pmap', 'checkpoint', 'remat',
+                           'grad', 'value_and_grad', 'jvp', 'vjp',
+                           'shard_map', 'lax.scan', 'lax.cond',
+                           'lax.switch', 'lax.map', 'lax.fori_loop',
+                           'lax.while_loop', 'tree.map', 'tree.leaves',
+                           'tree.flatten', 'tree_util.tree_map',
+                           'tree_util.tree_leaves',
+                           'tree_util.tree_flatten')),
+})
+_PARTIAL = frozenset({'functools.partial'})
 # Transforms that only call the function they wrap (with the object passed
 # to them): a call of ``self`` through them is a call of the lambda's method.
 _TRANSFORM_ROOTS = ('flax.nnx.', 'jax.')
@@ -51,12 +67,16 @@ class MethodFact:
   # be truthy for it to run (``if sow:``); empty: it always may.
   sow_guards: list[frozenset[str]] = dataclasses.field(default_factory=list)
   escapes: bool = False  # passes self on, or calls super()
+  passes_self: bool = False  # to a function (not through a transform)
   calls: list[CallArgs] = dataclasses.field(default_factory=list)  # self.f()
   attribute_calls: bool = False  # self.sub(...), self.sub.f(...)
   params: tuple[str, ...] = ()  # positional, after self
   false_defaults: frozenset[str] = frozenset()  # parameters `p=False`
   assigned: frozenset[str] = frozenset()  # names the body binds
   self_reads: frozenset[str] = frozenset()  # attributes it uses: self.x
+  # JAX or NNX transforms it calls or is decorated with, that flatten what
+  # they are given as a pytree (see hazards.py).
+  transforms: set[str] = dataclasses.field(default_factory=set)
 
   @property
   def sows(self) -> bool:
@@ -85,6 +105,8 @@ class Methods:
           calls_lib.params_of(node))
       self._method.assigned = calls_lib.assigned_in(node)
       self._method.self_reads = calls_lib.attributes_of(node, self._self_name)
+      for decorator in node.decorators:
+        self._record_transform(decorator.decorator)
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     if self._method is not None and original_node is getattr(
@@ -96,6 +118,7 @@ class Methods:
     if fact is None:
       return
     func, me = call.func, self._self_name
+    self._record_transform(func)
     if isinstance(func, cst.Attribute) and func.attr.value in ('sow',
                                                                 'perturb'):
       fact.sow_guards.append(self._guards(call))
@@ -105,7 +128,7 @@ class Methods:
            for arg in call.args):
       through = self._through_transform(call, me)
       if through is None:
-        fact.escapes = True
+        fact.escapes = fact.passes_self = True
       else:
         fact.calls.append(through)
     root, depth = func, 0
@@ -121,6 +144,17 @@ class Methods:
         fact.calls.append(calls_lib.of_call(call, func.attr.value))
       else:
         fact.attribute_calls = True
+
+  def _record_transform(self, node: cst.CSTNode) -> None:
+    """Notes a flattening transform: ``nnx.scan``, ``@nnx.vmap``,
+    ``@partial(nnx.scan, ...)``, ``jax.checkpoint``."""
+    if isinstance(node, cst.Call):
+      if node.args and _PARTIAL & self.qnames(node.func):
+        node = node.args[0].value
+      else:
+        node = node.func
+    if isinstance(node, (cst.Name, cst.Attribute)):
+      self._method.transforms.update(self.qnames(node) & FLATTENING)
 
   def _guards(self, node: cst.CSTNode) -> frozenset[str]:
     """The names whose truth the sow ``node`` needs (enclosing ``if``s of
@@ -181,7 +215,7 @@ def _find(project, cls: str, name: str, depth: int = 0):
   return None
 
 
-def _ancestors(project, cls: str) -> set[str]:
+def ancestors(project, cls: str) -> set[str]:
   seen, todo = set(), [cls]
   while todo:
     current = todo.pop()
@@ -197,7 +231,7 @@ def _submodules_sow(project, root: str) -> bool:
   classes = project.closure(root)
   if classes is None:
     return True
-  own = _ancestors(project, root)
+  own = ancestors(project, root)
   return any(s.owner is None or (s.owner in classes and s.owner not in own)
              for s in project.sows)
 
@@ -290,7 +324,7 @@ def may_touch(project, root: str, method: str, call: CallArgs | None,
 def _known_hierarchy(project, root: str) -> bool:
   """Whether every class ``root`` derives from is in the project (or is
   flax's own Module)."""
-  for cls in _ancestors(project, root):
+  for cls in ancestors(project, root):
     if cls not in project.classes and cls != 'flax.nnx.Module':
       return False
   return True

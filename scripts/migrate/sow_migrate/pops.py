@@ -107,6 +107,7 @@ def analyse_pop(collector, site, target) -> None:
                              'is indexed; write y, s = nnx.capture(...)(...)'))
     return
   site.pop_call, site.pop_statement = previous, statement
+  site.pop_through = _through_transform(small.value, _full(target))
   if top is not site.node:
     found, reason = read_chain(collector, site.node)
     if reason is None:

@@ -290,10 +290,14 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
 
 def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
                    unknown, base, pool=None, data=None) -> None:
-  """Analyses the files defining the project's unknown base classes.
+  """Analyses the files defining the project's unknown base classes, and
+  the classes its classes make.
 
   A base class in a file that mentions none of the APIs (``class
-  System(nnx.Module): pass``) decides whether its subclasses are Modules.
+  System(nnx.Module): pass``) decides whether its subclasses are Modules;
+  a submodule class there (CAX's ``NCAUpdate``, whose base makes an
+  ``nnx.List``) decides whether ``nnx.capture`` can run the model
+  (hazards.py).
   """
   resolve = reexports.resolver(aliases)
   by_module = {}
@@ -307,7 +311,7 @@ def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
     for analysis in analyses.values():
       for unit in analysis.units:
         for fact in unit.facts.classes:
-          for name in fact.bases:
+          for name in [*fact.bases, *(q for q, _ in fact.calls)]:
             name = resolve(name)
             if name not in known and '.' in name and not name.startswith(
                 'flax.'):

@@ -1,3 +1,5 @@
+import typing as tp
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -6,12 +8,15 @@ from flax import nnx
 class System(nnx.Module):
   """CAX's shape: __call__ scans _step, which sows only when asked."""
 
-  def __init__(self, rngs: nnx.Rngs, size: int = 2):
+  def __init__(self, rngs: nnx.Rngs, size: int = 2,
+               activation: tp.Callable[[jax.Array], jax.Array] = jnp.tanh):
+    # Plain values, not modules passed in: the classes held stay known.
     self.size = size
+    self.activation = activation
     self.linear = nnx.Linear(size, size, rngs=rngs)
 
   def _step(self, x, *, sow: bool = False):
-    y = jnp.tanh(self.linear(x))
+    y = self.activation(self.linear(x))
     if sow:
       self.sow(nnx.Intermediate, 'state', y)
     return y
@@ -28,7 +33,10 @@ class System(nnx.Module):
 
 def features(model, x):
   # A submodule called on its own: no sow reaches the model.
-  return model.linear(x)
+  def scale(v: jax.Array) -> jax.Array:
+    return 2 * v
+
+  return scale(model.linear(x))
 
 
 def loss_fn(model, x):
