@@ -144,16 +144,18 @@ def analyse(path: str, data: bytes, root: str,
                  else parsed_unit.index)
         earlier.in_cells(site, [u.module for u in reversed(result.units)
                                 if u.index < first], 'in an earlier cell')
-  functions = earlier.function_facts(u.module for u in result.units)
-  for parsed_unit in result.units:
-    for site in parsed_unit.facts.sites:
-      if site.kind != 'pop' or site.pop_call is None or site.pop_reasons:
-        continue
-      unknown = earlier.first_unknown(site, functions)
-      if unknown:
-        site.pop_reasons[:] = [unknown]
-        site.pop_call = site.pop_statement = None
-      elif any(m.startswith('function:') for _, m, _, _ in site.earlier):
-        # Decided with the project's classes (earlier.reason).
-        site.functions = functions
+  pending = [s for u in result.units for s in u.facts.sites
+             if s.kind == 'pop' and s.pop_call is not None
+             and not s.pop_reasons]
+  functions = earlier.function_facts(
+      [u.module for u in result.units],
+      set().union(*map(earlier.functions_called, pending))) if pending else {}
+  for site in pending:
+    unknown = earlier.first_unknown(site, functions)
+    if unknown:
+      site.pop_reasons[:] = [unknown]
+      site.pop_call = site.pop_statement = None
+    elif earlier.functions_called(site):
+      # Decided with the project's classes (earlier.reason).
+      site.functions = functions
   return result

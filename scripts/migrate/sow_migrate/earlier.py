@@ -123,21 +123,27 @@ _PLAIN_DECORATORS = ('nnx.', 'jax.', 'flax.nnx.', 'partial(nnx.',
                      'functools.partial(jax.')
 
 
-def function_facts(modules) -> dict[str, functions_lib.FunctionFact]:
-  """The top-level functions of a file (or of all a notebook's cells),
-  each with what it does with its positional parameters; a name defined
-  twice is left out (which one runs is not known)."""
-  found, seen = {}, set()
+def function_facts(modules, wanted) -> dict[str, functions_lib.FunctionFact]:
+  """The top-level functions of a file (or of all a notebook's cells) named
+  in ``wanted`` and those they pass objects to, each with what it does with
+  its positional parameters; a name defined twice is left out (which one
+  runs is not known)."""
+  nodes, twice = {}, set()
   for module in modules:
     for statement in module.body:
-      if not isinstance(statement, cst.FunctionDef):
-        continue
-      name = statement.name.value
-      if name in seen:
-        found.pop(name, None)
-        continue
-      seen.add(name)
-      found[name] = _function_fact(statement)
+      if isinstance(statement, cst.FunctionDef):
+        name = statement.name.value
+        if name in nodes:
+          twice.add(name)
+        nodes[name] = statement
+  found, todo = {}, list(wanted)
+  while todo:
+    name = todo.pop()
+    if name in found or name in twice or name not in nodes:
+      continue
+    found[name] = fact = _function_fact(nodes[name])
+    todo += [e[2] for events in fact.effects if events
+             for e in events if e[0] == 'function']
   return found
 
 
@@ -191,6 +197,12 @@ def scan(statements, target: str, where) -> tuple[list, bool]:
     found += [(text, method, where(statement), args)
               for text, method, args in call_methods(statement, target)]
   return found, False
+
+
+def functions_called(site) -> set[str]:
+  """The functions of the file ``site``'s object is passed to before."""
+  return {m.split(':')[1] for _, m, _, _ in site.earlier
+          if m.startswith('function:')}
 
 
 def first_unknown(site, functions) -> tuple[str, str] | None:

@@ -307,7 +307,7 @@ def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
   for _ in range(5):  # bases of bases
     known = {c.qualified for a in analyses.values() for u in a.units
              for c in u.facts.classes}
-    wanted = set()
+    wanted = collections.defaultdict(set)
     for analysis in analyses.values():
       for unit in analysis.units:
         for fact in unit.facts.classes:
@@ -315,12 +315,27 @@ def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
             name = resolve(name)
             if name not in known and '.' in name and not name.startswith(
                 'flax.'):
-              wanted.add(name.rsplit('.', 1)[0])
-    todo = [p for m in sorted(wanted) for p in by_module.pop(m, [])]
+              module, short = name.rsplit('.', 1)
+              wanted[module].add(short)
+    # A call may be of a function: only a module defining one of the names
+    # as a class is worth analysing.
+    todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
+            if _defines_class(p, wanted[m], data)]
+    for path in todo:
+      by_module[module_name(root, path).name].remove(path)
     if not todo:
       return
     _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
                  unknown, [], _CLASS_RE, pool, data)
+
+
+def _defines_class(path: str, names: set[str], data) -> bool:
+  try:
+    content = data[path] if data and path in data else _read(path)
+  except OSError:
+    return False
+  return any(re.search(rb'^\s*class\s+' + re.escape(n.encode()) + rb'\b',
+                       content, re.MULTILINE) for n in names)
 
 
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
