@@ -424,8 +424,8 @@ class CaptureHazardTest(absltest.TestCase):
     _, flags = ms.migrate_source(source, target='capture', path='m.py')
     notes = [f.message for f in flags if f.code == 'capture-hazard']
     self.assertEqual(notes, [
-        "the class of the popped object is not known, and the project's "
-        'Block holds an nnx.List and its models run under nnx.vmap: Flax '
+        "the class of the popped object is not known; it may hold the "
+        "project's Block, which holds an nnx.List, under nnx.vmap: Flax "
         "0.12.8's nnx.capture fails there (its __captures__ key cannot be "
         "sorted with the list's integer keys)"])
     # Without a model that would break it, the same pop is rewritten.

@@ -117,12 +117,15 @@ def _hazard(project, classes, through: bool,
             unknown: str = '') -> str | None:
   """What in ``classes`` (the classes the model may hold) breaks
   ``nnx.capture``; ``through``: the call goes through ``nnx.vmap``;
-  ``unknown``: why ``classes`` are all those of the project."""
+  ``unknown``: why ``classes`` are all those of the project (then what is
+  found may be there)."""
   dicts = _holding(project, classes, _DICTS)
-  where = f'{unknown}, and the project\'s ' if unknown else ''
   if dicts:
-    return (f'{where}{_short(dicts[0])} holds an nnx.Dict: inside Flax '
-            '0.12.8\'s nnx.capture its keys include __captures__')
+    what = (f'{unknown}; it may hold the project\'s {_short(dicts[0])}, '
+            'which holds an nnx.Dict' if unknown else
+            f'{_short(dicts[0])} holds an nnx.Dict')
+    return (f'{what}: inside Flax 0.12.8\'s nnx.capture its keys include '
+            '__captures__')
   lists = _holding(project, classes, _LISTS)
   if not lists:
     return None
@@ -130,8 +133,9 @@ def _hazard(project, classes, through: bool,
       _short(t) for t in _transforms(project, classes)]
   if not used:
     return None
-  runs = (f'its models run under {used[0]}' if unknown else
-          f'the model runs under {used[0]}')
-  return (f'{where}{_short(lists[0])} holds an nnx.List and {runs}: Flax '
-          '0.12.8\'s nnx.capture fails there (its __captures__ key cannot be '
-          'sorted with the list\'s integer keys)')
+  what = (f'{unknown}; it may hold the project\'s {_short(lists[0])}, '
+          f'which holds an nnx.List, under {used[0]}' if unknown else
+          f'{_short(lists[0])} holds an nnx.List and the model runs under '
+          f'{used[0]}')
+  return (f'{what}: Flax 0.12.8\'s nnx.capture fails there (its '
+          '__captures__ key cannot be sorted with the list\'s integer keys)')
