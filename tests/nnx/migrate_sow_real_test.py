@@ -177,6 +177,95 @@ class CaxReadmeTest(absltest.TestCase):
     _assert_bitwise(self, results[0], results[2])
 
 
+class CaxNcaCaptureHazardTest(absltest.TestCase):
+
+  def test_an_nca_pop_is_left_alone_and_a_capture_would_fail(self):
+    # CAX's examples/43_diffusing_nca.ipynb: DiffusingNCA holds an nnx.List
+    # (its update MLP) and runs nnx.scan over itself. Training leaves sow
+    # off, so nothing earlier blocks the final pop; but Flax 0.12.8's
+    # nnx.capture would fail on that model, so the codemod keeps the pop
+    # (capture-hazard). The oracle: the cells run as they are, and the same
+    # cells with the capture written by hand raise.
+    cax = _repo('cax')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    copy = os.path.join(scratch, 'cax')
+    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
+    notebook = os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+    with open(notebook, encoding='utf-8') as f:
+      original = f.read()
+    code, summary, err = _migrate(copy, [notebook], 'capture')
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 0, msg=err)
+    with open(notebook, encoding='utf-8') as f:
+      self.assertEqual(f.read(), original)
+    self.assertIn('capture-hazard: MLPUpdate holds an nnx.List and the model '
+                  'runs under nnx.vmap', err)
+    self.assertNotIn('earlier-call', err)  # training leaves sow off
+
+    cells = _code_cells(original)
+    call = next(i for i, text in enumerate(cells)
+                if 'split_rngs(splits=num_examples)' in text)
+    self.assertIn('intermediates = nnx.pop(cs, nnx.Intermediate)',
+                  cells[call + 1])
+    by_hand = list(cells)
+    by_hand[call] = cells[call].replace(
+        'state_final = nnx.split_rngs(splits=num_examples)(',
+        'state_final, intermediates = nnx.capture(nnx.split_rngs('
+        'splits=num_examples)(').replace(')(cs, state_init)',
+                                         '), nnx.Intermediate)(cs, state_init)')
+    by_hand[call + 1] = cells[call + 1].replace(
+        'intermediates = nnx.pop(cs, nnx.Intermediate)\n', '')
+    self.assertNotEqual(by_hand[call], cells[call])
+
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    with _importable(os.path.join(cax, 'src')):
+      namespace = _run_nca_cells(cells[:call + 2])
+      self.assertEqual(namespace['states'].shape, (8, 3, 10, 10, 6))
+      self.assertEmpty(nnx.state(namespace['cs'], nnx.Intermediate))
+      with self.assertRaisesRegex(ValueError, 'sorting pytree dictionary'):
+        _run_nca_cells(by_hand[:call + 2])
+
+
+def _run_nca_cells(cells: list[str]) -> dict:
+  """Runs CAX NCA notebook cells with small sizes and two training steps."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  namespace = {'jax': jax, 'jnp': jnp, 'nnx': nnx}
+  for text in _runnable(cells):
+    exec(compile(text, 'cell', 'exec'), namespace)  # pylint: disable=exec-used
+    if 'channel_size = 64' in text:
+      namespace.update(channel_size=6, hidden_size=8, num_steps=3,
+                       batch_size=2, y=jax.random.uniform(
+                           jax.random.key(1), (10, 10, 4)))
+    if 'def train_step' in text:
+      for _ in range(2):
+        namespace['key'], subkey = jax.random.split(namespace['key'])
+        namespace['train_step'](namespace['cs'], namespace['optimizer'],
+                                subkey)
+  return namespace
+
+
+def _code_cells(text: str) -> list[str]:
+  return [''.join(c['source']) for c in json.loads(text)['cells']
+          if c['cell_type'] == 'code']
+
+
+# Cells that install packages, fetch an emoji or show images and progress
+# bars: left out (they neither train nor sow).
+_SKIPPED = ('%pip', 'get_emoji(emoji)', 'for i in pbar', 'mediapy.show',
+            'print(')
+
+
+def _runnable(cells: list[str]) -> list[str]:
+  found = []
+  for text in cells:
+    if any(marker in text for marker in _SKIPPED):
+      continue
+    found.append('\n'.join(
+        line for line in text.splitlines()
+        if not line.startswith(('import mediapy', 'from tqdm'))))
+  return found
+
+
 _TUNIX_CLASSES = ('Decoder', 'VisionConfig', 'ModelConfig', 'ToyTransformer',
                   'ToyTransformerWithScoreHead')
 

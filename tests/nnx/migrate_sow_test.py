@@ -89,6 +89,7 @@ EXPECTED_FLAGS = {
     'flag_variable_use.py': {'state-use', 'legacy-reader'},
     'mixed_partial.py': {'nested-consumer', 'legacy-reader', 'legacy-sow'},
     'flag_unknown_result.py': {'unknown-result', 'legacy-reader'},
+    'flag_capture_hazard.py': {'capture-hazard', 'legacy-reader'},
     'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass',
                     'legacy-reader', 'later-pop'},
 }

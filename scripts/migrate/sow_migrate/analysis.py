@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import re
@@ -24,7 +23,7 @@ import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-from . import documents, earlier, pops
+from . import cells, documents, earlier, namespace
 from . import facts as facts_lib
 
 
@@ -93,7 +92,9 @@ def analyse(path: str, data: bytes, root: str,
                                 'is left as it is')
   # Notebook cells and Markdown fences share one namespace: a name imported
   # in one unit resolves in the others.
-  shared = _imports(parsed, names.name) if doc.kind != 'py' else {}
+  space = (namespace.Namespace(parsed, names.name) if doc.kind != 'py'
+           else None)
+  shared = space.shared() if space else {}
   for index, unit, module in parsed:
     if doc.kind != 'py' and not _WORTH_RE.search(unit.code):
       # A cell with no API and no class: nothing to learn, and resolving
@@ -111,7 +112,8 @@ def analyse(path: str, data: bytes, root: str,
         module, unsafe_skip_copy=True,
         cache={metadata.FullyQualifiedNameProvider: unit_names})
     unit_facts = facts_lib.collect(wrapper, path, index, unit.label,
-                                   unit.first_line, shared)
+                                   unit.first_line,
+                                   space.shared(index) if space else {})
     scopes = wrapper.resolve(metadata.ScopeProvider)
     global_scope = scopes.get(module)
     global_names = frozenset(a.name for a in global_scope.assignments) if (
@@ -131,9 +133,10 @@ def analyse(path: str, data: bytes, root: str,
   for parsed_unit in result.units:
     for site in parsed_unit.facts.sites:
       if site.cross_unit and site.pop_call is None:
-        previous = by_index.get(parsed_unit.index - 1)
-        pops.link_across_units(
-            site, previous.module if previous else None)
+        previous = [(i, u.unit.label if u else '', u.module if u else None)
+                    for i in range(parsed_unit.index - 1, -1, -1)
+                    for u in [by_index.get(i)]]
+        cells.link(site, previous)
       if site.kind == 'pop' and doc.kind != 'py' and (
           site.pop_call is not None and not site.pop_reasons):
         # Cells before the one holding the call, nearest first.
@@ -141,55 +144,18 @@ def analyse(path: str, data: bytes, root: str,
                  else parsed_unit.index)
         earlier.in_cells(site, [u.module for u in reversed(result.units)
                                 if u.index < first], 'in an earlier cell')
-  functions = earlier.local_functions(u.module for u in result.units)
-  for parsed_unit in result.units:
-    for site in parsed_unit.facts.sites:
-      if site.kind != 'pop' or site.pop_call is None or site.pop_reasons:
-        continue
-      earlier.resolve_functions(site, functions)
-      unknown = earlier.first_unknown(site)
-      if unknown:
-        site.pop_reasons[:] = [unknown]
-        site.pop_call = site.pop_statement = None
+  pending = [s for u in result.units for s in u.facts.sites
+             if s.kind == 'pop' and s.pop_call is not None
+             and not s.pop_reasons]
+  functions = earlier.function_facts(
+      [u.module for u in result.units],
+      set().union(*map(earlier.functions_called, pending))) if pending else {}
+  for site in pending:
+    unknown = earlier.first_unknown(site, functions)
+    if unknown:
+      site.pop_reasons[:] = [unknown]
+      site.pop_call = site.pop_statement = None
+    elif earlier.functions_called(site):
+      # Decided with the project's classes (earlier.reason).
+      site.functions = functions
   return result
-
-
-def _imports(parsed, module_name: str) -> dict[str, str]:
-  """Local name -> qualified name, for what the units define at top level.
-
-  Imports, classes, and ``x = Cls(...)`` assignments made once (so that a
-  cell's ``nnx.pop(cs, ...)`` knows the class of ``cs`` made in another).
-  """
-  found, assigned = {}, collections.Counter()
-  for index, _, module in parsed:
-    for statement in module.body:
-      if isinstance(statement, cst.ClassDef):
-        found[statement.name.value] = (
-            f'{module_name}.unit{index}.{statement.name.value}')
-      if not isinstance(statement, cst.SimpleStatementLine):
-        continue
-      for small in statement.body:
-        if isinstance(small, cst.Import):
-          for alias in small.names:
-            name = cst.Module([]).code_for_node(alias.name)
-            local = (alias.asname.name.value if alias.asname
-                     else name.split('.')[0])
-            found[local] = name if alias.asname else name.split('.')[0]
-        elif (isinstance(small, cst.ImportFrom) and small.module is not None
-              and not small.relative
-              and not isinstance(small.names, cst.ImportStar)):
-          base = cst.Module([]).code_for_node(small.module)
-          for alias in small.names:
-            name = cst.Module([]).code_for_node(alias.name)
-            local = alias.asname.name.value if alias.asname else name
-            found[local] = f'{base}.{name}'
-        elif isinstance(small, cst.Assign):
-          for target in small.targets:
-            if isinstance(target.target, cst.Name):
-              assigned[target.target.value] += 1
-              if isinstance(small.value, cst.Call):
-                found['=' + target.target.value] = cst.Module(
-                    []).code_for_node(small.value.func)
-  # `=cs` -> the class called to make cs, when cs is assigned once.
-  return {k: v for k, v in found.items()
-          if not k.startswith('=') or assigned[k[1:]] == 1}

@@ -27,7 +27,7 @@ import collections
 import dataclasses
 import functools
 
-from . import earlier
+from . import earlier, hazards
 from . import names as nm
 from . import reexports
 from .facts import ClassFact, OtherUse, Site
@@ -71,6 +71,10 @@ class Project:
       if reader.earlier and not any(code == 'earlier-call'
                                     for code, _ in reader.pop_reasons):
         reason = earlier.reason(self, reader)
+        if reason:
+          reader.pop_reasons.insert(0, reason)
+      if reader.between and not reader.pop_reasons:
+        reason = earlier.between_reason(self, reader)
         if reason:
           reader.pop_reasons.insert(0, reason)
 
@@ -143,7 +147,7 @@ class Project:
       fact = self.classes.get(current)
       if fact is None:
         continue
-      if fact.opaque:
+      if self.opaque(fact):
         return None
       # Submodules: the NNX Module classes it calls (a Variable or helper
       # class made in a method holds no sow).
@@ -152,6 +156,21 @@ class Project:
       todo.extend(q for q, _ in fact.calls
                   if q in self.classes and self.kind(q) == 'nnx')
     return frozenset(seen)
+
+  def opaque(self, fact: ClassFact) -> bool:
+    """Whether an attribute of ``fact``'s instances may hold a module passed
+    in: one set from an unannotated parameter, or annotated with a Module
+    class or ``Any``. A parameter annotated with a plain type (``int``,
+    ``jax.Array``, ``Callable``, a dataclass) holds no module."""
+    for name in fact.opaque:
+      if name in _MAYBE_MODULES or name == nm.MODULE:
+        return True
+      if name.startswith('flax.nnx.') and name.rsplit(
+          '.', 1)[-1] not in nm.NOT_MODULES:
+        return True  # nnx.Linear, nnx.List: modules
+      if name in self.classes and self.kind(name) == 'nnx':
+        return True
+    return False
 
   def reached(self, reader: Site) -> list[Site]:
     classes = self.closure(reader.root)
@@ -240,6 +259,9 @@ class Project:
 
 
 _DOCS = ('.ipynb', '.md')
+# What an attribute may hold when the codemod cannot tell: a module too.
+_MAYBE_MODULES = frozenset({'unknown', 'unannotated', 'typing.Any',
+                            'builtins.object'})
 # flax.nnx's own Variable types: their hierarchy is known.
 _NNX_VARIABLES = frozenset(f'flax.nnx.{n}' for n in nm.NOT_MODULES)
 
@@ -331,7 +353,8 @@ def _decide_capture(project: Project) -> dict[int, Decision]:
     if reader.kind == 'capture':
       decisions[id(reader)] = Decision(OK)
       continue
-    reason = _pop_to_capture_reason(project, reader)
+    reason = (_pop_to_capture_reason(project, reader)
+              or hazards.reason(project, reader))
     decisions[id(reader)] = (Decision(REWRITE) if reason is None
                              else Decision('flag', *reason))
   attribute_reads = collections.defaultdict(list)

@@ -16,73 +16,87 @@
 ``y = m(x)`` + ``s = nnx.pop(m, T)`` becomes a capture of ``m(x)`` alone:
 whatever an earlier call left on ``m`` would no longer be popped. The calls
 of ``m`` before it (back to an earlier pop of ``m`` or an assignment of a
-new ``m``) are recorded with the method they call; a call of a method that
-cannot sow (``render``, decided with the project's classes, see
-``methods.py``) leaves nothing. An object passed to a function (which may
-call it) or called in another way is an earlier call that may have sown.
+new ``m``) are recorded with the method they call and its arguments; a call
+of a method that cannot sow (``render``, or ``cs(x)`` leaving the flag
+``sow`` False; decided with the project's classes, see ``methods.py``)
+leaves nothing. An object passed to a function of the file is followed
+into it (``functions.py``); passed to any other function, used in a lambda
+that does not take it as a parameter, or called in another way, it is an
+earlier call that may have sown.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from . import calls as calls_lib
+from . import functions as functions_lib
 from . import methods
 from .consumers import _code, _full
 from .pops import (_NOT_CALLING, _ThisScopeVisitor, _assigns, _chain_names,
                    _neighbours, _pops, _through_transform)
 
 
-def _lambda_method(call: cst.Call, target: str) -> str | None:
-  """``nnx.vmap(lambda m, x: m.render(x), ...)(target, ...)``: 'render'."""
-  del target
-  lambdas = []
+def _free_in(node: cst.CSTNode, target: str) -> bool:
+  """Whether the lambda or function ``node`` uses ``target`` (a plain name)
+  without binding it as a parameter."""
+  if '.' in target:
+    return False
+  if target in calls_lib.lambda_params(node):
+    return False
+  found = []
 
-  class Finder(_ThisScopeVisitor):
+  class Uses(cst.CSTVisitor):
 
-    def visit_Call(self, node: cst.Call) -> None:
-      if node.args and isinstance(node.args[0].value, cst.Lambda):
-        lambdas.append(node.args[0].value)
+    def visit_Name(self, name: cst.Name) -> None:
+      if name.value == target:
+        found.append(name)
 
-  call.func.visit(Finder())
-  if len(lambdas) != 1 or not lambdas[0].params.params:
-    return None
-  first = lambdas[0].params.params[0].name.value
-  body = lambdas[0].body
-  if not isinstance(body, cst.Call):
-    return None
-  if isinstance(body.func, cst.Name) and body.func.value == first:
-    return '__call__'
-  if (isinstance(body.func, cst.Attribute)
-      and isinstance(body.func.value, cst.Name)
-      and body.func.value.value == first):
-    return body.func.attr.value
-  return None
+  node.body.visit(Uses())
+  return bool(found)
 
 
-def call_methods(node: cst.CSTNode, target: str) -> list[tuple[str, str]]:
-  """The calls of ``target`` in ``node``: (what it is, method or '')."""
+def call_methods(node: cst.CSTNode, target: str) -> list[tuple]:
+  """The calls of ``target`` in ``node``: (what it is, method or '', the
+  arguments or None)."""
   found = []
 
   class Finder(_ThisScopeVisitor):
 
+    def visit_Lambda(self, lambda_: cst.Lambda) -> bool:
+      if _free_in(lambda_, target):
+        found.append((f'{target} used in a lambda', '', None))
+      return False
+
+    def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
+      if _free_in(function, target):
+        found.append((f'{target} used in {function.name.value}()', '',
+                      None))
+      return False
+
     def visit_Call(self, call: cst.Call) -> None:
       func = _full(call.func)
       if func == target:
-        found.append((f'{_code(call.func)}(...)', '__call__'))
+        found.append((f'{_code(call.func)}(...)', '__call__',
+                      calls_lib.of_call(call, '__call__')))
       elif func.startswith(target + '.') and func.count('.') == target.count(
           '.') + 1:
-        found.append((f'{_code(call.func)}(...)', func.rsplit('.', 1)[1]))
+        method = func.rsplit('.', 1)[1]
+        found.append((f'{_code(call.func)}(...)', method,
+                      calls_lib.of_call(call, method)))
       elif _through_transform(call, target):
         names = ', '.join(_code(cst.parse_expression(n))
                           for n in _chain_names(call.func))
-        found.append((f'{target} through {names}',
-                      _lambda_method(call, target) or ''))
+        args = calls_lib.through_lambda(call)
+        # nnx.vmap(f, ...)(target, ...) with f a function of the file.
+        method = args.method if args else _function(call, target)
+        found.append((f'{target} through {names}', method, args))
       elif any(_full(arg.value) == target for arg in call.args):
         name = (_full(call.func).rsplit('.', 1)[-1] if isinstance(
             call.func, (cst.Name, cst.Attribute)) else '')
         if name not in _NOT_CALLING:
           found.append((f'{target} passed to {_code(call.func)}()',
-                        _function(call, target)))
+                        _function(call, target), None))
 
   node.visit(Finder())
   return found
@@ -97,59 +111,74 @@ def _function(call: cst.Call, target: str) -> str:
   positional = [a for a in call.args if a.keyword is None and not a.star]
   index = next((i for i, a in enumerate(positional)
                 if _full(a.value) == target), None)
-  if not isinstance(func, cst.Name) or index is None:
+  if not isinstance(func, cst.Name) or index is None or any(
+      a.star for a in call.args):
     return ''
   return f'function:{func.value}:{index}'
 
 
-NOTHING = 'nothing'  # a call known to leave nothing on the object
+# Decorators that only transform the function they wrap.
+_PLAIN_DECORATORS = ('nnx.', 'jax.', 'flax.nnx.', 'partial(nnx.',
+                     'functools.partial(nnx.', 'partial(jax.',
+                     'functools.partial(jax.')
 
 
-def local_functions(modules) -> dict[str, cst.FunctionDef]:
-  """The top-level functions of a file (or of all a notebook's cells)."""
-  found = {}
+def function_facts(modules, wanted) -> dict[str, functions_lib.FunctionFact]:
+  """The top-level functions of a file (or of all a notebook's cells) named
+  in ``wanted`` and those they pass objects to, each with what it does with
+  its positional parameters; a name defined twice is left out (which one
+  runs is not known)."""
+  nodes, twice = {}, set()
   for module in modules:
     for statement in module.body:
       if isinstance(statement, cst.FunctionDef):
-        found[statement.name.value] = statement
+        name = statement.name.value
+        if name in nodes:
+          twice.add(name)
+        nodes[name] = statement
+  found, todo = {}, list(wanted)
+  while todo:
+    name = todo.pop()
+    if name in found or name in twice or name not in nodes:
+      continue
+    found[name] = fact = _function_fact(nodes[name])
+    todo += [e[2] for events in fact.effects if events
+             for e in events if e[0] == 'function']
   return found
 
 
-def leaves_nothing(function: cst.FunctionDef, index: int, functions,
-                   depth: int = 0) -> bool:
-  """Whether ``function`` leaves no sown value on its ``index``-th
-  parameter: every call of it is followed by a pop of it, at the top level
-  of the function's body."""
-  params = function.params.params
-  if depth > 5 or index >= len(params):
-    return False
-  name, dirty = params[index].name.value, False
-  for statement in function.body.body:
-    if isinstance(statement, cst.SimpleStatementLine) and _pops(statement,
-                                                                name):
-      dirty = False
+def _function_fact(function: cst.FunctionDef) -> functions_lib.FunctionFact:
+  params = function.params
+  positional = list(params.posonly_params) + list(params.params)
+  rebound = calls_lib.assigned_in(function)
+  effects = []
+  for param in positional:
+    name = param.name.value
+    if name in rebound:
+      effects.append(None)
       continue
-    for _, method in call_methods(statement, name):
-      dirty = dirty or not _clean(method, functions, depth + 1)
-  return not dirty
+    events = []
+    for statement in function.body.body:
+      if isinstance(statement, cst.SimpleStatementLine) and _pops(statement,
+                                                                  name):
+        events.append(('pop',))
+        continue
+      for text, method, args in call_methods(statement, name):
+        if method.startswith('function:'):
+          _, called, index = method.split(':')
+          events.append(('function', text, called, int(index)))
+        elif method:
+          events.append(('call', text, method, args))
+        else:
+          events.append(('unknown', text))
+    effects.append(tuple(events))
+  plain = all(_full(d.decorator).replace(' ', '').startswith(
+      _PLAIN_DECORATORS) for d in function.decorators)
+  return functions_lib.FunctionFact(function.name.value, tuple(effects),
+                                    plain)
 
 
-def _clean(method: str, functions, depth: int) -> bool:
-  if not method.startswith('function:'):
-    return False
-  _, name, index = method.split(':')
-  function = functions.get(name)
-  return function is not None and leaves_nothing(function, int(index),
-                                                 functions, depth)
-
-
-def resolve_functions(site, functions) -> None:
-  """Marks the calls passing the object to a function of the file that
-  pops what it sows before returning."""
-  site.earlier = [
-      (text, NOTHING if _clean(method, functions, 0) else (
-          '' if method.startswith('function:') else method), where)
-      for text, method, where in site.earlier]
+NOTHING = 'nothing'  # a call known to leave nothing on the object
 
 
 def scan(statements, target: str, where) -> tuple[list, bool]:
@@ -157,7 +186,7 @@ def scan(statements, target: str, where) -> tuple[list, bool]:
   of it or a new assignment; and whether one was reached.
 
   Returns:
-    ([(description, method or '' if unknown, where), ...], closed).
+    ([(description, method or '' if unknown, where, args), ...], closed).
   """
   found = []
   for statement in statements:
@@ -165,16 +194,24 @@ def scan(statements, target: str, where) -> tuple[list, bool]:
       continue  # defining a function calls nothing
     if _pops(statement, target) or _assigns(statement, target):
       return found, True  # cleared, or a new object: nothing sown on it yet
-    found += [(text, method, where(statement))
-              for text, method in call_methods(statement, target)]
+    found += [(text, method, where(statement), args)
+              for text, method, args in call_methods(statement, target)]
   return found, False
 
 
-def first_unknown(site) -> tuple[str, str] | None:
+def functions_called(site) -> set[str]:
+  """The functions of the file ``site``'s object is passed to before."""
+  return {m.split(':')[1] for _, m, _, _ in site.earlier
+          if m.startswith('function:')}
+
+
+def first_unknown(site, functions) -> tuple[str, str] | None:
   """The earlier-call reason for a call that may have sown, whatever the
-  classes (the object passed to a function, or called another way)."""
-  for text, method, where in site.earlier:
-    if not method or method.startswith('function:'):
+  classes (the object passed to a function not defined in the file, or
+  used in another way)."""
+  for text, method, where, _ in site.earlier:
+    if not method or (method.startswith('function:')
+                      and method.split(':')[1] not in functions):
       return ('earlier-call', f'{text} {where} may have sown; what it '
               'sowed would be popped too')
   return None
@@ -207,11 +244,18 @@ def in_cells(site, modules, label: str) -> None:
 
 def reason(project, site) -> tuple[str, str] | None:
   """Why an earlier call may have left values that the pop collects."""
-  for text, method, where in site.earlier:
+  for text, method, where, args in site.earlier:
     if method == NOTHING:
       continue
+    if method.startswith('function:'):
+      _, name, index = method.split(':')
+      if functions_lib.leaves_nothing(project, site.root, site.functions,
+                                      name, int(index)):
+        continue
+      return ('earlier-call', f'{text} {where} may have sown; what it sowed '
+              'would be popped too')
     if not method or site.root is None or methods.may_sow(
-        project, site.root, method):
+        project, site.root, method, args):
       what = (f' (it calls .{method}())' if method and method != '__call__'
               else '')
       if what and site.root is None:
@@ -219,4 +263,19 @@ def reason(project, site) -> tuple[str, str] | None:
                 'known)')
       return ('earlier-call', f'{text} {where}{what} may sow; what it sowed '
               'would be popped too')
+  return None
+
+
+def between_reason(project, site) -> tuple[str, str] | None:
+  """Why a call in the cells between the call and a pop opening a later
+  cell may change what the pair collects: it may sow, or read what the
+  call sowed (which a capture does not leave on the object)."""
+  reached = project.reached(site)
+  names = (None if any(s.name is None for s in reached)
+           else frozenset(s.name for s in reached))
+  for text, method, where, args in site.between:
+    if site.root is None or methods.may_touch(project, site.root, method,
+                                              args, names):
+      return ('pop-not-adjacent', f'{text} {where}, between the call and '
+              'nnx.pop, may sow or read what the call sowed: capture by hand')
   return None

@@ -28,6 +28,7 @@ import typing as tp
 import libcst as cst
 from libcst import metadata
 
+from . import attributes
 from . import consumers as consumers_lib
 from . import names as nm
 from . import methods as methods_lib
@@ -59,6 +60,7 @@ class Site:
   consumer: consumers_lib.Consumers | None = None
   pop_reasons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   pop_call: cst.CSTNode | None = None  # the statement calling the model
+  pop_through: bool = False  # that call goes through nnx.vmap/split_rngs
   pop_statement: cst.CSTNode | None = None
   decorator: bool = False
   module: str = ''  # dotted module name of the file
@@ -68,11 +70,19 @@ class Site:
   pop_statement_candidate: cst.CSTNode | None = None
   pop_call_unit: int | None = None
   # Calls of the popped object before the one a capture would wrap:
-  # (what, method called or '' if unknown, where), nearest first; and
-  # whether the scan reached an earlier pop or assignment.
-  earlier: list[tuple[str, str, str]] = dataclasses.field(
+  # (what, method called or '' if unknown, where, calls.CallArgs or None),
+  # nearest first; and whether the scan reached an earlier pop or
+  # assignment.
+  earlier: list[tuple[str, str, str, tp.Any]] = dataclasses.field(
       default_factory=list)
   earlier_closed: bool = False
+  # Calls of the object in the cells between the call and a pop opening a
+  # later cell, as in ``earlier``: they must neither sow nor read.
+  between: list[tuple[str, str, str, tp.Any]] = dataclasses.field(
+      default_factory=list)
+  # The file's functions the object is passed to before the call
+  # (functions.FunctionFact by name).
+  functions: dict[str, tp.Any] = dataclasses.field(default_factory=dict)
   receiver: str = ''  # `module` in module.sow(...)
 
   @property
@@ -92,8 +102,10 @@ class ClassFact:
   # Qualified names called in the class body (instantiations among them),
   # with whether the call is in a loop or comprehension.
   calls: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
-  # Attributes assigned something that is not a call (a module passed in).
-  opaque: bool = False
+  # Attributes assigned something that is not a call (a module passed in?):
+  # the annotations of the parameters they come from, 'unannotated' or
+  # 'unknown' (decide.Project.opaque says which may be modules).
+  opaque: set[str] = dataclasses.field(default_factory=set)
   methods: dict[str, methods_lib.MethodFact] = dataclasses.field(
       default_factory=dict)
 
@@ -215,7 +227,8 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
           and isinstance(target.target.value, cst.Name)
           and target.target.value.value == 'self'
           and isinstance(node.value, (cst.Name, cst.Attribute))):
-        self._classes[-1].opaque = True
+        self._classes[-1].opaque |= attributes.passed_in_types(self,
+                                                               node.value)
 
   # Calls -------------------------------------------------------------------
 

@@ -13,12 +13,12 @@
 # limitations under the License.
 """``nnx.pop``: the call it belongs to, and why it may not become a capture.
 
-``y = m(x)`` right before ``s = nnx.pop(m, T)`` (in the same block, or at the
-end of the previous notebook cell) becomes ``y, s = nnx.capture(m, T)(x)``;
-so does a call through ``nnx.vmap``/``nnx.split_rngs``. Anything else is a
-reason, stated as what was found: the call N statements up, a helper that
-returns the pop, the object passed to a function, an earlier call or a later
-pop of the same object.
+``y = m(x)`` right before ``s = nnx.pop(m, T)`` (in the same block, or at
+the end of an earlier notebook cell, see ``cells.py``) becomes ``y, s =
+nnx.capture(m, T)(x)``; so does a call through ``nnx.vmap`` and
+``nnx.split_rngs``. Anything else is a reason, stated as what was found:
+the call N statements up, a helper that returns the pop, the object passed
+to a function, an earlier call or a later pop of the same object.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def analyse_pop(collector, site, target) -> None:
                              'is indexed; write y, s = nnx.capture(...)(...)'))
     return
   site.pop_call, site.pop_statement = previous, statement
+  site.pop_through = _through_transform(small.value, _full(target))
   if top is not site.node:
     found, reason = read_chain(collector, site.node)
     if reason is None:
@@ -319,39 +320,6 @@ def _calls(node: cst.CSTNode, target: str) -> bool:
 
   node.visit(Finder())
   return bool(found)
-
-
-def link_across_units(site, previous_module: cst.Module | None) -> None:
-  """A pop opening a notebook cell, after a cell that ends with the call."""
-  target = site.cross_unit
-  if previous_module is None or not previous_module.body:
-    return
-  body = list(previous_module.body)
-  last = body[-1]
-  small = _call_on(last, target)
-  statement = site.pop_statement_candidate
-  passed = _passed_to(last, target) if small is None else None
-  if passed and passed[0] == 'transform':
-    site.pop_reasons[:] = [('pop-not-adjacent', f'the cell before calls '
-                            f'{target} through {passed[1]}; the codemod '
-                            'captures through nnx.vmap and nnx.split_rngs '
-                            'only: rewrite by hand')]
-  if small is None or statement is None:
-    return
-  from . import earlier as earlier_lib  # pylint: disable=g-import-not-at-top
-  site.earlier, site.earlier_closed = earlier_lib.scan(
-      reversed(body[:-1]), target, lambda _: 'earlier in the cell before')
-  holder = statement.body[0]
-  if not (isinstance(holder, cst.Assign) and holder.value is site.node):
-    site.pop_reasons[:] = [('pop-form', 'the pop opening this cell is not '
-                            's = nnx.pop(m, T)')]
-    return
-  site.pop_reasons[:] = []
-  site.consumer = Consumers(None, [], ('state-use', 'the popped State is read '
-                                       'in notebook cells the codemod does not '
-                                       'follow'))
-  site.pop_call, site.pop_statement = last, statement
-  site.pop_call_unit = site.unit - 1
 
 
 def _assigns(statement, target: str) -> bool:

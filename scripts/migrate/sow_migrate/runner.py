@@ -290,10 +290,14 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
 
 def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
                    unknown, base, pool=None, data=None) -> None:
-  """Analyses the files defining the project's unknown base classes.
+  """Analyses the files defining the project's unknown base classes, and
+  the classes its classes make.
 
   A base class in a file that mentions none of the APIs (``class
-  System(nnx.Module): pass``) decides whether its subclasses are Modules.
+  System(nnx.Module): pass``) decides whether its subclasses are Modules;
+  a submodule class there (CAX's ``NCAUpdate``, whose base makes an
+  ``nnx.List``) decides whether ``nnx.capture`` can run the model
+  (hazards.py).
   """
   resolve = reexports.resolver(aliases)
   by_module = {}
@@ -303,20 +307,35 @@ def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
   for _ in range(5):  # bases of bases
     known = {c.qualified for a in analyses.values() for u in a.units
              for c in u.facts.classes}
-    wanted = set()
+    wanted = collections.defaultdict(set)
     for analysis in analyses.values():
       for unit in analysis.units:
         for fact in unit.facts.classes:
-          for name in fact.bases:
+          for name in [*fact.bases, *(q for q, _ in fact.calls)]:
             name = resolve(name)
             if name not in known and '.' in name and not name.startswith(
                 'flax.'):
-              wanted.add(name.rsplit('.', 1)[0])
-    todo = [p for m in sorted(wanted) for p in by_module.pop(m, [])]
+              module, short = name.rsplit('.', 1)
+              wanted[module].add(short)
+    # A call may be of a function: only a module defining one of the names
+    # as a class is worth analysing.
+    todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
+            if _defines_class(p, wanted[m], data)]
+    for path in todo:
+      by_module[module_name(root, path).name].remove(path)
     if not todo:
       return
     _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
                  unknown, [], _CLASS_RE, pool, data)
+
+
+def _defines_class(path: str, names: set[str], data) -> bool:
+  try:
+    content = data[path] if data and path in data else _read(path)
+  except OSError:
+    return False
+  return any(re.search(rb'^\s*class\s+' + re.escape(n.encode()) + rb'\b',
+                       content, re.MULTILINE) for n in names)
 
 
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:

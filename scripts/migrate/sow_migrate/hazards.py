@@ -1,0 +1,141 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Models that Flax 0.12.8's ``nnx.capture`` cannot run as a plain call does.
+
+``nnx.capture`` stores what it collects in a ``__captures__`` attribute of
+every module of the model while the call runs. Two kinds of model then
+behave differently from ``y = m(x)`` followed by ``nnx.pop``:
+
+* an ``nnx.List`` (or ``nnx.Sequential``) whose state JAX flattens during
+  the call (``nnx.vmap``, ``nnx.scan``, ``jax.checkpoint`` of a split
+  state...): the list's integer keys and ``'__captures__'`` cannot be
+  sorted together, and the call raises ``ValueError: Comparator raised
+  exception while sorting pytree dictionary keys`` (CAX's NCA models hold
+  an ``nnx.List`` in their update MLP and run ``nnx.scan`` over
+  themselves);
+* an ``nnx.Dict``: ``'__captures__'`` is one of its keys during the call,
+  so iterating it sees one more entry.
+
+``y = m(x)`` + ``nnx.pop`` becomes a capture only where the codemod can
+tell neither happens: the classes the object may hold are known, and none
+holds an ``nnx.Dict``, nor an ``nnx.List`` while a transform may flatten
+it.
+"""
+
+from __future__ import annotations
+
+_LISTS = frozenset({'flax.nnx.List', 'flax.nnx.Sequential'})
+_DICTS = frozenset({'flax.nnx.Dict'})
+
+
+def _holding(project, classes, containers) -> list[str]:
+  """The classes among ``classes`` that make or derive from one of
+  ``containers``."""
+  found = []
+  for name in sorted(classes):
+    fact = project.classes.get(name)
+    if fact is None:
+      continue
+    if any(q in containers for q, _ in fact.calls) or any(
+        project.is_subclass(b, c) for b in fact.bases for c in containers):
+      found.append(name)
+  return found
+
+
+def _transforms(project, classes) -> list[str]:
+  """The flattening transforms the methods of ``classes`` (and of their
+  bases) use, and 'self passed on' when a method passes the module to a
+  function the codemod does not follow."""
+  from . import methods  # pylint: disable=g-import-not-at-top
+  seen, found = set(), set()
+  for name in classes:
+    for cls in methods.ancestors(project, name):
+      if cls in seen:
+        continue
+      seen.add(cls)
+      fact = project.classes.get(cls)
+      for method in (fact.methods.values() if fact else ()):
+        found |= method.transforms
+        if method.passes_self:
+          found.add('~a function it passes self to')  # sorted last
+  return [f.lstrip('~') for f in sorted(found)]
+
+
+def _short(name: str) -> str:
+  if name.startswith('flax.nnx.'):
+    return 'nnx.' + name[len('flax.nnx.'):]
+  return name if name.startswith('jax.') else name.rsplit('.', 1)[-1]
+
+
+def reason(project, pop) -> tuple[str, str] | None:
+  """Why ``nnx.capture`` of Flax 0.12.8 may not run ``pop``'s call as the
+  call runs without it (None: it does).
+
+  The classes the popped object may hold are those of its class; when that
+  class is not known, or holds modules passed in, any NNX class of the
+  project that the code can see.
+  """
+  known = pop.root is not None and pop.root in project.classes
+  classes = project.closure(pop.root) if known else None
+  if classes is None:
+    classes = frozenset(name for name, fact in project.classes.items()
+                        if project.kind(name) == 'nnx' and _visible(fact, pop))
+    head = (f'{_short(pop.root)} holds modules passed in' if known else
+            'the class of the popped object is not known')
+    found = _hazard(project, classes, pop.pop_through, head)
+  else:
+    found = _hazard(project, classes, pop.pop_through)
+  return ('capture-hazard', found) if found else None
+
+
+def _visible(fact, pop) -> bool:
+  """Whether code at ``pop`` may hold an instance of the class ``fact``."""
+  if fact.path == pop.path:
+    return True
+  if fact.path.endswith(_DOCS):
+    return False  # a notebook's or page's classes are its own
+  if pop.path.endswith(_DOCS) and pop.imports is not None:
+    return any(fact.qualified.startswith(m + '.') for m in pop.imports)
+  return True
+
+
+_DOCS = ('.ipynb', '.md')
+
+
+def _hazard(project, classes, through: bool,
+            unknown: str = '') -> str | None:
+  """What in ``classes`` (the classes the model may hold) breaks
+  ``nnx.capture``; ``through``: the call goes through ``nnx.vmap``;
+  ``unknown``: why ``classes`` are all those of the project (then what is
+  found may be there)."""
+  dicts = _holding(project, classes, _DICTS)
+  if dicts:
+    what = (f'{unknown}; it may hold the project\'s {_short(dicts[0])}, '
+            'which holds an nnx.Dict' if unknown else
+            f'{_short(dicts[0])} holds an nnx.Dict')
+    return (f'{what}: inside Flax 0.12.8\'s nnx.capture its keys include '
+            '__captures__')
+  lists = _holding(project, classes, _LISTS)
+  if not lists:
+    return None
+  used = (['nnx.vmap'] if through else []) + [
+      _short(t) for t in _transforms(project, classes)]
+  if not used:
+    return None
+  what = (f'{unknown}; it may hold the project\'s {_short(lists[0])}, '
+          f'which holds an nnx.List, under {used[0]}' if unknown else
+          f'{_short(lists[0])} holds an nnx.List and the model runs under '
+          f'{used[0]}')
+  return (f'{what}: Flax 0.12.8\'s nnx.capture fails there (its '
+          '__captures__ key cannot be sorted with the list\'s integer keys)')
