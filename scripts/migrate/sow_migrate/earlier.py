@@ -178,9 +178,6 @@ def _function_fact(function: cst.FunctionDef) -> functions_lib.FunctionFact:
                                     plain)
 
 
-NOTHING = 'nothing'  # a call known to leave nothing on the object
-
-
 def scan(statements, target: str, where) -> tuple[list, bool]:
   """The calls of ``target`` in ``statements`` (nearest first) until a pop
   of it or a new assignment; and whether one was reached.
@@ -245,8 +242,6 @@ def in_cells(site, modules, label: str) -> None:
 def reason(project, site) -> tuple[str, str] | None:
   """Why an earlier call may have left values that the pop collects."""
   for text, method, where, args in site.earlier:
-    if method == NOTHING:
-      continue
     if method.startswith('function:'):
       _, name, index = method.split(':')
       if functions_lib.leaves_nothing(project, site.root, site.functions,
