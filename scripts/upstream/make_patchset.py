@@ -102,7 +102,9 @@ INTEGRATION_TESTS = (
     'sow_parity_test.py',
 )
 DOCS_TESTS = ('guides_test.py',)
-CODEMOD_TESTS = ('migrate_sow_test.py', 'testdata/migrate_sow')
+CODEMOD_TESTS = (
+    'migrate_sow_test.py', 'migrate_sow_readers_test.py', 'testdata/migrate_sow'
+)
 # This repository's own tooling and acceptance runs, not Flax's.
 NOT_SHIPPED = (
     'check_static_test.py',     # scripts/upstream/check_static.py
