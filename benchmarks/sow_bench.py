@@ -200,14 +200,20 @@ def _many_sows_in_processes(
 ) -> list[tuple[float, float, float]]:
   runs = []
   for _ in range(processes):
-    result = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), '--many_sows_child',
-         str(n_layers), str(repeats), str(int(collector))],
-        check=True, capture_output=True, text=True,
-    )
-    plain, hand, captured = map(float, result.stdout.split()[-3:])
+    words = _child_output('--many_sows_child', str(n_layers), str(repeats),
+                          str(int(collector)))
+    plain, hand, captured = map(float, words[-3:])
     runs.append((plain, hand, captured))
   return runs
+
+
+def _child_output(*flags: str) -> list[str]:
+  """The words this script prints when run in a fresh process with flags."""
+  result = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), *flags],
+      check=True, capture_output=True, text=True,
+  )
+  return result.stdout.split()
 
 
 def bench_many_sows(quick: bool) -> list[Row]:
@@ -461,11 +467,7 @@ def peak_rss_child(which: str) -> None:
 
 
 def _peak_rss_increase(which: str) -> int:
-  result = subprocess.run(
-      [sys.executable, os.path.abspath(__file__), '--peak_rss_child', which],
-      check=True, capture_output=True, text=True,
-  )
-  return int(result.stdout.split()[-1])
+  return int(_child_output('--peak_rss_child', which)[-1])
 
 
 def bench_eager_memory(quick: bool) -> list[Row]:

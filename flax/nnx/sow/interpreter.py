@@ -308,11 +308,12 @@ class Scope:
       record = self._records[first]
       assert record is not None
       return [(first, record)]
-    return [
-        (i, record)
-        for i, record in enumerate(self._records[first:], start=first)
-        if record is not None and record[0].name == name
-    ]
+    live = []
+    for i in range(first, len(self._records)):  # no copy of the list
+      record = self._records[i]
+      if record is not None and record[0].name == name:
+        live.append((i, record))
+    return live
 
   def plant(self, site: Site) -> list[tp.Any] | None:
     if self.planter is None or not self.request.plants(
