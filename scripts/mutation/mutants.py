@@ -50,6 +50,7 @@ CORE_TESTS = (
     'tests/nnx/sow_graph_nodes_test.py',
     'tests/nnx/sow_doctest_test.py',
     'tests/nnx/sow_memory_test.py',
+    'tests/nnx/sow_plant_unread_test.py',
 )
 COMPAT_TESTS = (
     'tests/nnx/sow_semantics_test.py',
@@ -124,11 +125,18 @@ MUTANTS: tuple[Mutant, ...] = (
        'sow_effects = jex_core.no_effects',
        'a sow whose result is unused survives dead-code elimination'),
     _m('primitive-bool-name-part', 'primitive.py',
-       '      or (isinstance(part, int) and not isinstance(part, bool))\n'
-       '      for part in name\n  ):\n    return name',
-       '      or isinstance(part, int)\n'
-       '      for part in name\n  ):\n    return name',
+       '  if isinstance(part, bool) or isinstance(part, np.bool_):\n'
+       '    return None\n',
+       '',
        'a bool is refused as a part of a sow name'),
+    _m('primitive-numpy-int-name-part-kept', 'primitive.py',
+       '  if isinstance(part, np.integer):\n    return int(part)',
+       '  if isinstance(part, np.integer):\n    return part',
+       'a NumPy integer in a name becomes the int it holds'),
+    _m('interpreter-plant-unread-allowed', 'interpreter.py',
+       '  if not request.refuse_unread or _handle_sow not in rules:',
+       '  if True:',
+       'plant refuses a sow whose result is unused'),
     _m('primitive-scalar-not-weak', 'primitive.py',
        'return leaf if isinstance(leaf, jax.Array) else'
        ' jax.numpy.asarray(leaf)',
