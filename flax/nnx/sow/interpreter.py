@@ -738,15 +738,14 @@ class Transformed:
     return [*starts, *self.hoisted]
 
   def fn_finish(
-      self, scope: Scope, ends: tp.Sequence[tp.Any], times: int = 1
+      self, scope: Scope, ends: tp.Sequence[tp.Any], times: int | None = 1
   ):
-    """Advances ``scope``'s counters past ``times`` runs, given the trailing
-    ``ends`` outputs of the (last) run."""
+    """Advances ``scope``'s counters past ``times`` runs (``None``: known at
+    run time only), given the index outputs ``ends`` of the last run."""
     for name, count, end in zip(self.fn_names, self.fn_counts, ends,
                                 strict=True):
-      scope.counter(name).advance(
-          None if count is None else count * times, end
-      )
+      static = count is not None and times is not None
+      scope.counter(name).advance(count * times if static else None, end)
 
 
 class _InputPlanter:

@@ -58,14 +58,15 @@ def _take_planted(
 
 
 def _finish(
-    scope: Scope, eqn, outs, t: interpreter.Transformed
+    scope: Scope, eqn, outs, t: interpreter.Transformed,
+    times: int | None = 1,
 ) -> list[tp.Any]:
-  """Records the sown outputs and advances the occurrence counters past the
-  run of ``t``; returns the original outputs."""
+  """Records the sown outputs and advances the occurrence counters past
+  ``times`` runs of ``t``; returns the original outputs."""
   n, m = len(eqn.outvars), t.num_sown_leaves
   for site, leaves in interpreter.split_records(t.sites, outs[n : n + m]):
     scope.record(scope.here(site, eqn), leaves)
-  t.fn_finish(scope, outs[n + m :])
+  t.fn_finish(scope, outs[n + m :], times)
   return list(outs[:n])
 
 
@@ -466,7 +467,7 @@ def _while(scope: Scope, eqn, invals):
       cond_jaxpr=cond_jaxpr,
       body_nconsts=p['body_nconsts'] + len(t.hoisted),
   )
-  return _finish(scope, eqn, outs, t)
+  return _finish(scope, eqn, outs, t, times=None)  # run-time trip count
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
