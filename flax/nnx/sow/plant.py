@@ -47,9 +47,21 @@ def plant(
   ``f(x)``, and ``jax.grad`` with respect to ``values`` gives gradients of
   intermediates. Planted sows are consumed; other sows stay in the program.
 
+  An entry may instead be a function ``fn(value, index)`` returning the value
+  to plant (same structure, shapes and dtypes as ``value``): an intervention
+  that transforms what the sow computes. ``index`` counts the executions of
+  that name in the order they run: a Python int at the top level of ``f``, a
+  traced int32 inside a ``lax.scan``, ``fori_loop`` or ``while_loop`` (the
+  executions before the loop plus those of earlier iterations) and inside a
+  ``jit``, ``cond`` or ``checkpoint`` in ``f``. ``fn`` may close over traced
+  values (``jit`` arguments, a ``vmap``-ed selector, ``grad`` inputs), so a
+  sweep over layers is one compiled program; a loop takes them as
+  invariants. ``fn`` sees the value as the sow in ``f`` sees it: for a sow
+  under a ``jax.vmap`` in ``f``, one example at a time.
+
   Example::
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from flax.nnx.sow import capture, plant, sow
     >>> def f(x):
     ...   h = sow(x * 2, name='h')
@@ -59,10 +71,20 @@ def plant(
     >>> out, collected = capture(f)(jnp.ones(2))
     >>> bool((plant(f, collected)(jnp.ones(2)) == out).all())
     True
+    >>> def layers(x):
+    ...   for _ in range(3):
+    ...     x = sow(x + 1, name='h')
+    ...   return x
+    >>> ablate = lambda layer: lambda value, index: jnp.where(
+    ...     index == layer, 0.0, value)
+    >>> # One compiled program for every layer: the second one is zeroed.
+    >>> jax.jit(lambda l: plant(layers, {'h': ablate(l)})(jnp.ones(2)))(1)
+    Array([1., 1.], dtype=float32)
 
   Args:
     f: the function to run.
-    values: ``{name: (value, ...)}``, one value per sow of that name.
+    values: ``{name: (value, ...)}``, one value per sow of that name, or
+      ``{name: fn}``; both kinds may be mixed.
     tag: only plant into sows with this tag; ``None`` plants into any.
 
   Returns:
