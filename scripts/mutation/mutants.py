@@ -41,6 +41,7 @@ COMPAT = 'flax/nnx/capture_compat/'
 # among them: what it finds is pinned by deterministic tests.
 CORE_TESTS = (
     'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/sow_intervene_test.py',
     'tests/nnx/sow_cache_test.py',
     'tests/nnx/sow_test.py',
     'tests/nnx/sow_beyond_test.py',
@@ -237,8 +238,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '        self.leaves[: len(self.leaves) - site.num_leaves],',
        'planted values reach their own sites inside one jit body'),
     _m('interpreter-transform-uncached', 'interpreter.py',
-       '@_jax.weakref_lru_cache\ndef transform(',
-       'def transform(',
+       '    return _cached_transform(closed, request)',
+       '    return _transform(closed, request, None)',
        'an eager capture(jax.jit(f)) compiles once'),
     _m('interpreter-rewrite-while-planting', 'interpreter.py',
        '  if request.planted is not None or jaxpr.is_high:',
@@ -294,8 +295,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '',
        'cond branches that sow differently are refused, listing each'),
     _m('rules-cond-last-branch', 'rules.py',
-       '  return _finish(scope, eqn, outs, branches[0].sites)',
-       '  return _finish(scope, eqn, outs, branches[-1].sites)',
+       '      branches[0].jaxpr, branches[0].sites,'
+       ' branches[0].planted_sites,',
+       '      branches[0].jaxpr, branches[-1].sites,'
+       ' branches[0].planted_sites,',
        'none',
        equivalent='_check_branches_agree has made every branch sow the same'
        ' sites, so branch 0 and the last describe the same outputs'),
@@ -309,7 +312,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if prior is None:',
        'a prior value of another shape is refused for a zero-trip loop'),
     _m('rules-custom-plant-ignored', 'rules.py',
-       '    if interpreter.sites_to_plant(body, scope.request):\n'
+       '    if interpreter.plants_into(body, scope.request):\n'
        '      return _inline(scope, eqn, invals, body_param)',
        '    pass',
        'a value planted inside a custom_vjp/custom_jvp function is used'),
@@ -534,6 +537,47 @@ MUTANTS: tuple[Mutant, ...] = (
        "  object.__setattr__(module, '__class__', cls)",
        '  module.__class__ = cls',
        'giving a copy its watching class adds no attribute to it'),
+    # -- intervene.py and the fn entries of plant ----------------------------
+    _m('intervene-index-not-counted', 'intervene.py',
+       '    self.offset += 1\n',
+       '',
+       'fn sees the occurrence index of each execution of its name'),
+    _m('intervene-fn-not-vmapped', 'intervene.py',
+       '    for _ in range(n):\n      mapped = jax.vmap(mapped)\n',
+       '',
+       'fn sees one example of a sow inside a vmap in f'),
+    _m('intervene-no-shape-check', 'intervene.py',
+       '    if got != (tuple(shape), np.dtype(dtype)):',
+       '    if False:',
+       'a fn returning another shape or dtype raises naming the site'),
+    _m('intervene-hoist-nothing', 'intervene.py',
+       '  is_tracer = [isinstance(c, jax.core.Tracer) for c in consts]',
+       '  is_tracer = [False for c in consts]',
+       'fn closing over a jit argument works inside a sub-jaxpr'),
+    _m('rules-scan-index-not-carried', 'rules.py',
+       '      outvars=[*carry_out, *ends_out, *clobber_out, *ys_out,'
+       ' *append_out],',
+       '      outvars=[*carry_out, *starts_in, *clobber_out, *ys_out,'
+       ' *append_out],',
+       'the index inside a scan advances each iteration'),
+    _m('rules-scan-counts-one-iteration', 'rules.py',
+       '  t.fn_finish(scope, ends, times=length)',
+       '  t.fn_finish(scope, ends, times=1)',
+       'the index after a scan counts every iteration'),
+    _m('rules-while-static-count', 'rules.py',
+       '  return _finish(scope, eqn, outs, t, times=None)',
+       '  return _finish(scope, eqn, outs, t, times=1)',
+       'the index after a while_loop counts its trips'),
+    _m('rules-cond-missing-name-counted', 'rules.py',
+       '        dict(zip(b.fn_names, b.fn_counts)).get(name, 0) for b in'
+       ' branches',
+       '        dict(zip(b.fn_names, b.fn_counts)).get(name, 1) for b in'
+       ' branches',
+       'a cond branch that does not sow a name leaves its index unchanged'),
+    _m('plant-fn-never-sown-unchecked', 'plant.py',
+       '        used = int(self.counters[name].seen)',
+       '        used = 1',
+       'a fn-planted name the function never sows raises'),
     _m('compat-init-perturbation-ignored', COMPAT + 'call.py',
        '    if value is not _NO_VALUE:\n      planted[key] = value',
        '    pass',

@@ -89,6 +89,7 @@ TRANSFORM_TESTS = (
     'sow_graph_nodes_test.py',
     'sow_reliability_test.py',
     'sow_sharding_test.py',
+    'sow_intervene_test.py',
 )
 INTEGRATION_TESTS = (
     'capture_compat_test.py',

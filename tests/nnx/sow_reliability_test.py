@@ -429,7 +429,7 @@ CASES = {
     'plant_entries_not_tuple': (
         lambda: plant(_h, {'h': X}),
         "TypeError: plant: values['h'] must be a tuple with one value per"
-        ' sow, got ArrayImpl.'),
+        ' sow or a function fn(value, index), got ArrayImpl.'),
     'plant_bad_name': (
         lambda: plant(_h, {3: (X,)}),
         'TypeError: plant: name must be a str or a non-empty tuple of'

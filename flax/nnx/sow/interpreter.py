@@ -57,6 +57,7 @@ import numpy as np
 from jax.interpreters import partial_eval as pe
 
 from flax.nnx.sow import _jax
+from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
 from flax.nnx.sow.selection import Selection
 from flax.nnx.sow.selection import SiteFilter
@@ -76,6 +77,9 @@ class Request:
     refuse_unread: planting into a sow whose result the program never reads
       is an error (``plant``); ``nnx.capture`` plants ``init`` perturbations
       wherever legacy added them, read or not.
+    fn_names: the planted names whose values a function computes from the
+      sown value (``plant(f, {name: fn})``), in a fixed order; the functions
+      themselves are per call (``Scope.fns``).
   """
 
   selection: SiteFilter
@@ -83,6 +87,7 @@ class Request:
   planted: SiteFilter | None = None
   rebind_unhandled: bool = True
   refuse_unread: bool = False
+  fn_names: tuple[primitive.Name, ...] = ()
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
     return self.selection.matches(params) and (
@@ -236,16 +241,31 @@ Record = tuple[Site, list[tp.Any]]
 
 class Planter(tp.Protocol):
 
-  def take(self, site: Site) -> list[tp.Any] | None:
-    """The planted leaves for the next execution of ``site``, or None."""
+  def take(self, site: Site, leaves: tp.Sequence[tp.Any]) -> list[tp.Any]:
+    """The planted leaves for this execution of ``site``, which sows
+    ``leaves`` (``None`` from a rule: a site that takes a tuple entry)."""
+
+
+class FnPlanter(Planter, tp.Protocol):
+  """A planter of ``Request.fn_names``: it counts their executions."""
+
+  def counter(self, name: primitive.Name) -> intervene.Counter:
+    """The occurrence counter of a name planted by a function."""
 
 
 class Scope:
   """The mutable state of one ``evaluate`` call."""
 
-  def __init__(self, request: Request, planter: Planter | None = None):
+  def __init__(
+      self,
+      request: Request,
+      planter: Planter | None = None,
+      fns: intervene.Functions | None = None,
+  ):
     self.request = request
     self.planter = planter
+    # The functions of `request.fn_names` (plant(f, {name: fn})).
+    self.fns = fns
     # Superseded records become None (see `record`); `records` skips them.
     self._records: list[Record | None] = []
     # Per name: where its first live record is, and how many it has (ints,
@@ -320,7 +340,17 @@ class Scope:
         live.append((i, record))
     return live
 
-  def plant(self, site: Site) -> list[tp.Any] | None:
+  def transform(self, closed: core.ClosedJaxpr) -> Transformed:
+    """``closed``, a sub-jaxpr of this scope, transformed for its request."""
+    return transform(closed, self.request, self.fns)
+
+  def counter(self, name: primitive.Name) -> intervene.Counter:
+    """The occurrence counter of ``name``, planted by a function."""
+    return tp.cast(FnPlanter, self.planter).counter(name)
+
+  def plant(
+      self, site: Site, leaves: tp.Sequence[tp.Any] | None = None
+  ) -> list[tp.Any] | None:
     if self.planter is None or not self.request.plants(
         {'sow_name': site.name, 'tag': site.tag}
     ):
@@ -331,7 +361,7 @@ class Scope:
           ' keeps only its last value and there is no value per sow to plant;'
           ' sow it with mode=\'append\' to plant it.'
       )
-    return self.planter.take(site)
+    return self.planter.take(site, leaves)
 
   def last_record(self, name: primitive.Name) -> Record | None:
     for record in reversed(self._records):
@@ -359,7 +389,7 @@ def as_array(value: tp.Any) -> tp.Any:
 
 def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   site = scope.here(site_of(eqn))
-  planted = scope.plant(site)
+  planted = scope.plant(site, invals)
   scope.record(site, invals)
   return invals if planted is None else planted
 
@@ -726,16 +756,26 @@ class Transformed:
   """A sub-jaxpr rewritten for a request.
 
   Attributes:
-    jaxpr: takes the original inputs followed by the planted leaves of
-      ``planted_sites``; returns the original outputs followed by the leaves
-      of ``sites``, in order.
+    jaxpr: takes the original inputs, the planted leaves of
+      ``planted_sites``, the index of the first execution of each of
+      ``fn_names`` and the ``hoisted`` values, in this order; returns the
+      original outputs, the leaves of ``sites`` and the index after the last
+      execution of each of ``fn_names``, in this order.
     sites: the recorded sites, in call order.
     planted_sites: the sites that read planted leaves, in call order.
+    fn_names: the names planted by a function that the sub-jaxpr sows.
+    fn_counts: for each of ``fn_names``, how many times one run executes
+      it, or ``None`` if only known at run time (a ``while_loop`` inside).
+    hoisted: traced values of enclosing traces that the functions close over
+      (see ``intervene.hoist_tracers``); empty without functions.
   """
 
   jaxpr: core.ClosedJaxpr
   sites: tuple[Site, ...]
   planted_sites: tuple[Site, ...]
+  fn_names: tuple[primitive.Name, ...] = ()
+  fn_counts: tuple[int | None, ...] = ()
+  hoisted: tuple[tp.Any, ...] = ()
 
   @property
   def num_sown_leaves(self) -> int:
@@ -745,15 +785,46 @@ class Transformed:
   def num_planted_leaves(self) -> int:
     return sum(site.num_leaves for site in self.planted_sites)
 
+  def fn_inputs(self, scope: Scope) -> list[tp.Any]:
+    """The arguments after the planted leaves: start indices, hoisted."""
+    starts = [
+        intervene.as_index(scope.counter(name).index) for name in self.fn_names
+    ]
+    return [*starts, *self.hoisted]
+
+  def fn_finish(
+      self, scope: Scope, ends: tp.Sequence[tp.Any], times: int | None = 1
+  ):
+    """Advances ``scope``'s counters past ``times`` runs (``None``: known at
+    run time only), given the index outputs ``ends`` of the last run."""
+    for name, count, end in zip(self.fn_names, self.fn_counts, ends,
+                                strict=True):
+      static = count is not None and times is not None
+      scope.counter(name).advance(count * times if static else None, end)
+
 
 class _InputPlanter:
-  """Hands out planted leaves that arrive as extra jaxpr inputs."""
+  """Hands out planted leaves that arrive as extra jaxpr inputs, and the
+  values the functions of ``fns`` compute, counting from input indices."""
 
-  def __init__(self, leaves: tp.Sequence[tp.Any]):
+  def __init__(
+      self,
+      leaves: tp.Sequence[tp.Any],
+      starts: dict[primitive.Name, tp.Any],
+      fns: intervene.Functions | None,
+  ):
     self.leaves = list(leaves)
     self.sites: list[Site] = []
+    self.counters = {
+        name: intervene.Counter(start) for name, start in starts.items()
+    }
+    self.fns = fns
 
-  def take(self, site: Site) -> list[tp.Any]:
+  def take(self, site: Site, leaves: tp.Sequence[tp.Any] | None):
+    if site.name in self.counters:
+      assert self.fns is not None and leaves is not None, site
+      index = self.counters[site.name].next()
+      return self.fns.apply(site, leaves, index)
     self.sites.append(site)
     taken, self.leaves = (
         self.leaves[: site.num_leaves],
@@ -761,53 +832,139 @@ class _InputPlanter:
     )
     return taken
 
+  def counter(self, name: primitive.Name) -> intervene.Counter:
+    return self.counters[name]
 
-@_jax.weakref_lru_cache
-def transform(closed: core.ClosedJaxpr, request: Request) -> Transformed:
-  """Traces ``evaluate`` over ``closed`` (cached; keyed by trace context)."""
+
+def transform(
+    closed: core.ClosedJaxpr,
+    request: Request,
+    fns: intervene.Functions | None = None,
+) -> Transformed:
+  """Traces ``evaluate`` over ``closed`` for ``request``.
+
+  Cached (keyed by trace context) unless ``request`` plants functions: then
+  memoized in ``fns``, for one call, since the result holds its tracers.
+  """
+  if not request.fn_names:
+    return _cached_transform(closed, request)
+  assert fns is not None, request
+  return fns.memo(closed, request, lambda: _transform(closed, request, fns))
+
+
+def _transform(
+    closed: core.ClosedJaxpr,
+    request: Request,
+    fns: intervene.Functions | None,
+) -> Transformed:
   to_plant = sites_to_plant(closed, request)
+  fn_names = fn_names_in(closed, request)
   planted_avals = [
       jax.core.ShapedArray(shape, dtype)
       for site in to_plant
       for shape, dtype in site.avals
   ]
+  index_aval = jax.core.ShapedArray((), np.dtype(np.int32))
   sites: list[Site] = []
   planter_sites: list[Site] = []
+  fn_counts: list[int | None] = []
 
   def body(*args):
-    n = len(closed.in_avals)
-    planter = _InputPlanter(args[n:])
-    scope = Scope(request, planter)
+    n, m = len(closed.in_avals), len(planted_avals)
+    planter = _InputPlanter(
+        args[n : n + m], dict(zip(fn_names, args[n + m :])), fns
+    )
+    scope = Scope(request, planter, fns)
     outs = evaluate(closed.jaxpr, closed.consts, args[:n], scope)
     sites.extend(site for site, _ in scope.records)
     planter_sites.extend(planter.sites)
-    return [*outs, *(leaf for _, leaves in scope.records for leaf in leaves)]
+    counters = [planter.counters[name] for name in fn_names]
+    fn_counts.extend(c.static_count for c in counters)
+    return [
+        *outs,
+        *(leaf for _, leaves in scope.records for leaf in leaves),
+        *(intervene.as_index(c.index) for c in counters),
+    ]
 
-  in_avals = [*closed.in_avals, *planted_avals]
+  in_avals = [
+      *closed.in_avals, *planted_avals, *[index_aval] * len(fn_names)
+  ]
   debug = core.DebugInfo('capture', 'capture', None, None)
   jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
       lu.wrap_init(body, debug_info=debug), in_avals
   )
+  jaxpr, consts, hoisted = intervene.hoist_tracers(jaxpr, consts)
+  assert fns is not None or not hoisted, hoisted
   assert tuple(planter_sites) == to_plant, (planter_sites, to_plant)
   return Transformed(
-      core.ClosedJaxpr(jaxpr, consts), tuple(sites), tuple(planter_sites)
+      core.ClosedJaxpr(jaxpr, consts),
+      tuple(sites),
+      tuple(planter_sites),
+      fn_names,
+      tuple(fn_counts),
+      tuple(hoisted),
   )
+
+
+_cached_transform = _jax.weakref_lru_cache(
+    lambda closed, request: _transform(closed, request, None)
+)
+# The cache of the requests without functions, as tests and benchmarks see it.
+transform.cache_info = _cached_transform.cache_info  # type: ignore
 
 
 def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
   """The sites of ``closed`` that read planted leaves, as seen from here.
 
-  They are the sites a collecting request records whose name is planted, so
-  this reuses (and caches) that transformation.
+  They are the sites a collecting request records whose name is planted
+  with a tuple of values, so this reuses (and caches) that transformation.
   """
   if request.planted is None:
     return ()
-  collecting = dataclasses.replace(request, collect=True, planted=None)
+  selection = request.selection
+  if request.fn_names:
+    selection = _Excluding(selection, frozenset(request.fn_names))
+  collecting = dataclasses.replace(
+      request, selection=selection, collect=True, planted=None, fn_names=()
+  )
   return tuple(
       site
       for site in transform(closed, collecting).sites
       if request.plants({'sow_name': site.name, 'tag': site.tag})
   )
+
+
+def fn_names_in(
+    closed: core.ClosedJaxpr, request: Request
+) -> tuple[primitive.Name, ...]:
+  """The names of ``request.fn_names`` that ``closed`` plants, at any depth."""
+  if not request.fn_names:
+    return ()
+  found = {
+      name
+      for name, tag in primitive.sow_keys(closed.jaxpr)
+      if request.selection.matches({'sow_name': name, 'tag': tag})
+      and request.plants({'sow_name': name, 'tag': tag})
+  }
+  return tuple(name for name in request.fn_names if name in found)
+
+
+def plants_into(closed: core.ClosedJaxpr, request: Request) -> bool:
+  """Whether ``request`` plants a value (or a function) into ``closed``."""
+  return bool(sites_to_plant(closed, request) or fn_names_in(closed, request))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Excluding:
+  """``selection`` without the sows named in ``names``."""
+
+  selection: SiteFilter
+  names: frozenset
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return params['sow_name'] not in self.names and self.selection.matches(
+        params
+    )
 
 
 def split_records(

@@ -20,11 +20,14 @@ import functools
 import typing as tp
 
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import Selection
 
-Values = tp.Mapping[primitive.Name, tp.Sequence[tp.Any]]
+Values = tp.Mapping[
+    primitive.Name, tp.Union[tp.Sequence[tp.Any], intervene.Fn]
+]
 P = tp.ParamSpec('P')
 R = tp.TypeVar('R')
 
@@ -44,9 +47,21 @@ def plant(
   ``f(x)``, and ``jax.grad`` with respect to ``values`` gives gradients of
   intermediates. Planted sows are consumed; other sows stay in the program.
 
+  An entry may instead be a function ``fn(value, index)`` returning the value
+  to plant (same structure, shapes and dtypes as ``value``): an intervention
+  that transforms what the sow computes. ``index`` counts the executions of
+  that name in the order they run: a Python int at the top level of ``f``, a
+  traced int32 inside a ``lax.scan``, ``fori_loop`` or ``while_loop`` (the
+  executions before the loop plus those of earlier iterations) and inside a
+  ``jit``, ``cond`` or ``checkpoint`` in ``f``. ``fn`` may close over traced
+  values (``jit`` arguments, a ``vmap``-ed selector, ``grad`` inputs), so a
+  sweep over layers is one compiled program; a loop takes them as
+  invariants. ``fn`` sees the value as the sow in ``f`` sees it: for a sow
+  under a ``jax.vmap`` in ``f``, one example at a time.
+
   Example::
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from flax.nnx.sow import capture, plant, sow
     >>> def f(x):
     ...   h = sow(x * 2, name='h')
@@ -56,10 +71,20 @@ def plant(
     >>> out, collected = capture(f)(jnp.ones(2))
     >>> bool((plant(f, collected)(jnp.ones(2)) == out).all())
     True
+    >>> def layers(x):
+    ...   for _ in range(3):
+    ...     x = sow(x + 1, name='h')
+    ...   return x
+    >>> ablate = lambda layer: lambda value, index: jnp.where(
+    ...     index == layer, 0.0, value)
+    >>> # One compiled program for every layer: the second one is zeroed.
+    >>> jax.jit(lambda l: plant(layers, {'h': ablate(l)})(jnp.ones(2)))(1)
+    Array([1., 1.], dtype=float32)
 
   Args:
     f: the function to run.
-    values: ``{name: (value, ...)}``, one value per sow of that name.
+    values: ``{name: (value, ...)}``, one value per sow of that name, or
+      ``{name: fn}``; both kinds may be mixed.
     tag: only plant into sows with this tag; ``None`` plants into any.
 
   Returns:
@@ -71,16 +96,23 @@ def plant(
     )
   values = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
+  fn_names = tuple(name for name, entry in values.items() if callable(entry))
   request = interpreter.Request(
-      selection, collect=False, planted=Selection(names=frozenset(values)),
+      selection,
+      collect=False,
+      planted=Selection(names=frozenset(values)),
+      fn_names=fn_names,
       refuse_unread=True,
   )
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
     with tracing.staged(f, args, kwargs) as staged:
-      planter = _ValuesPlanter(values)
-      scope = interpreter.Scope(request, planter)
+      # Per call: what it transforms holds the tracers the functions close
+      # over.
+      fns = intervene.Functions({name: values[name] for name in fn_names})
+      planter = _ValuesPlanter(values, fns)
+      scope = interpreter.Scope(request, planter, fns)
       out_flat = interpreter.evaluate(
           staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
       )
@@ -90,7 +122,7 @@ def plant(
   return planted
 
 
-def _check_values(values: tp.Any) -> dict[primitive.Name, tuple[tp.Any, ...]]:
+def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
   if not isinstance(values, tp.Mapping):
     raise TypeError(
         'plant: values must map names to tuples of values (the shape'
@@ -99,23 +131,42 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tuple[tp.Any, ...]]:
   checked = {}
   for name, entries in values.items():
     name = primitive.check_name(name, where='plant')
+    if callable(entries):  # fn(value, index) -> the value to plant
+      checked[name] = entries
+      continue
     if not isinstance(entries, (tuple, list)):
       raise TypeError(
-          f'plant: values[{name!r}] must be a tuple with one value per sow,'
-          f' got {type(entries).__name__}.'
+          f'plant: values[{name!r}] must be a tuple with one value per sow'
+          f' or a function fn(value, index), got {type(entries).__name__}.'
       )
     checked[name] = tuple(entries)
   return checked
 
 
 class _ValuesPlanter:
-  """Hands out the user's values, one entry per sow, checking each."""
+  """Hands out the user's values, one entry per sow, checking each, or what
+  their functions compute."""
 
-  def __init__(self, values: dict[primitive.Name, tuple[tp.Any, ...]]):
+  def __init__(
+      self,
+      values: dict[primitive.Name, tp.Any],
+      fns: intervene.Functions,
+  ):
     self.values = values
+    self.fns = fns
     self.used: collections.Counter = collections.Counter()
+    self.counters = {name: intervene.Counter(0) for name in fns.fns}
 
-  def take(self, site: interpreter.Site) -> list[tp.Any]:
+  def counter(self, name: primitive.Name) -> intervene.Counter:
+    return self.counters[name]
+
+  def take(
+      self, site: interpreter.Site, leaves: tp.Sequence[tp.Any] | None
+  ) -> list[tp.Any]:
+    if site.name in self.counters:
+      assert leaves is not None, site
+      index = self.counters[site.name].next()
+      return self.fns.apply(site, leaves, index)
     entries = self.values[site.name]
     index = self.used[site.name]
     if index >= len(entries):
@@ -131,12 +182,15 @@ class _ValuesPlanter:
   def check_all_used(self, tag: tp.Hashable):
     for name, entries in self.values.items():
       used = self.used[name]
+      if name in self.counters:
+        used = int(self.counters[name].seen)
+        entries = None
       if used == 0:
         with_tag = '' if tag is None else f' with tag={tag!r}'
         raise ValueError(
             f'plant: the function never sows {name!r}{with_tag}.'
         )
-      if used != len(entries):
+      if entries is not None and used != len(entries):
         raise ValueError(
             f'plant: values[{name!r}] has {len(entries)} entries but the'
             f' function sows {name!r} {used} time{"" if used == 1 else "s"}.'

@@ -38,6 +38,7 @@ from jax.sharding import PartitionSpec
 
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
 from flax.nnx.sow.interpreter import Scope, Site
 
@@ -56,11 +57,16 @@ def _take_planted(
   return leaves
 
 
-def _finish(scope: Scope, eqn, outs, sites) -> list[tp.Any]:
-  """Records the trailing sown outputs; returns the original outputs."""
-  n = len(eqn.outvars)
-  for site, leaves in interpreter.split_records(sites, outs[n:]):
+def _finish(
+    scope: Scope, eqn, outs, t: interpreter.Transformed,
+    times: int | None = 1,
+) -> list[tp.Any]:
+  """Records the sown outputs and advances the occurrence counters past
+  ``times`` runs of ``t``; returns the original outputs."""
+  n, m = len(eqn.outvars), t.num_sown_leaves
+  for site, leaves in interpreter.split_records(t.sites, outs[n : n + m]):
     scope.record(scope.here(site, eqn), leaves)
+  t.fn_finish(scope, outs[n + m :], times)
   return list(outs[:n])
 
 
@@ -70,9 +76,9 @@ def _jit(scope: Scope, eqn, invals):
   The transformed body is cached by the identity of the original one, so an
   eager ``capture(jax.jit(f))`` runs compiled code and compiles only once.
   """
-  t = interpreter.transform(eqn.params['jaxpr'], scope.request)
-  planted = _take_planted(scope, eqn, t.planted_sites)
-  n_in, n_out = len(planted), t.num_sown_leaves
+  t = scope.transform(eqn.params['jaxpr'])
+  planted = [*_take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
+  n_in, n_out = len(planted), t.num_sown_leaves + len(t.fn_names)
   p = eqn.params
   outs = interpreter.bind(
       eqn,
@@ -84,7 +90,7 @@ def _jit(scope: Scope, eqn, invals):
       out_shardings=(*p['out_shardings'], *[UNSPECIFIED] * n_out),
       out_layouts=(*p['out_layouts'], *[None] * n_out),
   )
-  return _finish(scope, eqn, outs, t.sites)
+  return _finish(scope, eqn, outs, t)
 
 
 def _inline(scope: Scope, eqn, invals, body_param: str = 'call_jaxpr'):
@@ -109,7 +115,7 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
 
   def rule(scope: Scope, eqn, invals):
     body = eqn.params[body_param]
-    if interpreter.sites_to_plant(body, scope.request):
+    if interpreter.plants_into(body, scope.request):
       return _inline(scope, eqn, invals, body_param)
     stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
     rule_params = {
@@ -206,11 +212,13 @@ def _scan(scope: Scope, eqn, invals):
   """Appended values become extra ``ys``; clobbered values extra carries.
 
   A clobber carry starts from zeros that are never observed: a scan of
-  static length 0 records nothing for its clobber sites.
+  static length 0 records nothing for its clobber sites. Planted values are
+  extra ``xs``; the occurrence indices of names planted by a function are
+  extra carries and the values their functions close over extra constants.
   """
   p = eqn.params
   length, n_consts, n_carry = p['length'], p['num_consts'], p['num_carry']
-  t = interpreter.transform(p['jaxpr'], scope.request)
+  t = scope.transform(p['jaxpr'])
   planted = _take_planted(
       scope, eqn, [site.with_loop_axis(length) for site in t.planted_sites]
   )
@@ -221,20 +229,25 @@ def _scan(scope: Scope, eqn, invals):
       for leaf, at in zip(planted, _loop_axes(t.planted_sites))
   ]
   n_ys = len(eqn.outvars) - n_carry
+  n_fns, hoisted = len(t.fn_names), list(t.hoisted)
   new_jaxpr, clobber_avals = _scan_body(
-      t.jaxpr, t.sites, n_consts, n_carry, n_ys, len(planted)
+      t.jaxpr, t.sites, n_consts, n_carry, n_ys, len(planted), n_fns,
+      len(hoisted)
   )
   consts, carry, xs = _split(invals, n_consts, n_carry)
+  starts = t.fn_inputs(scope)[:n_fns]
   outs = interpreter.bind(
       eqn,
-      [*consts, *carry, *map(_jax.zeros_like_aval, clobber_avals), *xs,
-       *planted],
+      [*consts, *hoisted, *carry, *starts,
+       *map(_jax.zeros_like_aval, clobber_avals), *xs, *planted],
       jaxpr=new_jaxpr,
-      num_carry=n_carry + len(clobber_avals),
+      num_consts=n_consts + len(hoisted),
+      num_carry=n_carry + n_fns + len(clobber_avals),
   )
-  carry, clobbered_leaves, ys, appended_leaves = _split(
-      outs, n_carry, len(clobber_avals), n_ys
+  carry, ends, clobbered_leaves, ys, appended_leaves = _split(
+      outs, n_carry, n_fns, len(clobber_avals), n_ys
   )
+  t.fn_finish(scope, ends, times=length)
   clobbered, appended = iter(clobbered_leaves), iter(appended_leaves)
   for site in t.sites:
     if site.mode == 'append':
@@ -260,21 +273,26 @@ def _loop_axes(sites: tp.Sequence[Site]) -> list[int]:
 # so an eager capture would compile the loop again on each call.
 @_jax.weakref_lru_cache(trace_context_in_key=False)
 def _scan_body(closed: core.ClosedJaxpr, sites, n_consts, n_carry, n_ys,
-               n_planted):
-  """The scan body with clobbered leaves as carries, appended ones as ys."""
+               n_planted, n_fns, n_hoisted):
+  """The scan body with clobbered leaves as carries, appended ones as ys,
+  the hoisted values as constants and the occurrence indices as carries."""
   body = closed.jaxpr
-  n_xs = len(body.invars) - n_consts - n_carry - n_planted
-  consts_in, carry_in, xs_in, planted_in = _split(
-      body.invars, n_consts, n_carry, n_xs
+  n_xs = (len(body.invars) - n_consts - n_carry - n_planted - n_fns
+          - n_hoisted)
+  consts_in, carry_in, xs_in, planted_in, starts_in, hoisted_in = _split(
+      body.invars, n_consts, n_carry, n_xs, n_planted, n_fns
   )
-  carry_out, ys_out, sown_out = _split(body.outvars, n_carry, n_ys)
+  carry_out, ys_out, sown_out, ends_out = _split(
+      body.outvars, n_carry, n_ys, len(body.outvars) - n_carry - n_ys - n_fns
+  )
   per_site = interpreter.split_records(sites, sown_out)
   clobber_out = [v for s, vs in per_site if s.mode == 'clobber' for v in vs]
   append_out = [v for s, vs in per_site if s.mode == 'append' for v in vs]
   clobber_in = [core.Var(v.aval) for v in clobber_out]  # never read
   new_body = body.replace(
-      invars=[*consts_in, *carry_in, *clobber_in, *xs_in, *planted_in],
-      outvars=[*carry_out, *clobber_out, *ys_out, *append_out],
+      invars=[*consts_in, *hoisted_in, *carry_in, *starts_in, *clobber_in,
+              *xs_in, *planted_in],
+      outvars=[*carry_out, *ends_out, *clobber_out, *ys_out, *append_out],
   )
   return (core.ClosedJaxpr(new_body, closed.consts),
           tuple(v.aval for v in clobber_out))
@@ -291,19 +309,79 @@ def _split(values: tp.Sequence[tp.Any], *sizes: int) -> list[list[tp.Any]]:
 
 
 def _cond(scope: Scope, eqn, invals):
-  """Sown values become extra branch outputs; every branch must agree."""
-  branches = [
-      interpreter.transform(branch, scope.request)
-      for branch in eqn.params['branches']
-  ]
+  """Sown values become extra branch outputs; every branch must agree.
+
+  Names planted by a function may be sown by some branches only: each
+  branch takes the occurrence indices of them all (returning those it does
+  not sow unchanged) and the values every branch's functions close over.
+  """
+  branches = [scope.transform(branch) for branch in eqn.params['branches']]
   _check_branches_agree(eqn, branches)
   planted = _take_planted(scope, eqn, branches[0].planted_sites)
-  outs = interpreter.bind(
-      eqn,
-      [*invals, *planted],
-      branches=tuple(branch.jaxpr for branch in branches),
+  fn_names = tuple(
+      name
+      for name in scope.request.fn_names
+      if any(name in b.fn_names for b in branches)
   )
-  return _finish(scope, eqn, outs, branches[0].sites)
+  hoisted = [value for b in branches for value in b.hoisted]
+  hoisted_avals = [
+      [v.aval for v in b.jaxpr.jaxpr.invars[len(b.jaxpr.jaxpr.invars)
+                                           - len(b.hoisted):]]
+      for b in branches
+  ]
+  jaxprs = tuple(
+      _cond_branch(b, fn_names, i, hoisted_avals)
+      for i, b in enumerate(branches)
+  )
+  starts = [intervene.as_index(scope.counter(n).index) for n in fn_names]
+  outs = interpreter.bind(
+      eqn, [*invals, *planted, *starts, *hoisted], branches=jaxprs
+  )
+  counts = []
+  for name in fn_names:
+    per_branch = {
+        dict(zip(b.fn_names, b.fn_counts)).get(name, 0) for b in branches
+    }
+    counts.append(per_branch.pop() if len(per_branch) == 1 else None)
+  agreed = interpreter.Transformed(
+      branches[0].jaxpr, branches[0].sites, branches[0].planted_sites,
+      fn_names, tuple(counts),
+  )
+  return _finish(scope, eqn, outs, agreed)
+
+
+def _cond_branch(
+    t: interpreter.Transformed,
+    fn_names: tuple[tp.Any, ...],
+    position: int,
+    hoisted_avals: list[list[tp.Any]],
+) -> core.ClosedJaxpr:
+  """Branch ``t`` taking the start indices of all ``fn_names`` and the
+  hoisted values of all branches (its own are those at ``position``)."""
+  if not fn_names and not any(hoisted_avals):
+    return t.jaxpr
+  jaxpr = t.jaxpr.jaxpr
+  n_own = len(t.fn_names)
+  head, own_starts, own_hoisted = _split(
+      jaxpr.invars, len(jaxpr.invars) - n_own - len(t.hoisted), n_own
+  )
+  outs, own_ends = _split(jaxpr.outvars, len(jaxpr.outvars) - n_own)
+  start_of = dict(zip(t.fn_names, own_starts))
+  end_of = dict(zip(t.fn_names, own_ends))
+  index_aval = jax.core.ShapedArray((), jnp.int32)
+  starts = [start_of.get(name) or core.Var(index_aval) for name in fn_names]
+  # A name this branch does not sow: its index passes through unchanged.
+  ends = [end_of.get(name, start) for name, start in zip(fn_names, starts)]
+  hoisted = []
+  for i, avals in enumerate(hoisted_avals):
+    if i == position:
+      hoisted.extend(own_hoisted)
+    else:  # another branch's values, never read here
+      hoisted.extend(core.Var(aval) for aval in avals)
+  new = jaxpr.replace(
+      invars=[*head, *starts, *hoisted], outvars=[*outs, *ends]
+  )
+  return core.ClosedJaxpr(new, t.jaxpr.consts)
 
 
 def _check_branches_agree(eqn, branches: list[interpreter.Transformed]):
@@ -342,7 +420,10 @@ def _while(scope: Scope, eqn, invals):
   static shape. A clobber carry starts from the last value collected under
   the same name before the loop, so a loop that runs zero times leaves it
   unchanged; without such a value there is nothing true to return for zero
-  trips, so the loop is refused.
+  trips, so the loop is refused. Planting a tuple of values is refused for
+  the same reason; a name planted by a function takes its occurrence index
+  as an extra carry, and the values its function closes over as extra
+  constants of the body.
   """
   p = eqn.params
   if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):
@@ -350,7 +431,7 @@ def _while(scope: Scope, eqn, invals):
         f'capture: the condition of a while_loop (at {interpreter.where(eqn)})'
         ' sows; move the sows into the body or out of the loop.'
     )
-  t = interpreter.transform(p['body_jaxpr'], scope.request)
+  t = scope.transform(p['body_jaxpr'])
   appended = [s.name for s in t.sites if s.mode == 'append']
   if appended:
     raise NotImplementedError(
@@ -360,34 +441,55 @@ def _while(scope: Scope, eqn, invals):
         ' have a static shape. Use mode=\'clobber\' (keeps the last value),'
         ' lax.scan or a fori_loop with static bounds, or move the sows out.'
     )
-  # Nothing is planted here: appended sows were refused above, and planting
-  # a clobbered name is refused by Scope.plant.
-  assert not t.planted_sites, t.planted_sites
+  if t.planted_sites:
+    raise NotImplementedError(
+        f'plant: a while_loop (at {interpreter.where(eqn)}) sows'
+        f' {_describe_sites(t.planted_sites)}; its trip count is only known'
+        ' at run time, so a tuple of values cannot be planted there. Plant'
+        ' a function instead (plant(f, {name: fn})), or use lax.scan or a'
+        ' fori_loop with static bounds.'
+    )
   init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
-  # The clobber carries go after the original carries; the constants of the
-  # body and the condition keep their positions.
+  # The clobber carries and then the occurrence indices go after the
+  # original carries; the hoisted values after the constants of the body.
+  n_carry, n_fns = len(eqn.outvars), len(t.fn_names)
   body_jaxpr, cond_jaxpr = _while_jaxprs(
-      t.jaxpr, p['cond_jaxpr'], len(eqn.outvars)
+      t.jaxpr, p['cond_jaxpr'], p['body_nconsts'], n_carry, n_fns,
+      len(t.hoisted)
   )
+  n_cond = p['cond_nconsts']
+  consts, carry = _split(invals, n_cond + p['body_nconsts'])
+  starts = t.fn_inputs(scope)[:n_fns]
   outs = interpreter.bind(
       eqn,
-      [*invals, *init],
+      [*consts, *t.hoisted, *carry, *init, *starts],
       body_jaxpr=body_jaxpr,
       cond_jaxpr=cond_jaxpr,
+      body_nconsts=p['body_nconsts'] + len(t.hoisted),
   )
-  return _finish(scope, eqn, outs, t.sites)
+  return _finish(scope, eqn, outs, t, times=None)  # run-time trip count
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
 def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
-                  n_carry: int):
-  """Body and condition taking the clobbered leaves as extra carries."""
+                  n_consts: int, n_carry: int, n_fns: int, n_hoisted: int):
+  """Body and condition taking the clobbered leaves, then the occurrence
+  indices, as extra carries, and the hoisted values as body constants."""
   body = closed.jaxpr
-  _, clobber_out = _split(body.outvars, n_carry)
+  consts_in, carry_in, starts_in, hoisted_in = _split(
+      body.invars, n_consts, n_carry, n_fns
+  )
+  _, clobber_out, _ = _split(
+      body.outvars, n_carry, len(body.outvars) - n_carry - n_fns
+  )
   clobber_body_in = [core.Var(v.aval) for v in clobber_out]  # never read
-  clobber_cond_in = [core.Var(v.aval) for v in clobber_out]  # never read
-  new_body = body.replace(invars=[*body.invars, *clobber_body_in])
-  new_cond = cond.jaxpr.replace(invars=[*cond.jaxpr.invars, *clobber_cond_in])
+  # The condition reads none of the extra carries.
+  extra_cond_in = [core.Var(v.aval) for v in [*clobber_out, *starts_in]]
+  new_body = body.replace(
+      invars=[*consts_in, *hoisted_in, *carry_in, *clobber_body_in,
+              *starts_in]
+  )
+  new_cond = cond.jaxpr.replace(invars=[*cond.jaxpr.invars, *extra_cond_in])
   return (core.ClosedJaxpr(new_body, closed.consts),
           core.ClosedJaxpr(new_cond, cond.consts))
 
@@ -416,8 +518,8 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
 def _remat(scope: Scope, eqn, invals):
   """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
   p = eqn.params
-  t = interpreter.transform(_jax.close_jaxpr(p['jaxpr']), scope.request)
-  planted = _take_planted(scope, eqn, t.planted_sites)
+  t = scope.transform(_jax.close_jaxpr(p['jaxpr']))
+  planted = [*_take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
   consts = t.jaxpr.consts
   prevent_cse = p['prevent_cse']
   if isinstance(prevent_cse, tuple):
@@ -433,7 +535,7 @@ def _remat(scope: Scope, eqn, invals):
       differentiated=p['differentiated'],
       policy=p['policy'],
   )
-  return _finish(scope, eqn, outs, t.sites)
+  return _finish(scope, eqn, outs, t)
 
 
 def _shard_map(scope: Scope, eqn, invals):

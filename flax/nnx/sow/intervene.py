@@ -1,0 +1,182 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Value-transforming plants: ``plant(f, {name: fn})``.
+
+At each execution of a sow named ``name``, ``fn(value, index)`` replaces the
+sown value; ``index`` counts the executions of that name in the order they
+run (a Python int where it is known while tracing, a traced int32 inside a
+loop or a sub-program).
+
+``fn`` runs where the sow is, so inside a sub-jaxpr (the body of a ``jit``,
+a ``scan``, a ``cond``...) it is traced into the transformed sub-jaxpr. The
+traced values it closes over (a ``jit`` argument, a ``vmap``-ed selector, a
+``grad`` input) then show up there as constants that are tracers of an
+enclosing trace; ``hoist_tracers`` turns them into explicit inputs, which the
+rules pass from outside (loop invariants for ``scan`` and ``while``, never
+stacked). This is what ``jax.closure_convert`` does, except that it hoists
+only values that may carry a tangent: an integer ``jit`` argument or a value
+batched by ``vmap`` would stay a tracer inside the jaxpr.
+
+Sub-jaxprs transformed for a call with functions are memoized per call
+(:class:`Functions`), not in the interpreter's global caches: they hold the
+tracers of that call.
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import jax.extend.core as core
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import primitive
+
+Fn = tp.Callable[[tp.Any, tp.Any], tp.Any]
+
+
+class Counter:
+  """The occurrence index of one name in one scope.
+
+  ``start`` is the index of the scope's first execution (``0`` at the top
+  level, a traced int32 input in a sub-jaxpr). The index stays a Python int
+  as long as ``start`` is one and every sub-program ran a static number of
+  executions.
+  """
+
+  def __init__(self, start: tp.Any):
+    self.start = start
+    self.offset = 0  # executions since `start`, or since `dynamic`
+    self.dynamic: tp.Any = None  # the traced index after a dynamic count
+    self.seen = False
+
+  @property
+  def index(self) -> tp.Any:
+    base = self.start if self.dynamic is None else self.dynamic
+    if isinstance(base, int):
+      return base + self.offset
+    return base + self.offset if self.offset else base
+
+  @property
+  def static_count(self) -> int | None:
+    """Executions in this scope if known while tracing, else ``None``."""
+    return self.offset if self.dynamic is None else None
+
+  def next(self) -> tp.Any:
+    index = self.index
+    self.offset += 1
+    self.seen = True
+    return index
+
+  def advance(self, count: int | None, end: tp.Any):
+    """After a sub-program that ran ``count`` executions (``None``: only its
+    traced ``end`` index is known)."""
+    if count is None:
+      self.dynamic, self.offset = end, 0
+      self.seen = True
+    else:
+      self.offset += count
+      self.seen = self.seen or count > 0
+
+
+def as_index(index: tp.Any) -> jax.Array:
+  """An index as the int32 scalar a sub-jaxpr takes."""
+  return jnp.asarray(index, dtype=jnp.int32)
+
+
+class Functions:
+  """The functions of one ``plant`` call, and its transformed sub-jaxprs.
+
+  Attributes:
+    fns: ``{name: fn}``.
+  """
+
+  def __init__(self, fns: dict[primitive.Name, Fn]):
+    self.fns = fns
+    self._memo: dict[tp.Any, tuple[tp.Any, tp.Any]] = {}
+
+  def memo(self, closed, request, make: tp.Callable[[], tp.Any]):
+    """``make()``, once per (``closed``, ``request``) in this call."""
+    key = (id(closed), request)
+    if key not in self._memo:
+      # `closed` is kept alive with its entry: its id cannot be reused.
+      self._memo[key] = (closed, make())
+    return self._memo[key][1]
+
+  def apply(self, site, leaves: tp.Sequence[tp.Any], index: tp.Any) -> list:
+    """The leaves ``fn(value, index)`` plants at ``site`` (its sown leaves).
+
+    ``fn`` sees the value as the sow in ``f`` sees it: the leading axes of
+    the vmaps inside ``f`` (``site.vmapped``) are mapped over, with ``index``
+    and ``fn``'s closure unbatched.
+    """
+    fn = self.fns[site.name]
+    n = site.vmapped
+    example = [(shape[n:], dtype) for shape, dtype in site.avals]
+
+    def one(*value_leaves):
+      value = jax.tree_util.tree_unflatten(site.tree, value_leaves)
+      new = fn(value, index)
+      return _check(site, example, new)
+
+    mapped = one
+    for _ in range(n):
+      mapped = jax.vmap(mapped)
+    return list(mapped(*leaves))
+
+
+def _check(site, example, new: tp.Any) -> list[tp.Any]:
+  where = f'plant: the function planted at {site.name!r}'
+  leaves, tree = jax.tree_util.tree_flatten(new)
+  if tree != site.tree:
+    raise ValueError(
+        f'{where} returned a value of structure {tree}, but the sow has'
+        f' structure {site.tree}; it must return a value like the one it'
+        ' receives.'
+    )
+  checked = []
+  for leaf, (shape, dtype) in zip(leaves, example):
+    leaf = leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf)
+    aval = jax.typeof(leaf)
+    got = (tuple(aval.shape), np.dtype(aval.dtype))
+    if got != (tuple(shape), np.dtype(dtype)):
+      raise ValueError(
+          f'{where} returned a leaf of {got[1].name}{list(got[0])}, but the'
+          f' sow has {np.dtype(dtype).name}{list(shape)}; it must return a'
+          ' value like the one it receives.'
+      )
+    checked.append(leaf)
+  return checked
+
+
+def hoist_tracers(
+    jaxpr: core.Jaxpr, consts: tp.Sequence[tp.Any]
+) -> tuple[core.Jaxpr, list[tp.Any], list[tp.Any]]:
+  """Moves the constants of ``jaxpr`` that are tracers to its last inputs.
+
+  Returns the new jaxpr, its remaining constants and the hoisted values (to
+  pass as its last arguments, in order).
+  """
+  is_tracer = [isinstance(c, jax.core.Tracer) for c in consts]
+  if not any(is_tracer):
+    return jaxpr, list(consts), []
+  kept = [v for v, t in zip(jaxpr.constvars, is_tracer) if not t]
+  moved = [v for v, t in zip(jaxpr.constvars, is_tracer) if t]
+  new = jaxpr.replace(constvars=kept, invars=[*jaxpr.invars, *moved])
+  return (
+      new,
+      [c for c, t in zip(consts, is_tracer) if not t],
+      [c for c, t in zip(consts, is_tracer) if t],
+  )
