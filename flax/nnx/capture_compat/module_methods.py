@@ -33,6 +33,7 @@ from flax.nnx import module as module_lib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import replaced
+from flax.nnx.sow import module_paths as paths_lib
 from flax.nnx.sow import primitive
 
 Module = module_lib.Module
@@ -126,6 +127,7 @@ def sow(
     return flax_sow(self, variable_type, name, value, reduce_fn, init_fn)
   target = frames.resolve(self, variable_type)
   if target is None:
+    paths_lib.refuse_unreachable(self, 'sow')
     with _explain_unreachable(self, 'sow'):
       return _deprecated_sow(self, variable_type, name, value, reduce_fn,
                              init_fn)
@@ -298,6 +300,7 @@ def perturb(
     return flax_perturb(self, name, value, variable_type)
   target = frames.resolve(self, variable_type)
   if target is None:
+    paths_lib.refuse_unreachable(self, 'perturb')
     with _explain_unreachable(self, 'perturb'):
       return _deprecated_perturb(self, name, value, variable_type)
   frame, path, accepted = target
