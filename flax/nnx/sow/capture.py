@@ -25,6 +25,7 @@ import jax
 from flax.nnx import variablelib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import NameFilter, Selection
@@ -181,14 +182,19 @@ class _CompiledRunners:
         compiler_options=dict(info.compiler_options_kvs) or None,
         **_placement(info),
     )
-    self.runners: dict[Selection, tp.Callable[..., tp.Any]] = {}
+    # By selection and by what Module.sow is (see `_runner_key`).
+    self.runners: dict[tuple[Selection, tp.Any], tp.Callable[..., tp.Any]] = {}
     self.lock = threading.Lock()
 
   def __call__(self, selection: Selection, args, kwargs):
     selection = selection.resolve(lambda: self._sow_keys(args, kwargs))
-    runner = self.runners.get(selection)
+    # A runner is a `jax.jit`, whose traces JAX keeps by its arguments only:
+    # one traced under Flax's own Module.sow (before the overlay's
+    # `install`) would not see the modules' sows.
+    key = (selection, module_paths.sow_methods())
+    runner = self.runners.get(key)
     if runner is None:
-      runner = self._add(selection)
+      runner = self._add(key)
     return runner(*args, **kwargs)
 
   def _sow_keys(self, args, kwargs):
@@ -199,13 +205,13 @@ class _CompiledRunners:
       traced = f.trace(*args, **kwargs)
     return primitive.sow_keys(traced.jaxpr.jaxpr)
 
-  def _add(self, selection: Selection):
+  def _add(self, key: tuple[Selection, tp.Any]):
     with self.lock:
-      runner = self.runners.get(selection)
+      runner = self.runners.get(key)
       if runner is None:
         if len(self.runners) >= self._MAX_RUNNERS:
           del self.runners[next(iter(self.runners))]
-        runner = self.runners[selection] = self._make_runner(selection)
+        runner = self.runners[key] = self._make_runner(key[0])
       return runner
 
   def _make_runner(self, selection: Selection):

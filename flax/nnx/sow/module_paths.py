@@ -241,6 +241,19 @@ def sow_name(path: PathParts, name: str) -> tuple[tp.Hashable, ...]:
 # ---------------------------------------------------------------------------
 
 
+def sow_methods() -> tuple[tp.Any, tp.Any]:
+  """What ``Module.sow`` and ``Module.perturb`` are now.
+
+  On a released Flax, ``capture_compat.install`` changes them, and a trace
+  made with Flax's own writes attributes instead of sowing: a cache of
+  traces that run modules is keyed by them.
+  """
+  # Imported here: `flax.nnx.module` itself delegates to this package.
+  from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
+
+  return module_lib.Module.sow, module_lib.Module.perturb
+
+
 def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   """``(path, module)`` for every module of ``root``.
 
