@@ -284,6 +284,19 @@ class ModuleSowTest(ModulesTestCase):
     for i in range(2):
       assert_close(collected[('blocks', i, 'h')][0], hs[i])
 
+  def test_nnx_jit_inside_traced_once_across_captures(self):
+    traces = []
+
+    @nnx.jit
+    def run(model, x):
+      traces.append(None)
+      return model(x)
+
+    for _ in range(3):
+      _, collected = capture(run)(self.model, X)
+      self.assertIn(('blocks', 1, 'h'), collected)
+    self.assertLen(traces, 1)
+
   def test_nnx_vmap_ensemble(self):
     ensemble = make_ensemble(nnx.Rngs(0))
 
