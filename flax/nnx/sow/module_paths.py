@@ -28,7 +28,33 @@ argument gets its argument's position as a prefix: the index among the
 positional arguments, or the keyword's name. So
 ``capture(f)(model, x, cache=c)`` names ``Module.sow(T, 'h', ...)`` of
 ``model.blocks[0]`` ``('blocks', 0, 'h')`` and that of ``c.layers[0]``
-``('cache', 'layers', 0, 'h')``.
+``('cache', 'layers', 0, 'h')``. A module the function closes over has no
+path: its ``Module.sow`` raises an error that says to pass it as an argument.
+Inside ``nnx.capture``, its own frame is the innermost and wins.
+
+Example::
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> from flax.nnx import capture_compat
+  >>> from flax.nnx.sow import capture
+  >>> class Block(nnx.Module):
+  ...   def __call__(self, x):
+  ...     self.sow(nnx.Intermediate, 'h', 2 * x)
+  ...     return x
+  >>> class Model(nnx.Module):
+  ...   def __init__(self):
+  ...     self.blocks = nnx.List([Block(), Block()])
+  ...   def __call__(self, x):
+  ...     for block in self.blocks:
+  ...       x = block(x)
+  ...     return x
+  >>> def f(model, x, cache):
+  ...   return cache(model(x))
+  >>> with capture_compat.install():  # always so in Flax itself
+  ...   _, collected = capture(f)(Model(), jnp.ones(2), cache=Block())
+  >>> list(collected)
+  [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('cache', 'h')]
 """
 
 from __future__ import annotations
