@@ -83,9 +83,14 @@ def sow(
   ``path`` is this module's path from the captured module, and returns
   whether the capture collects ``variable_type``. ``reduce_fn`` and
   ``init_fn`` are applied by ``capture`` to the values sown under ``name``,
-  in call order. Outside any capture, behaves exactly as in Flax 0.12.8:
-  stores the reduced value in a ``variable_type`` attribute named ``name``
-  and warns that this is deprecated.
+  in call order. Inside a functional ``flax.nnx.sow`` ``capture``, ``plant``
+  or ``perturb`` staging, sows ``value`` under ``(*path, name)`` with
+  ``path`` from the staged call's root (see
+  :mod:`flax.nnx.sow.module_paths`) and returns ``True``; ``reduce_fn`` and
+  ``init_fn`` do not apply there: every value is returned, in call order.
+  Outside any capture, behaves exactly as in Flax 0.12.8: stores the reduced
+  value in a ``variable_type`` attribute named ``name`` and warns that this
+  is deprecated.
 
   Example::
 

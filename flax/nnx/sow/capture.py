@@ -68,11 +68,15 @@ def capture(
   ``lax.scan`` gives one entry whose leaves are stacked along the scan axis.
 
   Selected sows are consumed; the others stay in the program, so an enclosing
-  ``capture`` sees them. Array arguments are traced; every other argument
-  reaches ``f`` unchanged, as in a direct call. If ``f`` is a ``jax.jit``
-  function, its own rules decide instead, as for a direct call of ``f``:
-  Python numbers are traced with weak types, its static arguments are
-  static and its donated arguments donated.
+  ``capture`` sees them. ``Module.sow(T, 'h', v)`` of a module among the
+  arguments is sown as ``(*path, 'h')`` with tag ``T``, ``path`` being the
+  module's path (see :mod:`flax.nnx.sow.module_paths` for the naming), and
+  :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
+  Array arguments are traced; every other argument reaches ``f`` unchanged,
+  as in a direct call. If ``f`` is a ``jax.jit`` function, its own rules
+  decide instead, as for a direct call of ``f``: Python numbers are traced
+  with weak types, its static arguments are static and its donated
+  arguments donated.
 
   Example::
 

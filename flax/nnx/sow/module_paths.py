@@ -211,7 +211,9 @@ def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
       del vars(node)[_MARK_ATTRIBUTE]
 
 
-def resolve(obj: tp.Any, var_type: type) -> tuple[Frame, PathParts, bool] | None:
+def resolve(
+    obj: tp.Any, var_type: type
+) -> tuple[Frame, PathParts, bool] | None:
   """The frame a ``Module.sow`` on ``obj`` goes to, its path there, and
   whether the frame collects ``var_type``.
 
@@ -275,7 +277,8 @@ def sow_methods() -> tuple[tp.Any, tp.Any]:
   traces that run modules is keyed by them.
   """
   # Imported here: `flax.nnx.module` itself delegates to this package.
-  from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from flax.nnx import module as module_lib
 
   return module_lib.Module.sow, module_lib.Module.perturb
 
@@ -287,7 +290,8 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   :func:`nnx.iter_modules` itself.
   """
   # Imported here: `flax.nnx.module` itself delegates to this package.
-  from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from flax.nnx import module as module_lib
 
   try:
     return [

@@ -147,10 +147,12 @@ def tap(
     >>> model = Model(nnx.Rngs(0))
     >>> tapped = tap(Model.__call__, ('blocks', '*', 'linear'), inputs=False)
     >>> out, collected = capture(tapped)(model, jnp.ones(2))
-    >>> list(collected)
-    [('blocks', 0, 'linear', '__call__', 'output'), ('blocks', 1, 'linear', '__call__', 'output')]
-    >>> zeroed = {('blocks', 1, 'linear', '__call__', 'output'): (jnp.zeros(2),)}
-    >>> plant(tapped, zeroed)(model, jnp.ones(2))
+    >>> for name in collected:
+    ...   print(name)
+    ('blocks', 0, 'linear', '__call__', 'output')
+    ('blocks', 1, 'linear', '__call__', 'output')
+    >>> output = ('blocks', 1, 'linear', '__call__', 'output')
+    >>> plant(tapped, {output: (jnp.zeros(2),)})(model, jnp.ones(2))
     Array([0., 0.], dtype=float32)
 
   Args:
