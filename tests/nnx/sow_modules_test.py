@@ -160,6 +160,16 @@ class ModuleSowTest(ModulesTestCase):
     assert_close(out, hs[-1])
     self.assert_untouched(self.model, *before)
 
+  def test_tree_mode(self):
+    with nnx.set_graph_mode(False):
+      _, collected = capture(forward)(self.model, X)
+      _, tapped = capture(tap(forward, ('blocks', 1), inputs=False))(
+          self.model, X)
+    _, hs = model_oracle(self.model, X)
+    assert_close(collected[('blocks', 1, 'h')][0], hs[1])
+    assert_close(tapped[('blocks', 1, '__call__', 'output')][0], hs[1])
+    self.assertIs(type(self.model.blocks[1]), Block)
+
   def test_tagged_by_variable_type(self):
     _, intermediates = capture(forward, tag=nnx.Intermediate)(self.model, X)
     _, perturbations = capture(forward, tag=nnx.Perturbation)(self.model, X)
