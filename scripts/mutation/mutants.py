@@ -52,6 +52,7 @@ CORE_TESTS = (
     'tests/nnx/sow_doctest_test.py',
     'tests/nnx/sow_memory_test.py',
     'tests/nnx/sow_plant_unread_test.py',
+    'tests/nnx/sow_modules_test.py',
 )
 COMPAT_TESTS = (
     'tests/nnx/sow_semantics_test.py',
@@ -67,6 +68,16 @@ TRACING_TESTS = (
     'tests/nnx/sow_test.py',
     'tests/nnx/capture_compat_test.py',
     'tests/nnx/sow_reliability_test.py',
+    'tests/nnx/sow_modules_test.py',
+)
+# Module paths and taps serve both the functional transform and nnx.capture.
+MODULES_TESTS = (
+    'tests/nnx/sow_modules_test.py',
+    'tests/nnx/capture_compat_test.py',
+    'tests/nnx/capture_compat_vmap_test.py',
+    'tests/nnx/sow_semantics_test.py',
+    'tests/nnx/sow_parity_test.py',
+    'tests/nnx/sow_doctest_test.py',
 )
 
 
@@ -97,6 +108,8 @@ class Mutant:
       return COMPAT_TESTS
     if self.path.endswith(('tracing.py', 'write_back.py')):
       return TRACING_TESTS
+    if self.path.endswith(('module_paths.py', 'taps.py')):
+      return MODULES_TESTS
     return CORE_TESTS
 
 
@@ -337,11 +350,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '        static_argnums=(),\n        static_argnames=(),',
        "capture(jax.jit(f)) keeps f's static arguments static"),
     _m('capture-runner-ignores-selection', 'capture.py',
-       '        runner = self.runners[selection] = self._make_runner('
-       'selection)',
-       '        runner = self.runners[selection] = next(\n'
+       '        runner = self.runners[key] = self._make_runner(key[0])',
+       '        runner = self.runners[key] = next(\n'
        '            iter(self.runners.values()), None\n'
-       '        ) or self._make_runner(selection)',
+       '        ) or self._make_runner(key[0])',
        'capture(jax.jit(f), names=...) selects by its own names'),
     _m('capture-runner-predicate-unresolved', 'capture.py',
        '    selection = selection.resolve(lambda: self._sow_keys(args,'
@@ -465,7 +477,7 @@ MUTANTS: tuple[Mutant, ...] = (
        ' constants is never reused by the compat cache; checked eagerly, in'
        ' jax.jit(capture(model)) and through nnx.capture.'),
     # -- capture_compat/ ---------------------------------------------------
-    _m('compat-name-order', COMPAT + 'frames.py',
+    _m('compat-name-order', 'module_paths.py',
        '  for part in (*path, name):',
        '  for part in (name, *path):',
        "a Module.sow below the root is named (*path, name) for capture"),
@@ -478,7 +490,7 @@ MUTANTS: tuple[Mutant, ...] = (
        ' self.init_types.get(\n        path, ()\n    )',
        '    return var_type in self.var_types',
        "init's types are collected though not returned"),
-    _m('compat-outermost-frame', COMPAT + 'frames.py',
+    _m('compat-outermost-frame', 'module_paths.py',
        '  for frame in reversed(FRAMES.stack):\n    path = frame.path_of(obj)',
        '  for frame in FRAMES.stack:\n    path = frame.path_of(obj)',
        'a sow goes to the innermost capture holding its module'),
@@ -516,24 +528,24 @@ MUTANTS: tuple[Mutant, ...] = (
        '      )\n    return False',
        '      )\n    return True',
        'Module.sow returns False when the capture does not collect it'),
-    _m('compat-marks-ignore-paths', COMPAT + 'frames.py',
+    _m('compat-marks-ignore-paths', 'module_paths.py',
        '  paths: tuple[tuple[tp.Hashable, PathParts], ...]\n',
        '  paths: tuple[tuple[tp.Hashable, PathParts], ...] = (\n'
        '      dataclasses.field(compare=False))\n',
        'nnx.jit of two equal submodules is traced per module path'),
-    _m('compat-frame-key-per-call', COMPAT + 'frames.py',
-       '    return (self.depth, self.config)',
-       '    return (self.depth, self.config, id(self))',
+    _m('compat-frame-id-per-call', COMPAT + 'frames.py',
+       "        'nnx.capture',\n        depth,\n",
+       "        'nnx.capture',\n        object(),\n",
        'a capture traced again compiles no jit inside it again'),
     _m('compat-sites-of-any-frame', COMPAT + 'frames.py',
-       '      if isinstance(info, SiteInfo) and info.frame == self.key:',
+       '      if isinstance(info, SiteInfo) and info.frame == self.id:',
        '      if isinstance(info, SiteInfo):',
        'nested captures each collect only their own modules\' sows'),
-    _m('compat-marks-left-on-returned-modules', COMPAT + 'call.py',
-       '        frames.unmark([m for _, m in modules] + returned, frame)',
-       '        pass',
+    _m('compat-marks-left-on-returned-modules', 'module_paths.py',
+       '    unmark([m for _, m in modules] + returned, frame)',
+       '    pass',
        'a module returned by the captured call carries no capture mark'),
-    _m('compat-watch-through-setattr', COMPAT + 'method_outputs.py',
+    _m('compat-watch-through-setattr', 'taps.py',
        "  object.__setattr__(module, '__class__', cls)",
        '  module.__class__ = cls',
        'giving a copy its watching class adds no attribute to it'),
@@ -590,6 +602,65 @@ MUTANTS: tuple[Mutant, ...] = (
        '          actual_fn, *all_types, method_outputs=method_outputs\n'
        '      )',
        'the decorator form passes init through'),
+    _m('compat-method-outputs-call-only', COMPAT + 'method_outputs.py',
+       '      patterns=None, methods=None, inputs=False, outputs=False,',
+       "      patterns=None, methods=('__call__',), inputs=False,"
+       ' outputs=False,',
+       'method_outputs sows every public method of the classes'),
+    # -- module_paths.py, taps.py: modules through the functional transform
+    _m('paths-no-functional-frame', 'tracing.py',
+       '      if self.paths:\n        out = _call_in_frame(',
+       '      if False:\n        out = _call_in_frame(',
+       'Module.sow in a functional capture is collected by module path'),
+    _m('paths-argument-prefix-dropped', 'module_paths.py',
+       '    prefix = () if node is None and i == 0 else (i,)',
+       '    prefix = ()',
+       'a module in another positional argument is named from its position'),
+    _m('paths-keyword-prefix-dropped', 'module_paths.py',
+       '    found.append(((name,), arg))',
+       '    found.append(((), arg))',
+       'a module in a keyword argument is named from the keyword'),
+    _m('paths-closure-not-refused', 'module_paths.py',
+       '  if innermost_functional() is None:\n    return\n  raise',
+       '  if True:\n    return\n  raise',
+       'Module.sow on a module in a closure of a functional capture is'
+       ' refused'),
+    _m('paths-fresh-functional-id', 'module_paths.py',
+       '      frame_id = -1 - sum(f.functional for f in FRAMES.stack)',
+       '      frame_id = -next(_COMPAT_IDS)',
+       'an nnx.jit inside a functional capture is traced once across calls'),
+    _m('paths-functional-defers-to-outer', 'module_paths.py',
+       '    if frame.functional:\n      return fallback or (frame, path, True)',
+       '    if frame.functional:\n      continue',
+       'a functional capture collects the Module.sow sites of its modules'),
+    _m('capture-runner-ignores-module-sow', 'capture.py',
+       '    key = (selection, module_paths.sow_methods())',
+       '    key = (selection, None)',
+       'capture(jax.jit(f)) sees Module.sow sites after install'),
+    _m('taps-inputs-not-replaced', 'taps.py',
+       '      args, kwargs = _sow_arrays(\n',
+       '      _ = _sow_arrays(\n',
+       'a value planted into a tap\'s inputs is the call\'s input'),
+    _m('taps-output-not-replaced', 'taps.py',
+       "      result = _sow_arrays(result, name=(*base, 'output'), tag=tag)",
+       "      _sow_arrays(result, name=(*base, 'output'), tag=tag)",
+       "a value planted into a tap's output is the call's result"),
+    _m('taps-wildcard-any-length', 'taps.py',
+       '  return len(pattern) == len(path) and all(',
+       '  return all(',
+       'a pattern matches paths of its own length only'),
+    _m('taps-unmatched-pattern-accepted', 'taps.py',
+       '    if not hits:\n',
+       '    if False:\n',
+       'a pattern matching no module is refused'),
+    _m('taps-class-not-restored', 'taps.py',
+       '    _set_class(module, cls)\n  if not previous',
+       '    pass\n  if not previous',
+       'the copies get their own class back when the call ends'),
+    _m('taps-returned-copies-keep-watching', 'taps.py',
+       '    if cls is not None:\n      _set_class(node, cls)',
+       '    if cls is not None:\n      pass',
+       'a module returned by a tapped call has its own class'),
     _m('compat-replaced-forgotten', COMPAT + 'replaced.py',
        '  return ORIGINALS.get(name)',
        '  return None',

@@ -101,6 +101,7 @@ INTEGRATION_TESTS = (
     'sow_legacy.py',
     'sow_external_models.py',
     'sow_parity_test.py',
+    'sow_modules_test.py',
 )
 DOCS_TESTS = ('guides_test.py',)
 CODEMOD_TESTS = (

@@ -1226,7 +1226,8 @@ class TraceReuseTest(CompatTestCase):
       self.assertCollected(state, expected)
     self.assertLen(traces, 2)
 
-  def test_closed_over_global_arrays_compile_nothing_again(self, compat=True):
+  @parameterized.named_parameters(('nnx_capture', True), ('capture', False))
+  def test_closed_over_global_arrays_compile_nothing_again(self, compat):
     # The notebook pattern (issue 19): a function closing over global
     # arrays (positions, a mask) with jitted parts inside. Such a trace is
     # not reused (the arrays are its constants), but evaluating the new

@@ -37,8 +37,10 @@ MODULES_WITH_EXAMPLES = {
     'flax.nnx.capture_compat',
     'flax.nnx.capture_compat.module_methods',
     'flax.nnx.sow.capture',
+    'flax.nnx.sow.module_paths',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.primitive',
+    'flax.nnx.sow.taps',
 }
 
 
@@ -59,7 +61,7 @@ class DocstringExamplesTest(parameterized.TestCase):
       self.assertGreater(result.attempted, 0, module_name)
 
   def test_every_public_function_has_an_example(self):
-    for name in ('sow', 'capture', 'sown', 'perturb'):
+    for name in ('sow', 'capture', 'sown', 'perturb', 'tap'):
       doc = getattr(flax.nnx.sow, name).__doc__
       self.assertIn('>>>', doc, name)
 

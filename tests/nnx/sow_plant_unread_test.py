@@ -25,7 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax.nnx.sow import capture, perturb, plant, sow
+from flax import nnx
+from flax.nnx import capture_compat
+from flax.nnx.sow import capture, perturb, plant, sow, tap
 
 X = jnp.arange(3.0)
 
@@ -112,6 +114,38 @@ class UnreadSowTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         plant(f, {'y': (jnp.full(3, 7.0),)})(X), jnp.full(3, 7.0)
     )
+
+
+class _Block(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+  def __call__(self, x):
+    h = self.linear(x)
+    self.sow(nnx.Intermediate, 'h', h)  # Module.sow returns a bool
+    return jnp.tanh(h)
+
+
+class UnreadModuleSowTest(absltest.TestCase):
+
+  def test_module_sow_site_is_refused_and_its_tap_is_planted(self):
+    block = _Block(nnx.Rngs(0))
+    with capture_compat.install():
+      _, collected = capture(block)(X)
+      self.assertEqual(list(collected), [('h',)])
+      with self.assertRaisesRegex(
+          ValueError,
+          r"plant: the sow \('h',\) \(tag=<class .*Intermediate'>, at .*"
+          r'sow_plant_unread_test.py:\d+ .*tap',
+      ):
+        plant(block, {('h',): collected[('h',)]})(X)
+      # The module's output, tapped, is what a plant can change.
+      planted = plant(
+          tap(lambda m, x: m(x), ('linear',)),
+          {('linear', '__call__', 'output'): (jnp.zeros(3),)},
+      )(block, X)
+    np.testing.assert_array_equal(planted, jnp.zeros(3))  # tanh(0)
 
 
 class NumpyIntegerNamesTest(parameterized.TestCase):

@@ -26,7 +26,6 @@ import threading
 import typing as tp
 import weakref
 
-import jax
 
 from flax.nnx import graphlib
 from flax.nnx import module as module_lib
@@ -38,6 +37,7 @@ from flax.nnx.capture_compat import numpy_guards as guards_lib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import keys
+from flax.nnx.sow import module_paths as paths_lib
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.capture import group as group_records
@@ -174,7 +174,9 @@ class Call:
     # The init values are not traced: perturbations are planted when the
     # staged program is evaluated (see `_InitPlanter`), accumulators are
     # applied to the records after it.
-    prepared = tracing.Prepared(self._traced(frame), (root, args, kwargs), {})
+    prepared = tracing.Prepared(
+        self._traced(frame), (root, args, kwargs), {}, paths=False
+    )
     key = self._cache_key(prepared, init_entries)
     trace = self._lookup(key)
     if trace is not None and not all(g.holds() for g in trace.guards):
@@ -207,34 +209,13 @@ class Call:
     """The function staged: ``call`` on the copies, inside ``frame``."""
 
     def traced(root, args, kwargs):
-      # Runs on copies, inside the trace. Pushed first: the marks hold the
-      # frame's key, which its depth on the stack is part of.
-      modules = frames.module_paths(root)
-      frame.module_paths = [path for path, _ in modules]
-      frames.FRAMES.push(frame)
-      watched = []
-      out = None
-      try:
-        for path, module in modules:
-          frames.mark(module, frame, path)
-        if self.method_outputs is not None:
-          watched = method_outputs_lib.watch(m for _, m in modules)
-        out = self.call(root, *args, **kwargs)
-        return out
-      finally:
-        method_outputs_lib.restore(watched)
-        popped = frames.FRAMES.pop()
-        assert popped is frame
-        # The copies, and what the call returns (a module built from a
-        # copy carries its mark), leave without this capture's marks.
-        returned = [
-            leaf
-            for leaf in jax.tree_util.tree_leaves(
-                out, is_leaf=graphlib.is_graph_node
-            )
-            if graphlib.is_graph_node(leaf)
-        ]
-        frames.unmark([m for _, m in modules] + returned, frame)
+      # Runs on copies, inside the trace.
+      if self.method_outputs is not None:
+        frame.taps = [method_outputs_lib.tap_spec(self.method_outputs)]
+      return paths_lib.run_in_frame(
+          frame, frames.module_paths(root),
+          lambda: self.call(root, *args, **kwargs),
+      )
 
     return traced
 

@@ -33,6 +33,7 @@ from flax.nnx import module as module_lib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import replaced
+from flax.nnx.sow import module_paths as paths_lib
 from flax.nnx.sow import primitive
 
 Module = module_lib.Module
@@ -82,9 +83,14 @@ def sow(
   ``path`` is this module's path from the captured module, and returns
   whether the capture collects ``variable_type``. ``reduce_fn`` and
   ``init_fn`` are applied by ``capture`` to the values sown under ``name``,
-  in call order. Outside any capture, behaves exactly as in Flax 0.12.8:
-  stores the reduced value in a ``variable_type`` attribute named ``name``
-  and warns that this is deprecated.
+  in call order. Inside a functional ``flax.nnx.sow`` ``capture``, ``plant``
+  or ``perturb`` staging, sows ``value`` under ``(*path, name)`` with
+  ``path`` from the staged call's root (see
+  :mod:`flax.nnx.sow.module_paths`) and returns ``True``; ``reduce_fn`` and
+  ``init_fn`` do not apply there: every value is returned, in call order.
+  Outside any capture, behaves exactly as in Flax 0.12.8: stores the reduced
+  value in a ``variable_type`` attribute named ``name`` and warns that this
+  is deprecated.
 
   Example::
 
@@ -126,6 +132,7 @@ def sow(
     return flax_sow(self, variable_type, name, value, reduce_fn, init_fn)
   target = frames.resolve(self, variable_type)
   if target is None:
+    paths_lib.refuse_unreachable(self, 'sow')
     with _explain_unreachable(self, 'sow'):
       return _deprecated_sow(self, variable_type, name, value, reduce_fn,
                              init_fn)
@@ -137,14 +144,22 @@ def sow(
           value, name=frames.sow_name(path, name), tag=variable_type
       )
     return False
-  info = frames.SiteInfo(
-      frame.key, path, name, variable_type, 'sow', reduce_fn, init_fn
-  )
   primitive.sow_with_meta(
       value, name=frames.sow_name(path, name), tag=variable_type,
-      mode=sow_mode(reduce_fn), meta=info,
+      mode=sow_mode(reduce_fn),
+      meta=_site_info(frame, path, name, variable_type, 'sow', reduce_fn,
+                      init_fn),
   )
   return True
+
+
+def _site_info(frame, *fields) -> frames.SiteInfo | None:
+  """What the marker of a sow collected by ``frame`` carries: what
+  ``nnx.capture`` needs to make its State entry; nothing for the functional
+  transform, which returns every value as it is."""
+  if frame.functional:
+    return None
+  return frames.SiteInfo(frame.id, *fields)
 
 
 @contextlib.contextmanager
@@ -297,14 +312,14 @@ def perturb(
     return flax_perturb(self, name, value, variable_type)
   target = frames.resolve(self, variable_type)
   if target is None:
+    paths_lib.refuse_unreachable(self, 'perturb')
     with _explain_unreachable(self, 'perturb'):
       return _deprecated_perturb(self, name, value, variable_type)
   frame, path, accepted = target
   if not accepted:
     return value
-  info = frames.SiteInfo(
-      frame.key, path, name, variable_type, 'perturb', tuple_reduce,
-      tuple_init,
+  info = _site_info(
+      frame, path, name, variable_type, 'perturb', tuple_reduce, tuple_init
   )
   # A zero perturbation, sown: the capture returns it, and a capture with
   # `init` plants the given perturbation there (see `_InitPlanter`), so it

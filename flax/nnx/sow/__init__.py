@@ -15,7 +15,8 @@
 
 ``sow(value, name=...)`` tags any value anywhere; ``capture(f)`` traces ``f``
 to a jaxpr, interprets it and returns ``(out, collected)``; ``perturb`` sows
-gradients of intermediates; ``plant`` injects values at sow sites.
+gradients of intermediates; ``plant`` injects values at sow sites; ``tap``
+sows the inputs and outputs of submodule calls by module path.
 """
 
 from flax.nnx.sow.capture import capture as capture
@@ -24,3 +25,4 @@ from flax.nnx.sow.perturb import perturb as perturb
 from flax.nnx.sow.plant import plant as plant
 from flax.nnx.sow.primitive import sow as sow
 from flax.nnx.sow.primitive import sow_p as sow_p
+from flax.nnx.sow.taps import tap as tap

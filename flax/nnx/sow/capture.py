@@ -25,6 +25,7 @@ import jax
 from flax.nnx import variablelib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
+from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import NameFilter, Selection
@@ -67,11 +68,15 @@ def capture(
   ``lax.scan`` gives one entry whose leaves are stacked along the scan axis.
 
   Selected sows are consumed; the others stay in the program, so an enclosing
-  ``capture`` sees them. Array arguments are traced; every other argument
-  reaches ``f`` unchanged, as in a direct call. If ``f`` is a ``jax.jit``
-  function, its own rules decide instead, as for a direct call of ``f``:
-  Python numbers are traced with weak types, its static arguments are
-  static and its donated arguments donated.
+  ``capture`` sees them. ``Module.sow(T, 'h', v)`` of a module among the
+  arguments is sown as ``(*path, 'h')`` with tag ``T``, ``path`` being the
+  module's path (see :mod:`flax.nnx.sow.module_paths` for the naming), and
+  :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
+  Array arguments are traced; every other argument reaches ``f`` unchanged,
+  as in a direct call. If ``f`` is a ``jax.jit`` function, its own rules
+  decide instead, as for a direct call of ``f``: Python numbers are traced
+  with weak types, its static arguments are static and its donated
+  arguments donated.
 
   Example::
 
@@ -181,14 +186,19 @@ class _CompiledRunners:
         compiler_options=dict(info.compiler_options_kvs) or None,
         **_placement(info),
     )
-    self.runners: dict[Selection, tp.Callable[..., tp.Any]] = {}
+    # By selection and by what Module.sow is (see `_runner_key`).
+    self.runners: dict[tuple[Selection, tp.Any], tp.Callable[..., tp.Any]] = {}
     self.lock = threading.Lock()
 
   def __call__(self, selection: Selection, args, kwargs):
     selection = selection.resolve(lambda: self._sow_keys(args, kwargs))
-    runner = self.runners.get(selection)
+    # A runner is a `jax.jit`, whose traces JAX keeps by its arguments only:
+    # one traced under Flax's own Module.sow (before the overlay's
+    # `install`) would not see the modules' sows.
+    key = (selection, module_paths.sow_methods())
+    runner = self.runners.get(key)
     if runner is None:
-      runner = self._add(selection)
+      runner = self._add(key)
     return runner(*args, **kwargs)
 
   def _sow_keys(self, args, kwargs):
@@ -199,13 +209,13 @@ class _CompiledRunners:
       traced = f.trace(*args, **kwargs)
     return primitive.sow_keys(traced.jaxpr.jaxpr)
 
-  def _add(self, selection: Selection):
+  def _add(self, key: tuple[Selection, tp.Any]):
     with self.lock:
-      runner = self.runners.get(selection)
+      runner = self.runners.get(key)
       if runner is None:
         if len(self.runners) >= self._MAX_RUNNERS:
           del self.runners[next(iter(self.runners))]
-        runner = self.runners[selection] = self._make_runner(selection)
+        runner = self.runners[key] = self._make_runner(key[0])
       return runner
 
   def _make_runner(self, selection: Selection):

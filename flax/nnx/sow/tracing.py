@@ -65,7 +65,9 @@ import jax.extend.core
 
 from flax.nnx import graphlib
 from flax.nnx import variablelib
+from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
+from flax.nnx.sow import taps
 from flax.nnx.sow import write_back
 
 
@@ -93,6 +95,13 @@ def _is_graph_node(leaf: tp.Any) -> bool:
 
 def _split_callable(f):
   """Returns ``(graph node or None, call(node, *args, **kwargs))``."""
+  if isinstance(f, taps.Tapped):
+    # A tapped Module (or bound method) is staged as that graph node.
+    node, inner = _split_callable(f.fn)
+    if node is not None:
+      return node, lambda node, *args, **kwargs: f.run(
+          lambda: inner(node, *args, **kwargs), (node, args, kwargs)
+      )
   if graphlib.is_graph_node(f):
     return f, lambda node, *args, **kwargs: node(*args, **kwargs)
   if inspect.ismethod(f) and graphlib.is_graph_node(f.__self__):
@@ -253,8 +262,13 @@ class Prepared:
   call's own objects.
   """
 
-  def __init__(self, f: tp.Callable[..., tp.Any], args, kwargs):
+  def __init__(
+      self, f: tp.Callable[..., tp.Any], args, kwargs, *, paths: bool = True
+  ):
     callable_node, self.call = _split_callable(f)
+    # Whether the call runs in a functional frame, which names Module.sow
+    # sites by module path (nnx.capture runs in its own frame instead).
+    self.paths = paths
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
         (callable_node, args, kwargs), is_leaf=_is_graph_node
     )
@@ -355,7 +369,10 @@ class Prepared:
       node, call_args, call_kwargs = jax.tree_util.tree_unflatten(
           self.treedef, call_leaves
       )
-      out = self.call(node, *call_args, **call_kwargs)
+      if self.paths:
+        out = _call_in_frame(self.call, node, call_args, call_kwargs)
+      else:
+        out = self.call(node, *call_args, **call_kwargs)
       # (3) After f: flatten the copies again and return what changed.
       return _after_call(out, copies, self.graph, graphdef, values_in, outcome)
 
@@ -411,6 +428,17 @@ class Prepared:
       else:
         out_leaves.append(value)
     return jax.tree_util.tree_unflatten(outcome.out_treedef, out_leaves)
+
+
+def _call_in_frame(call, node, args, kwargs):
+  """``call(node, *args, **kwargs)`` on copies marked with their module
+  paths, in a functional frame (see :mod:`.module_paths`)."""
+  roots = module_paths.roots(node, args, kwargs)
+  modules = module_paths.modules_of_roots(roots)
+  return module_paths.run_in_frame(
+      module_paths.Frame(), modules,
+      lambda: call(node, *args, **kwargs),
+  )
 
 
 def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:

@@ -1,0 +1,496 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``tap``: sow the inputs and outputs of submodule calls, by module path.
+
+A staged call runs on private copies of its modules, marked with their paths
+(see :mod:`.module_paths`). For the duration of a tapped call, each matching
+copy's class is a *watching* subclass of its own, whose listed methods call
+the class's and sow their inputs and outputs. One watching subclass is made
+per class and set of methods, the first time it is needed; the user's
+classes, and every instance other than the private copies, are left as they
+are. A copy of a copy (made by ``nnx.jit``, ``nnx.vmap``, ``nnx.scan`` or
+``nnx.remat`` inside the call) keeps the class and the path mark, so it sows
+too.
+
+Inside the call, ``type(copy)`` is therefore the subclass (``isinstance``
+holds, and it has the class's name), and a ``super().method()`` call into a
+base class is not sown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import threading
+import types
+import typing as tp
+import weakref
+
+import jax
+import numpy as np
+
+from flax.nnx import graphlib
+from flax.nnx.sow import module_paths
+from flax.nnx.sow import primitive
+
+PathParts = module_paths.PathParts
+Pattern = tuple[tp.Union[str, int], ...]
+WILDCARD = '*'
+
+_NOT_PLAIN = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TapSpec:
+  """What one tap sows, and where.
+
+  Attributes:
+    patterns: the module paths it applies to; ``None`` for every module.
+    methods: the method names it watches; ``None`` for the public methods
+      (and ``__call__``) each class defines itself, as Flax 0.12.8's
+      ``method_outputs`` wraps them.
+    inputs: sow ``(*path, method, 'inputs')``.
+    outputs: sow ``(*path, method, 'output')``.
+    tag: the tag of those sows.
+    on_output: instead of sowing the output, ``on_output(module, method,
+      result)`` (``nnx.capture``'s ``method_outputs``).
+  """
+
+  patterns: tuple[Pattern, ...] | None
+  methods: tuple[str, ...] | None
+  inputs: bool
+  outputs: bool
+  tag: tp.Hashable
+  on_output: tp.Callable[[tp.Any, str, tp.Any], None] | None = None
+
+  def matches(self, path: PathParts) -> bool:
+    if self.patterns is None:
+      return True
+    return any(_matches(pattern, path) for pattern in self.patterns)
+
+  def method_names(self, cls: type) -> frozenset[str]:
+    if self.methods is None:
+      return frozenset(own_public_methods(cls))
+    return frozenset(self.methods)
+
+  def applies(self, path: PathParts, cls: type, method: str) -> bool:
+    return method in self.method_names(cls) and self.matches(path)
+
+
+def _matches(pattern: Pattern, path: PathParts) -> bool:
+  return len(pattern) == len(path) and all(
+      part == WILDCARD or part == step for part, step in zip(pattern, path)
+  )
+
+
+# ---------------------------------------------------------------------------
+# tap
+# ---------------------------------------------------------------------------
+
+
+def tap(
+    f: tp.Callable[..., tp.Any],
+    *patterns: Pattern,
+    methods: tp.Sequence[str] = ('__call__',),
+    inputs: bool = True,
+    outputs: bool = True,
+    tag: tp.Hashable = None,
+) -> tp.Callable[..., tp.Any]:
+  """Returns ``f`` with the calls of the modules at ``patterns`` sown.
+
+  Inside a functional :func:`~flax.nnx.sow.capture`, :func:`plant` or
+  :func:`perturb` staging, each listed method of each module of ``f``'s
+  arguments whose path matches a pattern sows the array leaves of its
+  ``(args, kwargs)`` as ``(*path, method, 'inputs')`` and uses the sown
+  value as its inputs, and sows the array leaves of its result as ``(*path,
+  method, 'output')`` and returns the sown value; other leaves are ``None``
+  in the sown value. So ``plant`` can replace a submodule's inputs or
+  output. Module paths follow the naming of ``Module.sow`` sites (see
+  :mod:`flax.nnx.sow.module_paths`). Neither the model nor its classes are
+  changed: only the private copies the staging runs on. Outside any staging,
+  ``tap(f)`` just calls ``f``.
+
+  A pattern is a tuple of path components (``str`` or ``int``); ``'*'``
+  matches exactly one component, and ``()`` the root module.
+
+  Example::
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from flax.nnx.sow import capture, plant, tap
+    >>> class Block(nnx.Module):
+    ...   def __init__(self, rngs):
+    ...     self.linear = nnx.Linear(2, 2, rngs=rngs)
+    ...   def __call__(self, x):
+    ...     return nnx.relu(self.linear(x))
+    >>> class Model(nnx.Module):
+    ...   def __init__(self, rngs):
+    ...     self.blocks = nnx.List([Block(rngs), Block(rngs)])
+    ...   def __call__(self, x):
+    ...     for block in self.blocks:
+    ...       x = block(x)
+    ...     return x
+    >>> model = Model(nnx.Rngs(0))
+    >>> tapped = tap(Model.__call__, ('blocks', '*', 'linear'), inputs=False)
+    >>> out, collected = capture(tapped)(model, jnp.ones(2))
+    >>> for name in collected:
+    ...   print(name)
+    ('blocks', 0, 'linear', '__call__', 'output')
+    ('blocks', 1, 'linear', '__call__', 'output')
+    >>> output = ('blocks', 1, 'linear', '__call__', 'output')
+    >>> plant(tapped, {output: (jnp.zeros(2),)})(model, jnp.ones(2))
+    Array([0., 0.], dtype=float32)
+
+  Args:
+    f: the function to run; a Module or a bound method of one is staged as
+      itself (its modules are named from it).
+    *patterns: the module paths to tap.
+    methods: the method names to watch on the matching modules.
+    inputs: sow the inputs of those calls.
+    outputs: sow their outputs.
+    tag: the tag of the sows.
+
+  Returns:
+    A function with ``f``'s signature.
+  """
+  if not callable(f):
+    raise TypeError(
+        f'tap: expected a callable, got {f!r} of type {type(f).__name__}.'
+    )
+  if not patterns:
+    raise TypeError('tap: give at least one module path pattern.')
+  if isinstance(methods, str):
+    methods = (methods,)
+  for method in methods:
+    if not isinstance(method, str):
+      raise TypeError(
+          f'tap: methods must be method names, got {method!r}.'
+      )
+  spec = TapSpec(
+      patterns=tuple(_check_pattern(p) for p in patterns),
+      methods=tuple(methods),
+      inputs=bool(inputs),
+      outputs=bool(outputs),
+      tag=primitive.check_static(tag, what='tag', where='tap'),
+  )
+  return Tapped(f, spec)
+
+
+def _check_pattern(pattern: tp.Any) -> Pattern:
+  if isinstance(pattern, tuple):
+    parts = []
+    for part in pattern:
+      if isinstance(part, (np.integer,)):
+        part = int(part)
+      if isinstance(part, bool) or not isinstance(part, (str, int)):
+        break
+      parts.append(part)
+    else:
+      return tuple(parts)
+  raise TypeError(
+      'tap: a pattern is a tuple of module path components (str or int,'
+      f" '*' for any one component), got {pattern!r}."
+  )
+
+
+class Tapped:
+  """``tap``'s result: calls ``f`` with its modules' calls sown.
+
+  A class rather than a closure so that the staging can see through it: a
+  tapped Module (or bound method of one) is staged as that graph node.
+  """
+
+  def __init__(self, f, spec: TapSpec):
+    self.fn = f
+    self.spec = spec
+    functools.update_wrapper(self, f, updated=())
+
+  def __call__(self, *args, **kwargs):
+    return self.run(lambda: self.fn(*args, **kwargs), (self.fn, args, kwargs))
+
+  def run(self, call: tp.Callable[[], tp.Any], reach: tp.Any) -> tp.Any:
+    """Runs ``call()``, tapping the modules of ``reach`` that match."""
+    frame = module_paths.innermost_functional()
+    if frame is None:
+      return call()  # the sows would be identities
+    modules = _matching(frame, self.spec, reach)
+    frame.taps.append(self.spec)
+    out = None
+    watched: list[tuple[tp.Any, type]] = []
+    try:
+      watched = watch((m, self.spec.method_names(_base(type(m))))
+                      for _, m in modules)
+      out = call()
+      return out
+    finally:
+      restore(watched, _graph_nodes(out))
+      popped = frame.taps.pop()
+      assert popped is self.spec
+
+
+def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
+  """The modules of ``reach`` with a path in ``frame`` matching ``spec``."""
+  candidates = []
+  seen: set[int] = set()
+  for node in _graph_nodes(reach):
+    for _, module in module_paths.modules_of(node):
+      path = frame.path_of(module)
+      if path is not None and id(module) not in seen:
+        seen.add(id(module))
+        candidates.append((path, module))
+  assert spec.patterns is not None
+  matched = []
+  for pattern in spec.patterns:
+    hits = [(p, m) for p, m in candidates if _matches(pattern, p)]
+    if not hits:
+      known = ', '.join(repr(p) for p, _ in candidates[:8])
+      raise ValueError(
+          f'tap: the pattern {pattern!r} matches no module of the function\'s'
+          f' arguments (module paths: {known or "none"}'
+          f'{", ..." if len(candidates) > 8 else ""}).'
+      )
+    matched.extend(hits)
+  for path, module in matched:
+    for method in spec.method_names(_base(type(module))):
+      attr = inspect.getattr_static(type(module), method, None)
+      if attr is None or not _method_like(attr):
+        raise TypeError(
+            f'tap: the {type(module).__name__} at {path!r} has no method'
+            f' {method!r} to tap.'
+        )
+  unique = {id(m): (p, m) for p, m in matched}
+  return list(unique.values())
+
+
+def _graph_nodes(tree: tp.Any) -> list[tp.Any]:
+  return [
+      leaf
+      for leaf in jax.tree_util.tree_leaves(
+          tree, is_leaf=graphlib.is_graph_node
+      )
+      if graphlib.is_graph_node(leaf)
+  ]
+
+
+def watch_for(frame, modules) -> list[tuple[tp.Any, type]]:
+  """Watches ``modules`` for the taps ``frame`` starts with
+  (``nnx.capture``'s ``method_outputs``)."""
+  pairs = []
+  for spec in frame.taps:
+    for path, module in modules:
+      if spec.matches(path):
+        pairs.append((module, spec.method_names(_base(type(module)))))
+  return watch(pairs)
+
+
+# ---------------------------------------------------------------------------
+# Watching subclasses
+# ---------------------------------------------------------------------------
+
+
+def _method_like(attr: tp.Any) -> bool:
+  """Whether ``attr`` (a class attribute) is called with the module first:
+  a function, also a decorated one, or an object that binds like a method
+  (``nnx.jit``'s); not a generator, class, static or class method."""
+  if isinstance(attr, types.FunctionType):
+    code, module_arg = attr.__code__, 0
+  elif (
+      not isinstance(attr, type)
+      and hasattr(type(attr), '__get__')
+      and isinstance(getattr(type(attr), '__call__', None),
+                     types.FunctionType)
+  ):
+    code, module_arg = type(attr).__call__.__code__, 1
+  else:
+    return False
+  takes_module = code.co_argcount > module_arg or bool(
+      code.co_flags & inspect.CO_VARARGS
+  )
+  return not code.co_flags & _NOT_PLAIN and takes_module
+
+
+def own_public_methods(cls: type) -> dict[str, tp.Any]:
+  """The public callables and ``__call__`` defined in ``cls`` itself (not
+  inherited ones), by name: the methods Flax 0.12.8's ``method_outputs``
+  wraps."""
+  return {
+      name: attr
+      for name, attr in vars(cls).items()
+      if (not name.startswith('_') or name == '__call__')
+      and _method_like(attr)
+  }
+
+
+def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
+  """``attr`` as a method that sows what the active taps ask for."""
+
+  def method(self, *args, **kwargs):
+    found = _active(self, name)
+    if found is None:
+      # Called as the class calls it: the class attribute, module first.
+      return attr(self, *args, **kwargs)
+    path, specs = found
+    base = module_paths.sow_name(path, name)
+    for tag in _tags(specs, 'inputs'):
+      args, kwargs = _sow_arrays(
+          (args, kwargs), name=(*base, 'inputs'), tag=tag
+      )
+    result = attr(self, *args, **kwargs)
+    for spec in specs:
+      if spec.on_output is not None:
+        spec.on_output(self, name, result)
+    for tag in _tags(specs, 'outputs'):
+      result = _sow_arrays(result, name=(*base, 'output'), tag=tag)
+    return result
+
+  if isinstance(attr, types.FunctionType):
+    functools.update_wrapper(method, attr)
+  return method
+
+
+def _tags(specs: tp.Sequence[TapSpec], what: str) -> list[tp.Hashable]:
+  """The distinct tags ``specs`` sow ``what`` with: nested taps of the same
+  module sow it once per tag."""
+  tags: list[tp.Hashable] = []
+  for spec in specs:
+    if spec.on_output is None and getattr(spec, what) and spec.tag not in tags:
+      tags.append(spec.tag)
+  return tags
+
+
+def _active(module, method: str) -> tuple[PathParts, list[TapSpec]] | None:
+  """The path and taps of the innermost frame that taps this call."""
+  cls = _base(type(module))
+  for frame in reversed(module_paths.FRAMES.stack):
+    if not frame.taps:
+      continue
+    path = frame.path_of(module)
+    if path is None:
+      continue
+    specs = [s for s in frame.taps if s.applies(path, cls, method)]
+    if specs:
+      return path, specs
+  return None
+
+
+def _sow_arrays(tree: tp.Any, *, name, tag) -> tp.Any:
+  """Sows the array leaves of ``tree`` (others ``None``) and puts the sown
+  arrays back in their places."""
+  leaves, treedef = jax.tree_util.tree_flatten(
+      tree, is_leaf=graphlib.is_graph_node
+  )
+  arrays = [primitive.is_array(leaf) for leaf in leaves]
+  if not any(arrays):
+    return tree
+  view = jax.tree_util.tree_unflatten(
+      treedef, [leaf if a else None for leaf, a in zip(leaves, arrays)]
+  )
+  sown = jax.tree_util.tree_leaves(primitive.sow(view, name=name, tag=tag))
+  at = [i for i, a in enumerate(arrays) if a]
+  for i, value in zip(at, sown, strict=True):
+    leaves[i] = value
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+# Class -> {method names -> watching subclass}; subclass -> (class, names).
+_WATCHING: weakref.WeakKeyDictionary[type, dict[frozenset, type]] = (
+    weakref.WeakKeyDictionary()
+)
+_WATCHED_BY: weakref.WeakKeyDictionary[type, tuple[type, frozenset]] = (
+    weakref.WeakKeyDictionary()
+)
+_LOCK = threading.Lock()
+
+
+def _base(cls: type) -> type:
+  entry = _WATCHED_BY.get(cls)
+  return cls if entry is None else entry[0]
+
+
+def _watching_class(cls: type, names: frozenset[str]) -> type:
+  """The subclass of ``cls``'s base watching ``names`` and what ``cls``
+  already watches (made once per set of names)."""
+  entry = _WATCHED_BY.get(cls)
+  if entry is not None:
+    base, watched = entry
+    if names <= watched:
+      return cls  # a copy of a copy, or a tap inside a tap
+    names = names | watched
+  else:
+    base = cls
+  if not names:
+    return cls
+  with _LOCK:
+    by_names = _WATCHING.setdefault(base, {})
+    watching = by_names.get(names)
+    if watching is None:
+      namespace: dict[str, tp.Any] = {
+          name: _watching(name, inspect.getattr_static(base, name))
+          for name in sorted(names)
+      }
+      namespace.update(
+          __module__=base.__module__,
+          __qualname__=base.__qualname__,
+          __doc__=base.__doc__,
+      )
+      # The same metaclass and pytree setting as the class: a copy of the
+      # subclass flattens, merges and prints as one of the class would.
+      watching = type(base)(
+          base.__name__, (base,), namespace,
+          pytree=getattr(base, '_pytree__is_pytree'),
+      )
+      by_names[names] = watching
+      _WATCHED_BY[watching] = (base, names)
+    return watching
+
+
+def watch(
+    pairs: tp.Iterable[tuple[tp.Any, frozenset[str]]],
+) -> list[tuple[tp.Any, type]]:
+  """Gives each module copy the class that watches its names; returns what
+  :func:`restore` needs."""
+  changed = []
+  for module, names in pairs:
+    cls = type(module)
+    watching = _watching_class(cls, names)
+    if watching is not cls:
+      _set_class(module, watching)
+      changed.append((module, cls))
+  return changed
+
+
+def restore(
+    changed: tp.Sequence[tuple[tp.Any, type]], returned: tp.Sequence[tp.Any]
+) -> None:
+  """Gives the modules :func:`watch` changed their classes back, and so to
+  the copies of them among the graph nodes the call returned."""
+  previous = {}
+  for module, cls in reversed(changed):
+    previous[type(module)] = cls
+    _set_class(module, cls)
+  if not previous or not returned:
+    return
+  for _, node in graphlib.iter_graph(list(returned), graph=True):
+    cls = previous.get(type(node))
+    if cls is not None:
+      _set_class(node, cls)
+
+
+def _set_class(module: tp.Any, cls: type) -> None:
+  # Not through the module's __setattr__, which would record `__class__` as
+  # an attribute of the module.
+  object.__setattr__(module, '__class__', cls)

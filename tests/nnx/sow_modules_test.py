@@ -1,0 +1,566 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Modules through the functional transform: Module.sow sites and taps.
+
+``capture``/``plant`` of a function of a model see its ``Module.sow`` and
+``Module.perturb`` sites, named by module path, and ``tap`` sows the inputs
+and outputs of submodule calls by path; the model, its classes and its
+instances are never changed. Oracles are the values recomputed directly from
+the submodules' parameters, Flax's own ``nnx.capture`` where it applies, and
+``jax.grad`` of explicit functions.
+"""
+
+import threading
+import warnings
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from flax.nnx import capture_compat
+from flax.nnx.sow import capture
+from flax.nnx.sow import plant
+from flax.nnx.sow import tap
+import sow_testing
+
+assert_close = sow_testing.assert_close
+LAYERS = 3
+MEMBERS = 4
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+  def __call__(self, x):
+    pre = self.perturb('pre', self.linear(x))
+    h = jnp.tanh(pre)
+    self.sow(nnx.Intermediate, 'h', h)
+    return h
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs):
+    self.blocks = nnx.List([Block(rngs) for _ in range(2)])
+
+  def __call__(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return x
+
+
+def forward(model, x):
+  return model(x)
+
+
+def linear_of(params, x):
+  """A Linear recomputed from its parameters."""
+  return x @ params.kernel[...] + params.bias[...]
+
+
+def model_oracle(model, x):
+  """(pre-activations, h) of each block, recomputed directly."""
+  pres, hs = [], []
+  for block in model.blocks:
+    pre = linear_of(block.linear, x)
+    x = jnp.tanh(pre)
+    pres.append(pre)
+    hs.append(x)
+  return pres, hs
+
+
+@nnx.split_rngs(splits=MEMBERS)
+@nnx.vmap(in_axes=(0,), out_axes=0)
+def make_ensemble(rngs):
+  return Block(rngs)
+
+
+class Stack(nnx.Module):
+  """Stacked layers run by nnx.scan, as Flax's scan-over-layers guide."""
+
+  def __init__(self, rngs):
+    @nnx.split_rngs(splits=LAYERS)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make(rngs):
+      return Block(rngs)
+
+    self.layers = make(rngs)
+
+  def __call__(self, x):
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    def step(x, layer):
+      return layer(x)
+
+    return step(x, self.layers)
+
+
+def stacked_oracle(kernel, bias, x):
+  """h per member/layer of Blocks with stacked parameters."""
+  return [jnp.tanh(x @ kernel[i] + bias[i]) for i in range(kernel.shape[0])]
+
+
+X = jnp.linspace(-1.0, 1.0, 3)
+
+
+class ModulesTestCase(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.enterContext(capture_compat.install())
+    self.model = Model(nnx.Rngs(0))
+
+  def assert_untouched(self, model, before_vars, before_state):
+    self.assertEqual(set(vars(model)), before_vars)
+    for block in model.blocks:
+      self.assertIs(type(block), Block)
+      self.assertNotIn('h', vars(block))
+      self.assertNotIn('pre', vars(block))
+      self.assertNotIn('_nnx_capture_paths', vars(block))
+    jax.tree.map(
+        np.testing.assert_array_equal, nnx.state(model), before_state
+    )
+
+  def snapshot(self, model):
+    return set(vars(model)), jax.tree.map(np.asarray, nnx.state(model))
+
+
+class ModuleSowTest(ModulesTestCase):
+
+  def test_sites_named_by_path_and_model_untouched(self):
+    before = self.snapshot(self.model)
+    out, collected = capture(forward)(self.model, X)
+    pres, hs = model_oracle(self.model, X)
+    self.assertEqual(
+        list(collected),
+        [('blocks', 0, 'pre'), ('blocks', 0, 'h'),
+         ('blocks', 1, 'pre'), ('blocks', 1, 'h')],
+    )
+    for i in range(2):
+      assert_close(collected[('blocks', i, 'h')][0], hs[i])
+      # Module.perturb sows its zero perturbation.
+      np.testing.assert_array_equal(
+          collected[('blocks', i, 'pre')][0], jnp.zeros(3)
+      )
+    assert_close(out, hs[-1])
+    self.assert_untouched(self.model, *before)
+
+  def test_tree_mode(self):
+    with nnx.set_graph_mode(False):
+      _, collected = capture(forward)(self.model, X)
+      _, tapped = capture(tap(forward, ('blocks', 1), inputs=False))(
+          self.model, X)
+    _, hs = model_oracle(self.model, X)
+    assert_close(collected[('blocks', 1, 'h')][0], hs[1])
+    assert_close(tapped[('blocks', 1, '__call__', 'output')][0], hs[1])
+    self.assertIs(type(self.model.blocks[1]), Block)
+
+  def test_tagged_by_variable_type(self):
+    _, intermediates = capture(forward, tag=nnx.Intermediate)(self.model, X)
+    _, perturbations = capture(forward, tag=nnx.Perturbation)(self.model, X)
+    self.assertEqual(
+        list(intermediates), [('blocks', 0, 'h'), ('blocks', 1, 'h')]
+    )
+    self.assertEqual(
+        list(perturbations), [('blocks', 0, 'pre'), ('blocks', 1, 'pre')]
+    )
+
+  def test_same_values_as_flax_capture(self):
+    _, collected = capture(forward)(self.model, X)
+    with capture_compat.uninstall():
+      _, state = nnx.capture(forward, nnx.Intermediate)(self.model, X)
+    for i in range(2):
+      np.testing.assert_array_equal(
+          collected[('blocks', i, 'h')][0],
+          state['blocks'][i]['h'].get_value()[0],
+      )
+
+  def test_every_value_in_call_order(self):
+    # reduce_fn/init_fn only apply in nnx.capture: the functional capture
+    # returns each value sown.
+    def twice(model, x):
+      return model(model(x))
+
+    _, collected = capture(twice)(self.model, X)
+    _, first = model_oracle(self.model, X)
+    _, second = model_oracle(self.model, first[-1])
+    self.assertLen(collected[('blocks', 0, 'h')], 2)
+    assert_close(collected[('blocks', 0, 'h')][0], first[0])
+    assert_close(collected[('blocks', 0, 'h')][1], second[0])
+
+  def test_module_or_bound_method_is_the_root(self):
+    _, from_module = capture(self.model)(X)
+    _, from_method = capture(self.model.blocks[1].__call__)(X)
+    _, hs = model_oracle(self.model, X)
+    self.assertEqual(
+        list(from_module)[1::2], [('blocks', 0, 'h'), ('blocks', 1, 'h')]
+    )
+    self.assertEqual(list(from_method), [('pre',), ('h',)])
+    assert_close(from_method[('h',)][0], jnp.tanh(
+        linear_of(self.model.blocks[1].linear, X)))
+    assert_close(from_module[('blocks', 1, 'h')][0], hs[1])
+
+  def test_other_arguments_are_prefixed(self):
+    other = Block(nnx.Rngs(1))
+
+    def f(x, model, *, extra):
+      return extra(model(x))
+
+    _, collected = capture(f)(X, self.model, extra=other)
+    self.assertEqual(
+        [name for name in collected if name[-1] == 'h'],
+        [(1, 'blocks', 0, 'h'), (1, 'blocks', 1, 'h'), ('extra', 'h')],
+    )
+    _, hs = model_oracle(self.model, X)
+    assert_close(
+        collected[('extra', 'h')][0], jnp.tanh(linear_of(other.linear, hs[-1]))
+    )
+
+    def g(model, x, extra):
+      return extra(model(x))
+
+    _, collected = capture(g)(self.model, X, other)
+    self.assertIn((2, 'h'), collected)
+    self.assertIn(('blocks', 0, 'h'), collected)
+
+  def test_module_in_a_closure_is_refused(self):
+    def f(x):
+      return self.model(x)
+
+    with self.assertRaisesRegex(
+        ValueError, r'Module.perturb was called on a Block .*Pass it as an'
+        ' argument'
+    ):
+      capture(f)(X)
+    before = self.snapshot(self.model)
+    self.assert_untouched(self.model, *before)
+
+  @parameterized.named_parameters(('eager', False), ('jit', True))
+  def test_jit_around_capture(self, jit):
+    run = capture(forward)
+    if jit:
+      run = jax.jit(run)
+    out, collected = run(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    assert_close(out, hs[-1])
+    assert_close(collected[('blocks', 1, 'h')][0], hs[1])
+
+  @parameterized.named_parameters(
+      ('nnx_jit', lambda f: nnx.jit(f)),
+      ('nnx_remat', lambda f: nnx.remat(f)),
+  )
+  def test_transform_inside(self, transform):
+    def f(model, x):
+      return transform(forward)(model, x)
+
+    out, collected = capture(f)(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    self.assertEqual(
+        [name for name in collected if name[-1] == 'h'],
+        [('blocks', 0, 'h'), ('blocks', 1, 'h')],
+    )
+    assert_close(out, hs[-1])
+    for i in range(2):
+      assert_close(collected[('blocks', i, 'h')][0], hs[i])
+
+  def test_nnx_jit_per_block_keeps_paths(self):
+    # One nnx.jit for both blocks: traced per path, named per path.
+    @nnx.jit
+    def run_block(block, x):
+      return block(x)
+
+    def f(model, x):
+      for block in model.blocks:
+        x = run_block(block, x)
+      return x
+
+    _, collected = capture(f)(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    for i in range(2):
+      assert_close(collected[('blocks', i, 'h')][0], hs[i])
+
+  def test_nnx_jit_inside_traced_once_across_captures(self):
+    traces = []
+
+    @nnx.jit
+    def run(model, x):
+      traces.append(None)
+      return model(x)
+
+    for _ in range(3):
+      _, collected = capture(run)(self.model, X)
+      self.assertIn(('blocks', 1, 'h'), collected)
+    self.assertLen(traces, 1)
+
+  def test_nnx_vmap_ensemble(self):
+    ensemble = make_ensemble(nnx.Rngs(0))
+
+    def f(ensemble, x):
+      return nnx.vmap(lambda b, x: b(x), in_axes=(0, None))(ensemble, x)
+
+    out, collected = capture(f)(ensemble, X)
+    want = stacked_oracle(
+        ensemble.linear.kernel[...], ensemble.linear.bias[...], X
+    )
+    self.assertEqual(list(collected), [('pre',), ('h',)])
+    assert_close(collected[('h',)][0], jnp.stack(want))
+    assert_close(out, jnp.stack(want))
+
+  def test_nnx_scan_stacked_layers(self):
+    stack = Stack(nnx.Rngs(0))
+    out, collected = capture(forward)(stack, X)
+    kernel = stack.layers.linear.kernel[...]
+    bias = stack.layers.linear.bias[...]
+    x, want = X, []
+    for i in range(LAYERS):
+      x = jnp.tanh(x @ kernel[i] + bias[i])
+      want.append(x)
+    self.assertEqual(list(collected), [('layers', 'pre'), ('layers', 'h')])
+    assert_close(collected[('layers', 'h')][0], jnp.stack(want))
+    assert_close(out, want[-1])
+
+  def test_perturb_gradient_of_the_intermediate(self):
+    name = ('blocks', 0, 'pre')
+
+    def loss(model, x):
+      return jnp.sum(model(x) ** 2)
+
+    def planted_loss(delta):
+      return plant(loss, {name: (delta,)})(self.model, X)
+
+    got = jax.jit(jax.grad(planted_loss))(jnp.zeros(3))
+    # The oracle: the loss as an explicit function of block 0's
+    # pre-activation.
+    block1 = self.model.blocks[1].linear
+
+    def explicit(pre0):
+      return jnp.sum(jnp.tanh(linear_of(block1, jnp.tanh(pre0))) ** 2)
+
+    pres, _ = model_oracle(self.model, X)
+    assert_close(got, jax.grad(explicit)(pres[0]))
+
+  def test_plant_through_module_perturb(self):
+    delta = jnp.full(3, 0.5)
+    out = plant(forward, {('blocks', 0, 'pre'): (delta,)})(self.model, X)
+    pres, _ = model_oracle(self.model, X)
+    want = jnp.tanh(
+        linear_of(self.model.blocks[1].linear, jnp.tanh(pres[0] + delta))
+    )
+    assert_close(out, want)
+
+  def test_nnx_capture_inside_keeps_its_state(self):
+    def f(model, x):
+      return nnx.capture(model, nnx.Perturbation)(x)
+
+    (_, state), collected = capture(f)(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    # nnx.capture's frame is the innermost: it collects its type...
+    np.testing.assert_array_equal(
+        state['blocks'][1]['pre'].get_value(), jnp.zeros(3)
+    )
+    self.assertNotIn(('blocks', 1, 'pre'), collected)
+    # ...and a Module.sow of a type it does not collect reaches the
+    # functional capture, named from nnx.capture's module.
+    assert_close(collected[('blocks', 1, 'h')][0], hs[1])
+
+  def test_runner_keyed_by_installed_module_sow(self):
+    jitted = jax.jit(forward)
+    with capture_compat.uninstall(), warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      _, without = capture(jitted)(Model(nnx.Rngs(0)), X)
+    _, with_overlay = capture(jitted)(Model(nnx.Rngs(0)), X)
+    self.assertEmpty(without)
+    self.assertIn(('blocks', 1, 'h'), with_overlay)
+
+
+class TapTest(ModulesTestCase):
+
+  def test_reads_inputs_and_outputs(self):
+    before = self.snapshot(self.model)
+    tapped = tap(forward, ('blocks', '*', 'linear'))
+    out, collected = capture(tapped)(self.model, X)
+    pres, hs = model_oracle(self.model, X)
+    inputs = [X, hs[0]]
+    for i in range(2):
+      name = ('blocks', i, 'linear', '__call__')
+      (args, kwargs), = collected[(*name, 'inputs')]
+      self.assertEqual(kwargs, {})
+      assert_close(args[0], inputs[i])
+      assert_close(collected[(*name, 'output')][0], pres[i])
+    self.assertNotIn(('blocks', 0, '__call__', 'output'), collected)
+    assert_close(out, hs[-1])
+    self.assert_untouched(self.model, *before)
+
+  def test_root_pattern_and_tapped_module(self):
+    _, collected = capture(tap(self.model, (), inputs=False))(X)
+    _, hs = model_oracle(self.model, X)
+    assert_close(collected[('__call__', 'output')][0], hs[-1])
+    self.assertIs(type(self.model), Model)
+
+  def test_plant_output_as_hand_edited_model(self):
+    value = jnp.array([0.25, -0.5, 1.0])
+    name = ('blocks', 0, 'linear', '__call__', 'output')
+    tapped = tap(forward, ('blocks', 0, 'linear'), inputs=False)
+    got = plant(tapped, {name: (value,)})(self.model, X)
+    # The hand-edited model: block 0's linear returns `value` for any input.
+    edited = nnx.clone(self.model)
+    edited.blocks[0].linear.kernel[...] = jnp.zeros((3, 3))
+    edited.blocks[0].linear.bias[...] = value
+    with capture_compat.uninstall(), warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      want = edited(X)
+    assert_close(got, want)
+
+  def test_plant_inputs(self):
+    value = jnp.array([0.1, 0.2, 0.3])
+    tapped = tap(forward, ('blocks', 1), outputs=False)
+    got = plant(
+        tapped, {('blocks', 1, '__call__', 'inputs'): (((value,), {}),)}
+    )(self.model, X)
+    want = jnp.tanh(linear_of(self.model.blocks[1].linear, value))
+    assert_close(got, want)
+
+  @parameterized.named_parameters(
+      ('nnx_jit', lambda f: nnx.jit(f)),
+      ('nnx_remat', lambda f: nnx.remat(f)),
+  )
+  def test_through_transforms(self, transform):
+    def f(model, x):
+      return transform(forward)(model, x)
+
+    tapped = tap(f, ('blocks', '*', 'linear'), inputs=False)
+    _, collected = capture(tapped)(self.model, X)
+    pres, _ = model_oracle(self.model, X)
+    for i in range(2):
+      assert_close(
+          collected[('blocks', i, 'linear', '__call__', 'output')][0], pres[i]
+      )
+    value = jnp.ones(3)
+    got = plant(
+        tapped, {('blocks', 1, 'linear', '__call__', 'output'): (value,)}
+    )(self.model, X)
+    assert_close(got, jnp.tanh(value))
+    self.assertIs(type(self.model.blocks[1].linear), nnx.Linear)
+
+  def test_through_nnx_vmap(self):
+    ensemble = make_ensemble(nnx.Rngs(0))
+
+    def f(ensemble, x):
+      return nnx.vmap(lambda b, x: b(x), in_axes=(0, None))(ensemble, x)
+
+    tapped = tap(f, ('linear',), inputs=False)
+    _, collected = capture(tapped)(ensemble, X)
+    kernel, bias = ensemble.linear.kernel[...], ensemble.linear.bias[...]
+    want = jnp.stack([X @ kernel[i] + bias[i] for i in range(MEMBERS)])
+    assert_close(collected[('linear', '__call__', 'output')][0], want)
+    self.assertIs(type(ensemble.linear), nnx.Linear)
+
+  def test_through_nnx_scan(self):
+    stack = Stack(nnx.Rngs(0))
+    tapped = tap(forward, ('layers', 'linear'))
+    _, collected = capture(tapped)(stack, X)
+    kernel = stack.layers.linear.kernel[...]
+    bias = stack.layers.linear.bias[...]
+    x, inputs, outputs = X, [], []
+    for i in range(LAYERS):
+      inputs.append(x)
+      outputs.append(x @ kernel[i] + bias[i])
+      x = jnp.tanh(outputs[-1])
+    (args, _), = collected[('layers', 'linear', '__call__', 'inputs')]
+    assert_close(args[0], jnp.stack(inputs))
+    assert_close(
+        collected[('layers', 'linear', '__call__', 'output')][0],
+        jnp.stack(outputs),
+    )
+
+  def test_pattern_matching_nothing_is_refused(self):
+    tapped = tap(forward, ('blocks', '*', 'mlp'))
+    with self.assertRaisesRegex(
+        ValueError, r"pattern \('blocks', '\*', 'mlp'\) matches no module"
+    ):
+      capture(tapped)(self.model, X)
+    with self.assertRaisesRegex(ValueError, r"\('blocks', 2\) matches no"):
+      capture(tap(forward, ('blocks', 2)))(self.model, X)
+
+  def test_bad_patterns_and_methods_are_refused(self):
+    with self.assertRaisesRegex(TypeError, 'a pattern is a tuple'):
+      tap(forward, 'blocks')
+    with self.assertRaisesRegex(TypeError, "no method 'attend'"):
+      capture(tap(forward, ('blocks', 0), methods=('attend',)))(
+          self.model, X)
+
+  def test_classes_restored_after_an_exception(self):
+    def failing(model, x):
+      model(x)
+      raise RuntimeError('inside f')
+
+    before = self.snapshot(self.model)
+    with self.assertRaisesRegex(RuntimeError, 'inside f'):
+      capture(tap(failing, ('blocks', '*')))(self.model, X)
+    self.assert_untouched(self.model, *before)
+    self.assertIs(type(self.model.blocks[0].linear), nnx.Linear)
+
+  def test_returned_copies_get_their_class_back(self):
+    def f(model, x):
+      model(x)
+      return nnx.clone(model.blocks[0])
+
+    returned, _ = capture(tap(f, ('blocks', 0)))(self.model, X)
+    self.assertIs(type(returned), Block)
+    self.assertNotIn('_nnx_capture_paths', vars(returned))
+
+  def test_outside_any_capture_just_calls(self):
+    tapped = tap(forward, ('blocks', '*'))
+    with capture_compat.uninstall(), warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      np.testing.assert_array_equal(
+          tapped(nnx.clone(self.model), X), forward(nnx.clone(self.model), X)
+      )
+    self.assertIs(type(self.model.blocks[0]), Block)
+
+  def test_threads(self):
+    models = [Model(nnx.Rngs(seed)) for seed in range(4)]
+    tapped = tap(forward, ('blocks', '*', 'linear'), inputs=False)
+    results = [None] * 4
+    errors = []
+
+    def run(i):
+      try:
+        for _ in range(3):
+          results[i] = capture(tapped)(models[i], X)[1]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    self.assertEqual(errors, [])
+    for model, collected in zip(models, results):
+      pres, _ = model_oracle(model, X)
+      for i in range(2):
+        assert_close(
+            collected[('blocks', i, 'linear', '__call__', 'output')][0],
+            pres[i],
+        )
+      self.assertIs(type(model.blocks[0].linear), nnx.Linear)
+
+
+if __name__ == '__main__':
+  absltest.main()
