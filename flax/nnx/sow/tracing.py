@@ -370,7 +370,9 @@ class Prepared:
           self.treedef, call_leaves
       )
       if self.paths:
-        out = _call_in_frame(self.call, node, call_args, call_kwargs)
+        out = _call_in_frame(
+            self.call, node, call_args, call_kwargs, bool(self.node_pos)
+        )
       else:
         out = self.call(node, *call_args, **call_kwargs)
       # (3) After f: flatten the copies again and return what changed.
@@ -430,11 +432,18 @@ class Prepared:
     return jax.tree_util.tree_unflatten(outcome.out_treedef, out_leaves)
 
 
-def _call_in_frame(call, node, args, kwargs):
+def _call_in_frame(call, node, args, kwargs, has_nodes: bool):
   """``call(node, *args, **kwargs)`` on copies marked with their module
-  paths, in a functional frame (see :mod:`.module_paths`)."""
-  roots = module_paths.roots(node, args, kwargs)
-  modules = module_paths.modules_of_roots(roots)
+  paths, in a functional frame (see :mod:`.module_paths`).
+
+  The frame is there even without graph node arguments: a ``Module.sow`` on
+  a module the function closes over then raises rather than writing an
+  attribute.
+  """
+  modules = []
+  if has_nodes:  # else no argument can hold a module: no walk
+    roots = module_paths.roots(node, args, kwargs)
+    modules = module_paths.modules_of_roots(roots)
   return module_paths.run_in_frame(
       module_paths.Frame(), modules,
       lambda: call(node, *args, **kwargs),
