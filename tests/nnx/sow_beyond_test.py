@@ -295,22 +295,24 @@ class PlantTest(parameterized.TestCase):
     sow_testing.assert_close(grads['h'][0], 3 * np.sin(X) ** 2)
 
   def test_plant_under_vmap_and_tag(self):
+    # Both results are read: planting into a sow whose result is unused is
+    # an error (sow_plant_unread_test.py).
     def f(x):
-      sow(x, name='a', tag='t')
-      return sow(x * 2, name='a') + 1
+      a = sow(x, name='a', tag='t')
+      return 10 * a + sow(x * 2, name='a') + 1
 
     # Only the tagged sow is planted; the other one keeps its value.
     out = plant(f, {'a': (jnp.zeros(3, jnp.float32),)}, tag='t')(X)
-    np.testing.assert_array_equal(out, X * 2 + 1)
+    np.testing.assert_array_equal(out, 10 * 0 + X * 2 + 1)
     xs = jnp.stack([X, X + 1])
     planted = (jnp.zeros(3, jnp.float32), jnp.ones(3, jnp.float32))
     out = jax.vmap(plant(f, {'a': planted}))(xs)
-    np.testing.assert_array_equal(out, jnp.full((2, 3), 2.0))
+    np.testing.assert_array_equal(out, jnp.full((2, 3), 10 * 0 + 1 + 1.0))
 
   def test_unplanted_sows_stay_for_capture(self):
     def f(x):
-      sow(x, name='a')
-      return sow(x * 2, name='b') + 1
+      a = sow(x, name='a')
+      return sow(x * 2, name='b') + 1 + a
 
     zeros = jnp.zeros(3, jnp.float32)
     out, collected = capture(plant(f, {'a': (zeros,)}))(X)

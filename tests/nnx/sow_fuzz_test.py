@@ -100,9 +100,10 @@ def check_against_oracle(test, program, shape, *, jit: bool):
   test.assertEqual(seen, oracle.capture_names, 'nested captures')
 
   # plant round trip, for every name it accepts: not clobbered anywhere
-  # (there is one value per name, not per sow) nor sown in a while_loop.
-  clobbered = _clobbered_names(program)
-  values = {n: v for n, v in collected.items() if n not in clobbered}
+  # (there is one value per name, not per sow) nor sown in a while_loop,
+  # and every sow of it read (plant refuses a sow whose result is unused).
+  refused = _clobbered_names(program) | _unread_names(program)
+  values = {n: v for n, v in collected.items() if n not in refused}
   if values:
     planted = plant(fn, values)(x)
     np.testing.assert_array_equal(planted, fn(x), err_msg='plant round trip')
@@ -117,6 +118,18 @@ def _clobbered_names(node) -> set:
     names.add(node.name)
   for child in _children(node):
     names |= _clobbered_names(child)
+  return names
+
+
+def _unread_names(node) -> set:
+  """Names of sows whose result the built program drops."""
+  names = set()
+  if isinstance(node, fp.Sow) and not node.threaded:
+    names.add(node.name)
+  if isinstance(node, fp.Capture):
+    names.add(('cap', node.ident))
+  for child in _children(node):
+    names |= _unread_names(child)
   return names
 
 
@@ -160,8 +173,8 @@ class RegressionTest(absltest.TestCase):
     value = {'i': 3, 'f': 1.5, 'n': np.int32(7), 'b': True}
 
     def f(x):
-      sow(value, name='c')
-      return x, jnp.int32(3), sow(2.5, name='out')
+      c = sow(value, name='c')
+      return x, jnp.int32(3), sow(2.5, name='out'), c
 
     direct_value, direct_out = sow(value, name='c'), f(X)
     runs = {

@@ -85,6 +85,10 @@ zeros_like_aval = ad_util.zeros_like_aval
 # The name-stack entry a transformation (`vmap`, `jvp`, ...) leaves on the
 # equations it emits; `jax.extend.source_info_util` exports the stack only.
 Transform = source_info_util.Transform
+# The frames of an equation's traceback outside JAX, so that an error names
+# the user's line rather than our own wrapper around `sow_p.bind`;
+# `jax.extend.source_info_util.summarize` gives only the first of them.
+user_frames = source_info_util.user_frames
 
 # -- Jaxprs and caches -------------------------------------------------------
 # Closes (and cached: the same open jaxpr gives the same closed one, which

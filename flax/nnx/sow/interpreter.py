@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import typing as tp
 
 import jax
@@ -72,12 +73,16 @@ class Request:
       ``None``.
     rebind_unhandled: re-bind the sows it does not handle, so that an
       enclosing interpretation still sees them; ``False`` drops every sow.
+    refuse_unread: planting into a sow whose result the program never reads
+      is an error (``plant``); ``nnx.capture`` plants ``init`` perturbations
+      wherever legacy added them, read or not.
   """
 
   selection: SiteFilter
   collect: bool = True
   planted: SiteFilter | None = None
   rebind_unhandled: bool = True
+  refuse_unread: bool = False
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
     return self.selection.matches(params) and (
@@ -359,6 +364,27 @@ def _handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   return invals if planted is None else planted
 
 
+def _handle_unread_sow(
+    scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]
+):
+  """``_handle_sow`` for a sow whose result nothing reads.
+
+  A value planted there would change nothing, which ``plant`` refuses rather
+  than reporting success: ``Module.sow`` discards the value ``sow`` returns,
+  for instance.
+  """
+  site = scope.here(site_of(eqn))
+  if scope.request.refuse_unread and scope.request.plants(eqn.params):
+    raise ValueError(
+        f'plant: the sow {site.name!r} (tag={site.tag!r}, at {where(eqn)})'
+        ' returns a value the function never uses, so a value planted there'
+        ' would change nothing. Use what sow returns (x = sow(x, name=...));'
+        ' Module.sow discards it, so plant into a tap of the module'
+        ' (flax.nnx.sow.tap) instead.'
+    )
+  return _handle_sow(scope, eqn, invals)
+
+
 def _drop_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
   del scope, eqn
   return invals
@@ -389,7 +415,25 @@ def plan(jaxpr: core.Jaxpr, request: Request) -> tuple[Rule | None, ...]:
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
 def _plan(jaxpr: core.Jaxpr, request: Request, strip: bool):
-  return tuple(_plan_eqn(eqn, request, strip) for eqn in jaxpr.eqns)
+  rules = tuple(_plan_eqn(eqn, request, strip) for eqn in jaxpr.eqns)
+  if not request.refuse_unread or _handle_sow not in rules:
+    return rules
+  read = _read_vars(jaxpr)
+  return tuple(
+      _handle_unread_sow
+      if rule is _handle_sow
+      and not any(var in read for var in eqn.outvars)
+      else rule
+      for eqn, rule in zip(jaxpr.eqns, rules)
+  )
+
+
+def _read_vars(jaxpr: core.Jaxpr) -> set[core.Var]:
+  """The variables an equation or an output of ``jaxpr`` reads."""
+  read = {atom for atom in jaxpr.outvars if isinstance(atom, core.Var)}
+  for eqn in jaxpr.eqns:
+    read.update(atom for atom in eqn.invars if isinstance(atom, core.Var))
+  return read
 
 
 def _plan_eqn(
@@ -426,7 +470,18 @@ def describe_names(names: tp.Iterable[tp.Any]) -> str:
   return ', '.join(sorted(map(repr, names))) or '(none)'
 
 
+# This package's files: an equation's location skips them (a sow is bound
+# by `primitive.sow`, a module's sow by `Module.sow`), to name user code.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_COMPAT_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), 'capture_compat')
+
+
 def where(eqn: core.JaxprEqn) -> str:
+  """Where ``eqn`` was traced: the first frame outside JAX and this
+  package."""
+  for frame in _jax.user_frames(eqn.source_info.traceback):
+    if not frame.file_name.startswith((_PACKAGE_DIR, _COMPAT_DIR)):
+      return f'{frame.file_name}:{frame.start_line} ({frame.function_name})'
   return source_info_util.summarize(eqn.source_info)
 
 

@@ -72,7 +72,8 @@ def plant(
   values = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
   request = interpreter.Request(
-      selection, collect=False, planted=Selection(names=frozenset(values))
+      selection, collect=False, planted=Selection(names=frozenset(values)),
+      refuse_unread=True,
   )
 
   @functools.wraps(f)
@@ -97,7 +98,7 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tuple[tp.Any, ...]]:
     )
   checked = {}
   for name, entries in values.items():
-    primitive.check_name(name, where='plant')
+    name = primitive.check_name(name, where='plant')
     if not isinstance(entries, (tuple, list)):
       raise TypeError(
           f'plant: values[{name!r}] must be a tuple with one value per sow,'

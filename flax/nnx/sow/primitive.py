@@ -233,19 +233,35 @@ def sow_keys(jaxpr: jex_core.Jaxpr) -> frozenset[tuple[Name, tp.Hashable]]:
 
 
 def check_name(name: tp.Any, *, where: str) -> Name:
-  """Returns ``name`` if it is a valid sow name, else raises ``TypeError``."""
+  """Returns ``name`` if it is a valid sow name, else raises ``TypeError``.
+
+  NumPy integer scalars in a tuple name become ints (a layer index taken
+  from ``np.arange``), so ``('layers', np.int64(3))`` and ``('layers', 3)``
+  are the same name.
+  """
   if isinstance(name, str):
     return name
-  if isinstance(name, tuple) and name and all(
-      isinstance(part, str)
-      or (isinstance(part, int) and not isinstance(part, bool))
-      for part in name
-  ):
-    return name
+  if isinstance(name, tuple) and name:
+    parts = tuple(_name_part(part) for part in name)
+    if all(part is not None for part in parts):
+      return parts
   raise TypeError(
       f'{where}: name must be a str or a non-empty tuple of str/int, got'
       f' {name!r} of type {type(name).__name__}.'
   )
+
+
+def _name_part(part: tp.Any) -> str | int | None:
+  """``part`` as a name component, or ``None`` if it cannot be one."""
+  if isinstance(part, str):
+    return part
+  if isinstance(part, bool) or isinstance(part, np.bool_):
+    return None
+  if isinstance(part, int):
+    return int(part)  # an IntEnum or int subclass: its plain value
+  if isinstance(part, np.integer):
+    return int(part)
+  return None
 
 
 def check_static(value: tp.Any, *, what: str, where: str) -> tp.Hashable:
