@@ -50,6 +50,7 @@ CORE_TESTS = (
     'tests/nnx/sow_graph_nodes_test.py',
     'tests/nnx/sow_doctest_test.py',
     'tests/nnx/sow_memory_test.py',
+    'tests/nnx/sow_plant_unread_test.py',
 )
 COMPAT_TESTS = (
     'tests/nnx/sow_semantics_test.py',
@@ -124,11 +125,18 @@ MUTANTS: tuple[Mutant, ...] = (
        'sow_effects = jex_core.no_effects',
        'a sow whose result is unused survives dead-code elimination'),
     _m('primitive-bool-name-part', 'primitive.py',
-       '      or (isinstance(part, int) and not isinstance(part, bool))\n'
-       '      for part in name\n  ):\n    return name',
-       '      or isinstance(part, int)\n'
-       '      for part in name\n  ):\n    return name',
+       '  if isinstance(part, bool) or isinstance(part, np.bool_):\n'
+       '    return None\n',
+       '',
        'a bool is refused as a part of a sow name'),
+    _m('primitive-numpy-int-name-part-kept', 'primitive.py',
+       '  if isinstance(part, np.integer):\n    return int(part)',
+       '  if isinstance(part, np.integer):\n    return part',
+       'a NumPy integer in a name becomes the int it holds'),
+    _m('interpreter-plant-unread-allowed', 'interpreter.py',
+       '  if not request.refuse_unread or _handle_sow not in rules:',
+       '  if True:',
+       'plant refuses a sow whose result is unused'),
     _m('primitive-scalar-not-weak', 'primitive.py',
        'return leaf if isinstance(leaf, jax.Array) else'
        ' jax.numpy.asarray(leaf)',
@@ -498,20 +506,26 @@ MUTANTS: tuple[Mutant, ...] = (
        '        accumulated = info.reduce_fn(accumulated, value)',
        'reduce_fn is applied in call order'),
     _m('compat-perturb-not-added', COMPAT + 'module_methods.py',
-       '  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)'
-       '\n  return perturbation + value',
-       '  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)'
-       '\n  return value',
+       '      mode=\'append\', meta=info,\n  )\n  return perturbation + value',
+       '      mode=\'append\', meta=info,\n  )\n  return value',
        'Module.perturb adds its (planted) perturbation'),
     _m('compat-dropped-returns-true', COMPAT + 'module_methods.py',
        '      )\n    return False',
        '      )\n    return True',
        'Module.sow returns False when the capture does not collect it'),
     _m('compat-marks-ignore-paths', COMPAT + 'frames.py',
-       '  paths: tuple[tuple[int, PathParts], ...]\n',
-       '  paths: tuple[tuple[int, PathParts], ...] = dataclasses.field(\n'
-       '      compare=False)\n',
+       '  paths: tuple[tuple[tp.Hashable, PathParts], ...]\n',
+       '  paths: tuple[tuple[tp.Hashable, PathParts], ...] = (\n'
+       '      dataclasses.field(compare=False))\n',
        'nnx.jit of two equal submodules is traced per module path'),
+    _m('compat-frame-key-per-call', COMPAT + 'frames.py',
+       '    return (self.depth, self.config)',
+       '    return (self.depth, self.config, id(self))',
+       'a capture traced again compiles no jit inside it again'),
+    _m('compat-sites-of-any-frame', COMPAT + 'frames.py',
+       '      if isinstance(info, SiteInfo) and info.frame == self.key:',
+       '      if isinstance(info, SiteInfo):',
+       'nested captures each collect only their own modules\' sows'),
     _m('compat-marks-left-on-returned-modules', COMPAT + 'call.py',
        '        frames.unmark([m for _, m in modules] + returned, frame)',
        '        pass',

@@ -50,7 +50,7 @@ _NO_VALUE = object()
 
 @dataclasses.dataclass(frozen=True)
 class _SiteSelection:
-  """Selects exactly the (name, tag) sites a frame registered.
+  """Selects exactly the (name, tag) sites a frame collects.
 
   A :class:`~flax.nnx.sow.selection.Selection` selects by tag and by name
   separately; a frame knows which name goes with which tag.
@@ -68,7 +68,7 @@ class _Trace:
 
   Everything :class:`Call` needs to evaluate the call again on other
   arguments of the same structure: the staged jaxpr, how to rebuild its
-  outputs, the sow sites the frame registered while it was traced, and the
+  outputs, the sow sites the frame collects (found in the jaxpr), and the
   guards that must hold for it to be reused.
   """
 
@@ -187,8 +187,8 @@ class Call:
       )
       jaxpr, outcome = prepared.trace()
       trace = _Trace(
-          jaxpr, outcome, tuple(frame.module_paths), dict(frame.sites),
-          guards,
+          jaxpr, outcome, tuple(frame.module_paths),
+          frame.sites_in(jaxpr.jaxpr), guards,
       )
       self._store(key, trace)
     selection = _SiteSelection(sites=frozenset(trace.sites))
@@ -207,22 +207,23 @@ class Call:
     """The function staged: ``call`` on the copies, inside ``frame``."""
 
     def traced(root, args, kwargs):
-      # Runs on copies, inside the trace.
+      # Runs on copies, inside the trace. Pushed first: the marks hold the
+      # frame's key, which its depth on the stack is part of.
       modules = frames.module_paths(root)
       frame.module_paths = [path for path, _ in modules]
-      for path, module in modules:
-        frames.mark(module, frame, path)
+      frames.FRAMES.push(frame)
       watched = []
-      if self.method_outputs is not None:
-        watched = method_outputs_lib.watch(m for _, m in modules)
-      frames.FRAMES.stack.append(frame)
       out = None
       try:
+        for path, module in modules:
+          frames.mark(module, frame, path)
+        if self.method_outputs is not None:
+          watched = method_outputs_lib.watch(m for _, m in modules)
         out = self.call(root, *args, **kwargs)
         return out
       finally:
         method_outputs_lib.restore(watched)
-        popped = frames.FRAMES.stack.pop()
+        popped = frames.FRAMES.pop()
         assert popped is frame
         # The copies, and what the call returns (a module built from a
         # copy carries its mark), leave without this capture's marks.

@@ -24,7 +24,6 @@ path.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 import typing as tp
 
@@ -46,10 +45,16 @@ PathParts = tuple[tp.Hashable, ...]
 
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class SiteInfo:
-  """What one sow site of a frame needs to become a State entry."""
+  """What one sow site of a frame needs to become a State entry.
 
+  Carried by the site's marker (``meta``), so a capture finds it in the
+  program itself, also in the body of an ``nnx.jit`` whose trace JAX reused
+  from an earlier capture with the same :attr:`Frame.key`.
+  """
+
+  frame: tp.Hashable  # the key of the frame that collects it
   path: PathParts
   name: str
   var_type: type[Variable]
@@ -71,12 +76,30 @@ class Frame:
       init_types: dict[PathParts, set[type[Variable]]],
       method_outputs: type[Variable] | None,
   ):
-    self.id = next(_FRAME_IDS)
     self.var_types = var_types
     self.init_types = init_types
     self.method_outputs = method_outputs
     self.module_paths: list[PathParts] = []
-    self.sites: dict[tuple[primitive.Name, type], SiteInfo] = {}
+    # What decides which sows the traced program holds, and nothing that
+    # differs between two calls of the same capture: the key is part of the
+    # module copies' graph definitions (see `PathMark`), so a per-call value
+    # would make every `nnx.jit` inside trace and compile again on every
+    # call that is traced again (one closing over arrays, say).
+    self.config = (
+        var_types,
+        frozenset(
+            (path, frozenset(types)) for path, types in init_types.items()
+        ),
+        method_outputs,
+    )
+    self.depth: int | None = None  # set when pushed
+
+  @property
+  def key(self) -> tp.Hashable:
+    """Tells this frame apart from the others on the stack, and from
+    frames of another configuration."""
+    assert self.depth is not None, 'the frame is not pushed'
+    return (self.depth, self.config)
 
   def accepts(self, path: PathParts, var_type: type[Variable]) -> bool:
     """Whether legacy ``__captures__`` of the module at ``path`` has a slot
@@ -89,21 +112,32 @@ class Frame:
   def path_of(self, obj: tp.Any) -> PathParts | None:
     """``obj``'s path from this frame's root, or ``None``."""
     mark = _mark_of(obj)
-    return None if mark is None else mark.path_in(self.id)
+    return None if mark is None else mark.path_in(self.key)
 
-  def register(self, name, info: SiteInfo) -> None:
-    key = (name, info.var_type)
-    if key not in self.sites:
-      self.sites[key] = info
-
-
-_FRAME_IDS = itertools.count(1)
+  def sites_in(
+      self, jaxpr
+  ) -> dict[tuple[primitive.Name, type], SiteInfo]:
+    """The sites of ``jaxpr`` (at any depth) this frame collects, by
+    ``(sow name, Variable type)``, the first of each in program order."""
+    sites: dict[tuple[primitive.Name, type], SiteInfo] = {}
+    for eqn in primitive.sow_equations(jaxpr):
+      info = eqn.params.get('meta')
+      if isinstance(info, SiteInfo) and info.frame == self.key:
+        sites.setdefault((eqn.params['sow_name'], info.var_type), info)
+    return sites
 
 
 class _FrameStack(threading.local):
 
   def __init__(self):
     self.stack: list[Frame] = []
+
+  def push(self, frame: Frame) -> None:
+    frame.depth = len(self.stack)
+    self.stack.append(frame)
+
+  def pop(self) -> Frame:
+    return self.stack.pop()
 
 
 FRAMES = _FrameStack()
@@ -121,7 +155,7 @@ _MARK_ATTRIBUTE = '_nnx_capture_paths'
 class PathMark:
   """A static attribute of the module copies a capture runs on.
 
-  For each enclosing capture (innermost last): its frame id and the module's
+  For each enclosing capture (innermost last): its frame key and the module's
   path from its captured module. Being static, it is part of the module's
   graph definition and pytree structure, so every copy that an NNX transform
   (graph or tree mode) or a JAX transform of modules as pytrees makes inside
@@ -133,11 +167,11 @@ class PathMark:
   from graph nodes the call returns) when the call ends.
   """
 
-  paths: tuple[tuple[int, PathParts], ...]
+  paths: tuple[tuple[tp.Hashable, PathParts], ...]
 
-  def path_in(self, frame_id: int) -> PathParts | None:
-    for entry_id, path in self.paths:
-      if entry_id == frame_id:
+  def path_in(self, frame_key: tp.Hashable) -> PathParts | None:
+    for entry_key, path in self.paths:
+      if entry_key == frame_key:
         return path
     return None
 
@@ -158,7 +192,7 @@ def mark(module: tp.Any, frame: Frame, path: PathParts) -> None:
   entries = () if previous is None else previous.paths
   # Written into the instance dictionary: the mark is neither data nor a
   # user attribute, and must not go through the module's __setattr__.
-  vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
+  vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.key, path)))
 
 
 def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
@@ -166,9 +200,9 @@ def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
   nodes they reach."""
   for _, node in graphlib.iter_graph(list(nodes), graph=True):
     mark_ = _mark_of(node)
-    if mark_ is None or mark_.path_in(frame.id) is None:
+    if mark_ is None or mark_.path_in(frame.key) is None:
       continue
-    rest = tuple(entry for entry in mark_.paths if entry[0] != frame.id)
+    rest = tuple(entry for entry in mark_.paths if entry[0] != frame.key)
     if rest:
       vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
     else:

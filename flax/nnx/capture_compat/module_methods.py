@@ -137,13 +137,12 @@ def sow(
           value, name=frames.sow_name(path, name), tag=variable_type
       )
     return False
-  sow_name = frames.sow_name(path, name)
-  frame.register(
-      sow_name,
-      frames.SiteInfo(path, name, variable_type, 'sow', reduce_fn, init_fn),
+  info = frames.SiteInfo(
+      frame.key, path, name, variable_type, 'sow', reduce_fn, init_fn
   )
-  primitive.sow(
-      value, name=sow_name, tag=variable_type, mode=sow_mode(reduce_fn)
+  primitive.sow_with_meta(
+      value, name=frames.sow_name(path, name), tag=variable_type,
+      mode=sow_mode(reduce_fn), meta=info,
   )
   return True
 
@@ -303,18 +302,19 @@ def perturb(
   frame, path, accepted = target
   if not accepted:
     return value
-  sow_name = frames.sow_name(path, name)
-  frame.register(
-      sow_name,
-      frames.SiteInfo(path, name, variable_type, 'perturb', tuple_reduce,
-                tuple_init),
+  info = frames.SiteInfo(
+      frame.key, path, name, variable_type, 'perturb', tuple_reduce,
+      tuple_init,
   )
   # A zero perturbation, sown: the capture returns it, and a capture with
   # `init` plants the given perturbation there (see `_InitPlanter`), so it
   # follows the value through every transform as the value does: per member
   # under nnx.vmap, per iteration (stacked) under nnx.scan.
   zeros = jax.tree.map(jnp.zeros_like, value)
-  perturbation = primitive.sow(zeros, name=sow_name, tag=variable_type)
+  perturbation = primitive.sow_with_meta(
+      zeros, name=frames.sow_name(path, name), tag=variable_type,
+      mode='append', meta=info,
+  )
   return perturbation + value
 
 

@@ -390,13 +390,33 @@ def sow(
   Returns:
     ``value``, unchanged.
   """
+  return sow_with_meta(value, name=name, tag=tag, mode=mode, meta=None)
+
+
+def sow_with_meta(
+    value: tp.Any,
+    *,
+    name: Name,
+    tag: tp.Hashable,
+    mode: str,
+    meta: tp.Hashable,
+) -> tp.Any:
+  """:func:`sow`, with static ``meta`` data carried by the marker.
+
+  For libraries built on ``sow``: the marker keeps ``meta`` wherever the
+  program goes (inside a cached ``jit`` body, say), so whatever reads the
+  program learns it there rather than from a side effect of tracing, which
+  a reused trace does not repeat. ``nnx.capture`` keeps a ``Module.sow``'s
+  arguments there. ``capture`` and ``plant`` ignore it. ``None`` leaves the
+  marker as ``sow`` makes it.
+  """
   where = f'sow(name={name!r})'
   name = check_name(name, where=where)
   tag = check_static(tag, what='tag', where=where)
   mode = check_mode(mode, where=where)
   leaves, treedef = flatten_value(value, where=where)
-  out = sow_p.bind(
-      *leaves, sow_name=name, tag=tag, mode=mode, tree=treedef,
-      vmapped=0
-  )
+  params = dict(sow_name=name, tag=tag, mode=mode, tree=treedef, vmapped=0)
+  if meta is not None:
+    params['meta'] = check_static(meta, what='meta', where=where)
+  out = sow_p.bind(*leaves, **params)
   return jax.tree_util.tree_unflatten(treedef, out)
