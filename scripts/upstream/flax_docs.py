@@ -57,11 +57,12 @@ import typing as tp
 import flax_notebooks
 import intermediates_guide
 
-# In the order a reader should take them: the transform, then what changes
-# for nnx.capture users, the errors, the codemod.
+# In the order a reader should take them: the transform, the interventions
+# built on it, then what changes for nnx.capture users, the errors, the
+# codemod.
 GUIDES = (
-    'sow_transform', 'capture_behavior_changes', 'sow_bad_inputs',
-    'migrate_sow',
+    'sow_transform', 'interventions', 'capture_behavior_changes',
+    'sow_bad_inputs', 'migrate_sow',
 )
 GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')
 TOCTREE = pathlib.Path('docs_nnx', 'guides_advanced.rst')

@@ -112,6 +112,7 @@ NOT_SHIPPED = (
     'check_static_test.py',     # scripts/upstream/check_static.py
     'mutation_table_test.py',   # scripts/mutation
     'sow_bench_test.py',        # benchmarks/sow_bench.py
+    'interventions_bench_test.py',  # benchmarks/interventions_gemma.py
     'migrate_sow_real_test.py',  # the codemod on checkouts of other repos
     'readme_test.py',           # this repository's README
     'flax_docs_test.py',        # scripts/upstream/flax_docs.py

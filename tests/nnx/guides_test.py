@@ -38,6 +38,7 @@ GUIDES = (
     'sow_bad_inputs',
     'capture_behavior_changes',
     'migrate_sow',
+    'interventions',
 )
 # Guides whose code needs a package that Flax does not depend on.
 NEEDS = {'migrate_sow': 'libcst'}
