@@ -102,6 +102,8 @@ INTEGRATION_TESTS = (
     'sow_external_models.py',
     'sow_parity_test.py',
     'sow_modules_test.py',
+    # Its last test plants through a Module.sow site and a tap.
+    'sow_plant_unread_test.py',
 )
 DOCS_TESTS = ('guides_test.py',)
 CODEMOD_TESTS = (
