@@ -378,6 +378,20 @@ class ModuleSowTest(ModulesTestCase):
     # functional capture, named from nnx.capture's module.
     assert_close(collected[('blocks', 1, 'h')][0], hs[1])
 
+  def test_jitted_function_with_a_name_predicate(self):
+    # The predicate is resolved on a trace of the call made for that
+    # purpose; it too must see Module.sow sites as sows (it took the
+    # attribute-writing path, and the predicate then selected nothing).
+    before = self.snapshot(self.model)
+    run = capture(jax.jit(forward), names=lambda name: name[-1] == 'h')
+    out, collected = run(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    self.assertEqual(list(collected), [('blocks', 0, 'h'), ('blocks', 1, 'h')])
+    for i in range(2):
+      assert_close(collected[('blocks', i, 'h')][0], hs[i])
+    assert_close(out, hs[-1])
+    self.assert_untouched(self.model, *before)
+
   def test_runner_keyed_by_installed_module_sow(self):
     jitted = jax.jit(forward)
     with capture_compat.uninstall(), warnings.catch_warnings():

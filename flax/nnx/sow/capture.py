@@ -205,9 +205,11 @@ class _CompiledRunners:
     """The (name, tag) of the sows of this call of the jitted function."""
     f = self.f()
     assert f is not None  # the caller holds it
-    with primitive.harvesting(True):  # as a capture traces it
-      traced = f.trace(*args, **kwargs)
-    return primitive.sow_keys(traced.jaxpr.jaxpr)
+    # Staged as a capture stages it (graph nodes copied, module copies
+    # marked with their paths), so that Module.sow sites are sows here too.
+    with tracing.updating():
+      jaxpr, _ = tracing.Prepared(f, args, kwargs).trace()
+    return primitive.sow_keys(jaxpr.jaxpr)
 
   def _add(self, key: tuple[Selection, tp.Any]):
     with self.lock:
