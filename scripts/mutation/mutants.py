@@ -204,8 +204,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if self.tag is None and params['tag'] != self.tag:",
        'capture(f, tag=...) selects only sows with that tag'),
     _m('selection-predicate-ignored', 'selection.py',
-       "    return bool(self.names(params['sow_name']))",
-       '    return True',
+       '        tag=self.tag, names=frozenset(filter(self.names, candidates))',
+       '        tag=self.tag, names=frozenset(candidates)',
        'a name predicate selects only the names it accepts'),
     # -- interpreter.py ----------------------------------------------------
     _m('interpreter-plant-needs-collect', 'interpreter.py',

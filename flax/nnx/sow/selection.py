@@ -60,9 +60,9 @@ class Selection:
       return False
     if self.names is None:
       return True
-    if isinstance(self.names, frozenset):
-      return params['sow_name'] in self.names
-    return bool(self.names(params['sow_name']))
+    # A name predicate is matched only once `resolve` made it the set of
+    # names it selects (every capture does so before interpreting).
+    return params['sow_name'] in tp.cast(frozenset, self.names)
 
   def resolve(
       self,
