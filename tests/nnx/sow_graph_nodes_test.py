@@ -276,7 +276,7 @@ class GraphNodesTest(parameterized.TestCase):
 
     def check(values):
       for value in values:
-        self.assertEqual(tracing._is_graph_node(value),
+        self.assertEqual(tracing.is_graph_node(value),
                          graphlib.is_graph_node(value), repr(value))
 
     model = Model(nnx.Rngs(0))
@@ -289,7 +289,7 @@ class GraphNodesTest(parameterized.TestCase):
 
     jax.jit(traced)(X, jax.new_ref(X))
     jax.vmap(traced, in_axes=(0, None))(X, jax.new_ref(X))
-    self.assertTrue(tracing._is_graph_node(jax.new_ref(X)))  # not vacuous
+    self.assertTrue(tracing.is_graph_node(jax.new_ref(X)))  # not vacuous
 
   def test_an_exception_writes_nothing(self):
     model = Model(nnx.Rngs(0))

@@ -205,6 +205,12 @@ class _CompiledRunners:
     """The (name, tag) of the sows of this call of the jitted function."""
     f = self.f()
     assert f is not None  # the caller holds it
+    if not any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(
+        (args, kwargs), is_leaf=tracing.is_graph_node))):
+      # No module to name by path: the jitted function's own trace, which
+      # JAX caches, is the program the capture runs.
+      with primitive.harvesting(True):  # as a capture traces it
+        return primitive.sow_keys(f.trace(*args, **kwargs).jaxpr.jaxpr)
     # Staged as a capture stages it (graph nodes copied, module copies
     # marked with their paths), so that Module.sow sites are sows here too.
     with tracing.updating():

@@ -76,7 +76,7 @@ def _is_traced(leaf: tp.Any) -> bool:
   return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)
 
 
-def _is_graph_node(leaf: tp.Any) -> bool:
+def is_graph_node(leaf: tp.Any) -> bool:
   """``graphlib.is_graph_node``, answered at once for a plain array.
 
   Flax's check goes through ``isinstance`` on abstract classes and builds
@@ -270,9 +270,9 @@ class Prepared:
     # sites by module path (nnx.capture runs in its own frame instead).
     self.paths = paths
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
-        (callable_node, args, kwargs), is_leaf=_is_graph_node
+        (callable_node, args, kwargs), is_leaf=is_graph_node
     )
-    is_node = [_is_graph_node(leaf) for leaf in self.leaves]
+    is_node = [is_graph_node(leaf) for leaf in self.leaves]
     self.node_pos = [i for i, node in enumerate(is_node) if node]
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
@@ -322,7 +322,7 @@ class Prepared:
     """
     statics = []
     for leaf, traced in zip(self.leaves, self.arg_traced):
-      if not traced and not _is_graph_node(leaf):
+      if not traced and not is_graph_node(leaf):
         statics.append(leaf)
     for leaf, traced in zip(self.state_leaves, self.state_traced):
       if not traced:
