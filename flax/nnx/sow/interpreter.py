@@ -241,7 +241,9 @@ Record = tuple[Site, list[tp.Any]]
 
 class Planter(tp.Protocol):
 
-  def take(self, site: Site, leaves: tp.Sequence[tp.Any]) -> list[tp.Any]:
+  def take(
+      self, site: Site, leaves: tp.Sequence[tp.Any] | None
+  ) -> list[tp.Any]:
     """The planted leaves for this execution of ``site``, which sows
     ``leaves`` (``None`` from a rule: a site that takes a tuple entry)."""
 
@@ -799,8 +801,8 @@ class Transformed:
     run time only), given the index outputs ``ends`` of the last run."""
     for name, count, end in zip(self.fn_names, self.fn_counts, ends,
                                 strict=True):
-      static = count is not None and times is not None
-      scope.counter(name).advance(count * times if static else None, end)
+      total = None if count is None or times is None else count * times
+      scope.counter(name).advance(total, end)
 
 
 class _InputPlanter:

@@ -235,9 +235,9 @@ def refuse_unreachable(module: tp.Any, method: str) -> None:
   )
 
 
-def sow_name(path: PathParts, name: str) -> tuple[tp.Hashable, ...]:
+def sow_name(path: PathParts, name: str) -> tuple[str | int, ...]:
   """The sow name of ``Module.sow(T, name, ...)`` at ``path``."""
-  parts = []
+  parts: list[str | int] = []
   for part in (*path, name):
     if isinstance(part, str) or (
         isinstance(part, int) and not isinstance(part, bool)

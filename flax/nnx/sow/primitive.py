@@ -242,9 +242,10 @@ def check_name(name: tp.Any, *, where: str) -> Name:
   if isinstance(name, str):
     return name
   if isinstance(name, tuple) and name:
-    parts = tuple(_name_part(part) for part in name)
-    if all(part is not None for part in parts):
-      return parts
+    parts = [_name_part(part) for part in name]
+    checked = [part for part in parts if part is not None]
+    if len(checked) == len(parts):
+      return tuple(checked)
   raise TypeError(
       f'{where}: name must be a str or a non-empty tuple of str/int, got'
       f' {name!r} of type {type(name).__name__}.'
