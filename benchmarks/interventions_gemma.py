@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import dataclasses
 import inspect
 import os
@@ -59,11 +58,13 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from flax.nnx.sow import capture, plant, tap  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'nnx'))
+import sow_testing  # noqa: E402  (the suite's compile counter)
+
 CHECKOUT_ENV = 'FLAX_CHECKOUT'
 RESULTS = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 START = '<!-- interventions-gemma:start -->'
 END = '<!-- interventions-gemma:end -->'
-_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 
 # The model: as the guide's, tiny, so that a run takes milliseconds.
 LAYERS, HEADS, HEAD_DIM, WIDTH, VOCAB, T = 3, 2, 8, 16, 16, 6
@@ -85,21 +86,10 @@ class Result:
   check: str
 
 
-@contextlib.contextmanager
 def counting_compiles():
-  """Yields a list with an entry per XLA compilation meanwhile."""
-  events = []
-
-  def listener(event, duration_secs, **kwargs):
-    del duration_secs, kwargs
-    if event == _COMPILE_EVENT:
-      events.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield events
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
+  """Yields a list with an entry per XLA compilation meanwhile (the test
+  suite's counter)."""
+  return sow_testing.count_compiles()
 
 
 def measure(fn: tp.Callable[..., tp.Any], first: tuple, later: tuple,
