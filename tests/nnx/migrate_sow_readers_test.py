@@ -35,6 +35,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import sow_layout
+import sow_legacy
 from absl.testing import absltest, parameterized
 from flax import nnx
 from flax.nnx import capture_compat
@@ -375,6 +376,8 @@ class CaptureHazardTest(absltest.TestCase):
         actual = new[name](new['Block'](nnx.Rngs(0)), x)
         _assert_same(self, [np.asarray(v) for v in expected],
                      [np.asarray(v) for v in actual])
+      if not sow_legacy.is_available():
+        return  # Flax itself: its nnx.capture is ours, which has no hazard
       # What the codemod refused, written by hand, fails.
       model = legacy['Block'](nnx.Rngs(0))
       axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})

@@ -279,7 +279,7 @@ class CompiledRunnerTest(parameterized.TestCase):
         self.w = nnx.Param(jnp.arange(3, dtype=jnp.float32))
 
     def scaled(model, x):
-      return sow(x * model.w[...], name='y')
+      return sow(x * model.w[...][None], name='y')  # (2, 3) * (1, 3)
 
     x = jnp.ones((2, 3))
     jitted = jax.jit(
@@ -287,7 +287,7 @@ class CompiledRunnerTest(parameterized.TestCase):
     )
     model = Scaled()
     out, collected = capture(jitted)(model, x)  # ordinary Variables: works
-    np.testing.assert_array_equal(out, x * np.arange(3))
+    np.testing.assert_array_equal(out, x * np.arange(3)[None])
     np.testing.assert_array_equal(collected['y'][0], out)
     with nnx.var_defaults(hijax=True):
       hijax_model = Scaled()

@@ -98,8 +98,9 @@ def _split_callable(f):
   if isinstance(f, taps.Tapped):
     # A tapped Module (or bound method) is staged as that graph node.
     node, inner = _split_callable(f.fn)
+    run = f.run  # bound here: pytype loses the isinstance inside a lambda
     if node is not None:
-      return node, lambda node, *args, **kwargs: f.run(
+      return node, lambda node, *args, **kwargs: run(
           lambda: inner(node, *args, **kwargs), (node, args, kwargs)
       )
   if graphlib.is_graph_node(f):
