@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import os
 import typing as tp
 
@@ -169,11 +170,11 @@ def vmaps_of(eqn: core.JaxprEqn) -> int:
   ``vmap()`` while its body does not; a vmap inside the body marks the
   body's equations instead.
   """
-  return sum(
-      1
-      for part in eqn.source_info.name_stack.stack
-      if isinstance(part, _jax.Transform) and part.name == 'vmap'
-  )
+  count = 0
+  for part in eqn.source_info.name_stack.stack:
+    if isinstance(part, _jax.Transform) and part.name == 'vmap':
+      count += 1
+  return count
 
 
 def aval_of(value: tp.Any) -> Aval:
@@ -188,6 +189,9 @@ def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
   return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
 
 
+_aval_attr = operator.attrgetter('aval')
+
+
 def site_of(eqn: core.JaxprEqn) -> Site:
   params = eqn.params
   return Site(
@@ -195,7 +199,7 @@ def site_of(eqn: core.JaxprEqn) -> Site:
       tag=params['tag'],
       mode=params['mode'],
       tree=params['tree'],
-      avals=_avals(tuple(v.aval for v in eqn.invars)),
+      avals=_avals(tuple(map(_aval_attr, eqn.invars))),
       vmapped=params['vmapped'],
       inner_vmaps=vmaps_of(eqn),
   )
@@ -309,7 +313,14 @@ class Scope:
       return
     # A higher-order primitive bound eagerly may return a literal of its
     # body as a raw literal value (checkpoint does): record arrays.
-    record = (site, [as_array(leaf) for leaf in leaves])
+    self.record_arrays(site, list(map(as_array, leaves)))
+
+  def record_arrays(self, site: Site, leaves: list[tp.Any]):
+    """``record``, for leaves known to be arrays or tracers, in a list of
+    their own (which the record keeps)."""
+    if not self.request.collect:
+      return
+    record = (site, leaves)
     name = site.name
     if site.mode == 'clobber' and name in self._first:
       live = self._live(name)
@@ -475,8 +486,11 @@ def _plan_eqn(
     if request.handles(eqn.params):
       return _handle_sow
     return None if request.rebind_unhandled else _drop_sow
-  if any(contains(sub, request) for sub in core.jaxprs_in_params(eqn.params)):
-    return _rules.RULES.get(eqn.primitive, _refuse)
+  # Loops, not `any(...)`: this runs for every equation of every program
+  # captured, and each generator is an allocation (garbage collections).
+  for sub in core.jaxprs_in_params(eqn.params):
+    if contains(sub, request):
+      return _rules.RULES.get(eqn.primitive, _refuse)
   if strip and primitive.sow_effect in eqn.effects:
     return _rules.RULES.get(eqn.primitive)
   return None
@@ -603,13 +617,23 @@ def _rewrite(
   def read(atom):
     return substitute.get(atom, atom) if isinstance(atom, core.Var) else atom
 
-  # Runs once per staged program: per equation, only what must be done.
+  def reads_removed(eqn):
+    for atom in eqn.invars:
+      if isinstance(atom, core.Var) and atom in substitute:
+        return True
+    return False
+
+  # Runs once per staged program, over every equation: per equation, only
+  # what must be done, and no allocation for the equations it keeps as they
+  # are (each allocation brings the next garbage collection closer).
   eqns, sites, sown = [], [], []
   for eqn, rule in zip(jaxpr.eqns, rules):
-    invars = [read(v) for v in eqn.invars]
     if rule is not None:
       if rule is not _handle_sow and rule is not _drop_sow:
         return None
+      invars = (
+          list(map(read, eqn.invars)) if reads_removed(eqn) else eqn.invars
+      )
       if rule is _handle_sow:
         sites.append(site_of(eqn))
         sown.extend(invars)
@@ -622,10 +646,12 @@ def _rewrite(
     if eqn.primitive is primitive.sow_p:
       # Re-bound (not handled): its effect is what binding it now gives.
       sow_effects = core.no_effects if strip else {primitive.sow_effect}
+      invars = list(map(read, eqn.invars))
       eqns.append(eqn.replace(invars=invars, effects=sow_effects))
-      continue
-    # Atoms compare by identity: equal lists read no removed sow.
-    eqns.append(eqn if invars == eqn.invars else eqn.replace(invars=invars))
+    elif substitute and reads_removed(eqn):
+      eqns.append(eqn.replace(invars=list(map(read, eqn.invars))))
+    else:
+      eqns.append(eqn)
   if not sites:
     return None  # nothing to collect: evaluate keeps the program as it is
   outvars = [read(v) for v in jaxpr.outvars] + sown
@@ -664,7 +690,7 @@ def _evaluate_rewritten(
   start = num_outs
   for site in rewritten.sites:
     end = start + site.num_leaves
-    scope.record(scope.here(site), outs[start:end])
+    scope.record_arrays(scope.here(site), outs[start:end])
     start = end
   return outs[:num_outs]
 
