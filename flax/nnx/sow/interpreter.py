@@ -626,7 +626,9 @@ def _rewrite(
   # Runs once per staged program, over every equation: per equation, only
   # what must be done, and no allocation for the equations it keeps as they
   # are (each allocation brings the next garbage collection closer).
-  eqns, sites, sown = [], [], []
+  eqns: list[core.JaxprEqn] = []
+  sites: list[Site] = []
+  sown: list[jax.core.Atom] = []
   for eqn, rule in zip(jaxpr.eqns, rules):
     if rule is not None:
       if rule is not _handle_sow and rule is not _drop_sow:
