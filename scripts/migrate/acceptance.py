@@ -54,7 +54,10 @@ import tempfile
 import time
 
 REPOS = ('cax', 'tunix', 'maxtext', 'flax')
-TARGETS = ('capture', 'functional')
+# (--target, --nnx-capture): capture for either nnx.capture the migrated
+# code may run on, Flax 0.12.8's or capture_compat's (see hazards.py).
+TARGETS = (('capture', 'legacy'), ('capture', 'transform'),
+           ('functional', None))
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        'migrate_sow.py')
 _START, _END = ('<!-- migrate-acceptance:start -->',
@@ -183,19 +186,22 @@ def _snapshot(directory: str) -> dict[str, bytes]:
   return found
 
 
-def run_repo(repo: str, target: str, jobs: int = 1) -> dict:
+def run_repo(repo: str, target: str, jobs: int = 1,
+             nnx_capture: str | None = None) -> dict:
   """Runs the codemod over a copy of ``repo``; returns one table row."""
+  options = ['--target', target, '--jobs', str(jobs)]
+  if nnx_capture:
+    options += ['--nnx-capture', nnx_capture]
   with tempfile.TemporaryDirectory() as scratch:
     copy = os.path.join(scratch, os.path.basename(repo))
     shutil.copytree(repo, copy, ignore=shutil.ignore_patterns('.git'),
                     symlinks=True)
     before = _snapshot(copy)
-    first, seconds = _cli(['--target', target, '--write', '--annotate',
-                           '--jobs', str(jobs), '--project-root', copy, '.'],
-                          copy)
+    first, seconds = _cli([*options, '--write', '--annotate',
+                           '--project-root', copy, '.'], copy)
     after = _snapshot(copy)
-    again, _ = _cli(['--target', target, '--check', '--annotate',
-                     '--jobs', str(jobs), '--project-root', copy, '.'], copy)
+    again, _ = _cli([*options, '--check', '--annotate',
+                     '--project-root', copy, '.'], copy)
   changed = [p for p in after if after[p] != before.get(p)]
   broken = [p for p in changed if p.endswith('.py') and _broken(after[p])]
   flags = collections.Counter()
@@ -212,7 +218,8 @@ def run_repo(repo: str, target: str, jobs: int = 1) -> dict:
   crashes = sum(': internal error: ' in l for l in first.stderr.splitlines())
   crashes += int(first.returncode not in (0, 3) or 'Traceback' in first.stderr)
   return {
-      'target': target,
+      'target': target + (f' ({nnx_capture} nnx.capture)' if nnx_capture
+                          else ''),
       'files': len(before),
       'changed_files': len(changed),
       'codemod_sites': int(sites.group(1)) if sites else 0,
@@ -276,7 +283,8 @@ def main(argv=None) -> int:
     if not os.path.isdir(repo):
       print(f'acceptance: {repo} missing; skipped')
       continue
-    rows = [run_repo(repo, target, args.jobs) for target in TARGETS]
+    rows = [run_repo(repo, target, args.jobs, nnx_capture)
+            for target, nnx_capture in TARGETS]
     results[name] = (_commit(repo), count_sites(repo), rows)
     for row in rows:
       print(name, json.dumps({k: v for k, v in row.items()}, default=str))

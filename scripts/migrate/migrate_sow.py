@@ -45,7 +45,7 @@ from sow_migrate import analysis as _analysis
 from sow_migrate import decide as _decide
 from sow_migrate import plan as _plan
 from sow_migrate.flags import REASONS, Flag  # noqa: F401 (re-exported)
-from sow_migrate.runner import (  # noqa: F401  # noqa: F401  # noqa: F401
+from sow_migrate.runner import (  # noqa: F401 (re-exported)
   EXIT_CHANGES,
   EXIT_INTERNAL,
   EXIT_OK,
@@ -54,12 +54,14 @@ from sow_migrate.runner import (  # noqa: F401  # noqa: F401  # noqa: F401
   EXIT_USAGE,
   Summary,
   main,
+  parse_args,
   run,
 )
 
 
 def migrate_source(source: str, *, target: str = 'functional',
                    annotate: bool = False, path: str = '<string>',
+                   nnx_capture: str = 'legacy',
                    ) -> tuple[str, list[Flag]]:
   """Migrates one source string on its own, as a one-file project.
 
@@ -73,6 +75,9 @@ def migrate_source(source: str, *, target: str = 'functional',
     annotate: add TODO comments above flagged sites.
     path: the name used in flags; its suffix picks the format
       (``.py``, ``.md`` or ``.ipynb``).
+    nnx_capture: with ``target='capture'``, the ``nnx.capture`` the code
+      will run on: ``'legacy'`` (Flax 0.12.8's; the pops it would break are
+      kept) or ``'transform'`` (``flax.nnx.capture_compat``'s).
 
   Returns:
     The new source and the flagged sites.
@@ -91,7 +96,7 @@ def migrate_source(source: str, *, target: str = 'functional',
   state_names = {path: set().union(*(u.facts.state_names
                                      for u in analysis.units))}
   project = _decide.Project(sites, classes, others, state_names)
-  decisions = _decide.decide(project, target)
+  decisions = _decide.decide(project, target, nnx_capture)
   modes = {s.name: s.mode for s in project.sows if s.name}
   result = _plan.rewrite_file(analysis, decisions, target, annotate, modes)
   flags = sorted({_plan.site_flag(s, decisions[id(s)]) for s in project.sites

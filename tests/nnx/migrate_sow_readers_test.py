@@ -26,9 +26,11 @@ codemod cannot tell.
 
 import importlib
 import importlib.util
+import io
 import json
 import os
 import sys
+import tempfile
 import textwrap
 import warnings
 
@@ -384,6 +386,52 @@ class CaptureHazardTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, 'sorting pytree dictionary'):
         nnx.capture(nnx.vmap(lambda m, v: m(v), in_axes=(axes, 0)),
                     nnx.Intermediate)(model, x)
+
+  def test_for_the_transform_capture_a_list_under_vmap_is_migrated(self):
+    # capture_compat's nnx.capture writes nothing on the model, so the pop
+    # the legacy capture would break is migrated too. Oracle: the original
+    # (Module.sow + nnx.pop, as Flax runs it) against the migrated code on
+    # capture_compat's nnx.capture.
+    source = _read(os.path.join(_DATA, 'flag_capture_hazard.input.py'))
+    migrated, flags = ms.migrate_source(source, target='capture',
+                                        path='m.py', nnx_capture='transform')
+    self.assertEmpty(flags)
+    self.assertNotIn('nnx.pop(', migrated)
+    self.assertIn('y, intermediates = nnx.capture(nnx.vmap(lambda m, v: m(v),'
+                  ' in_axes=(axes, 0)), nnx.Intermediate)(model, x)',
+                  migrated)
+    x = jnp.arange(6.0).reshape(3, 2) / 6
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      legacy = self._namespace(source)
+      with capture_compat.install():
+        new = self._namespace(migrated)
+        for name in ('run', 'plain'):
+          expected = legacy[name](legacy['Block'](nnx.Rngs(0)), x)
+          actual = new[name](new['Block'](nnx.Rngs(0)), x)
+          self.assertEqual(np.shape(expected[1]), (3, 2))
+          _assert_same(self, [np.asarray(v) for v in expected],
+                       [np.asarray(v) for v in actual])
+
+  def test_the_command_line_says_which_capture_it_migrated_for(self):
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    path = os.path.join(directory, 'm.py')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(_read(os.path.join(_DATA, 'flag_capture_hazard.input.py')))
+    for choice, hazards in (('legacy', 1), ('transform', 0)):
+      err = io.StringIO()
+      code, summary = ms.run([path], target='capture', mode='check',
+                             root=directory, out=io.StringIO(), err=err,
+                             nnx_capture=choice)
+      self.assertEqual(code, 1, msg=err.getvalue())  # it would change
+      self.assertEqual(summary.flagged['capture-hazard'], hazards)
+      self.assertIn(f'for the {choice} nnx.capture (--nnx-capture)',
+                    err.getvalue() + '\n'.join(summary.lines()))
+    # The command line asks the installed Flax unless told.
+    self.assertEqual(ms.parse_args([path]).nnx_capture, 'auto')
+    self.assertEqual(
+        ms.parse_args([path, '--nnx-capture', 'transform']).nnx_capture,
+        'transform')
 
   def test_an_nnx_dict_keeps_the_pop(self):
     source = textwrap.dedent("""\

@@ -226,6 +226,47 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
         _run_nca_cells(by_hand[:call + 2])
 
 
+  def test_for_the_transform_capture_the_nca_pop_migrates_and_agrees(self):
+    # The same notebook migrated for the nnx.capture built on the sow
+    # transform (--nnx-capture=transform), which writes nothing on the
+    # model: the pop becomes a capture. Oracle: the original cells, with
+    # Flax's own Module.sow and nnx.pop, against the migrated cells with
+    # capture_compat installed. The same operations run, so the sown
+    # values must be bitwise equal.
+    cax = _repo('cax')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    copy = os.path.join(scratch, 'cax')
+    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
+    notebook = os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+    with open(notebook, encoding='utf-8') as f:
+      original = _code_cells(f.read())
+    out, err = io.StringIO(), io.StringIO()
+    code, summary = ms.run([notebook], target='capture', mode='write',
+                           root=copy, out=out, err=err,
+                           nnx_capture='transform')
+    self.assertEqual(code, 0, msg=err.getvalue())
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err.getvalue())
+    self.assertNotIn('capture-hazard', err.getvalue())
+    with open(notebook, encoding='utf-8') as f:
+      migrated = _code_cells(f.read())
+    call = next(i for i, text in enumerate(migrated)
+                if 'split_rngs(splits=num_examples)' in text)
+    self.assertIn('state_final, intermediates = nnx.capture(',
+                  migrated[call])
+    self.assertNotIn('nnx.pop', migrated[call + 1])
+
+    from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+    results = []
+    with _importable(os.path.join(cax, 'src')):
+      with capture_compat.uninstall():
+        results.append(_run_nca_cells(original[:call + 2]))
+      with capture_compat.install():
+        results.append(_run_nca_cells(migrated[:call + 1]))
+    legacy, migrated_run = ((ns['state_final'], ns['intermediates'])
+                            for ns in results)
+    _assert_bitwise(self, legacy, migrated_run)
+
+
 def _run_nca_cells(cells: list[str]) -> dict:
   """Runs CAX NCA notebook cells with small sizes and two training steps."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -311,7 +352,13 @@ class TunixAllHiddenStatesTest(absltest.TestCase):
     previous = flax.config.flax_always_shard_variable
     flax.config.update('flax_always_shard_variable', False)
     self.addCleanup(flax.config.update, 'flax_always_shard_variable', previous)
-    for source in (original, migrated):
+    from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+    # The migrated code on either nnx.capture: Flax's own, and
+    # capture_compat's (what --nnx-capture=transform migrates for).
+    for source, compat in ((original, False), (migrated, False),
+                           (migrated, True)):
+      self.enter_context(capture_compat.install() if compat
+                         else capture_compat.uninstall())
       namespace = {'nnx': nnx, 'jax': jax, 'jnp': jnp,
                    'dataclasses': dataclasses}
       exec(compile(_classes_of(source), 'test_common.py', 'exec'), namespace)  # pylint: disable=exec-used
@@ -327,6 +374,7 @@ class TunixAllHiddenStatesTest(absltest.TestCase):
       # Nothing is left on the transformer either way.
       self.assertEmpty(nnx.state(model, nnx.Intermediate))
     _assert_bitwise(self, scores[0], scores[1])
+    _assert_bitwise(self, scores[0], scores[2])
     self.assertEqual(scores[0].shape, (2, 6, 1))
 
 

@@ -285,10 +285,16 @@ def _importable(sow: Site, reader: Site) -> bool:
   return True
 
 
-def decide(project: Project, target: str) -> dict[int, Decision]:
-  """The decision for every NNX site, keyed by ``id(site)``."""
+def decide(project: Project, target: str,
+           nnx_capture: str = hazards.LEGACY) -> dict[int, Decision]:
+  """The decision for every NNX site, keyed by ``id(site)``.
+
+  ``nnx_capture``: which ``nnx.capture`` the migrated code will run on
+  (``hazards.LEGACY`` or ``hazards.TRANSFORM``); only the legacy one has
+  hazards.
+  """
   if target == 'capture':
-    return _decide_capture(project)
+    return _decide_capture(project, nnx_capture == hazards.LEGACY)
   return _decide_functional(project)
 
 
@@ -347,14 +353,15 @@ def _not_in_module(project: Project, sow: Site) -> str:
           'no module path): rewrite by hand')
 
 
-def _decide_capture(project: Project) -> dict[int, Decision]:
+def _decide_capture(project: Project,
+                    legacy: bool) -> dict[int, Decision]:
   decisions = {}
   for reader in project.readers:
     if reader.kind == 'capture':
       decisions[id(reader)] = Decision(OK)
       continue
-    reason = (_pop_to_capture_reason(project, reader)
-              or hazards.reason(project, reader))
+    reason = _pop_to_capture_reason(project, reader) or (
+        hazards.reason(project, reader) if legacy else None)
     decisions[id(reader)] = (Decision(REWRITE) if reason is None
                              else Decision('flag', *reason))
   attribute_reads = collections.defaultdict(list)

@@ -47,7 +47,9 @@ REASONS = {
     'pop-discarded': 'nnx.pop result discarded (it clears the module)',
     'earlier-call': 'an earlier call may have left intermediates to pop',
     'later-pop': 'a later nnx.pop of the object reads what capture keeps',
-    'capture-hazard': "Flax 0.12.8's nnx.capture would break this model",
+    'capture-hazard': "Flax 0.12.8's nnx.capture would break this model "
+                      '(--nnx-capture=transform: the code will not run on '
+                      'it)',
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',

@@ -31,9 +31,38 @@ behave differently from ``y = m(x)`` followed by ``nnx.pop``:
 tell neither happens: the classes the object may hold are known, and none
 holds an ``nnx.Dict``, nor an ``nnx.List`` while a transform may flatten
 it.
+
+The ``nnx.capture`` built on the sow transform (``flax.nnx.capture_compat``:
+Flax's own with this contribution, or a released Flax after
+``capture_compat.install()``) writes nothing on the model, so neither
+happens there. Which one the migrated code will run on is the user's to say
+(``--nnx-capture``); by default, the one installed where the codemod runs.
 """
 
 from __future__ import annotations
+
+LEGACY, TRANSFORM = 'legacy', 'transform'
+
+
+def installed_capture() -> str:
+  """Which ``nnx.capture`` the installed Flax runs: ``'transform'`` if it is
+  ``flax.nnx.capture_compat``'s, else ``'legacy'``."""
+  # pylint: disable=g-import-not-at-top
+  try:
+    from flax import nnx
+    from flax.nnx import capture_compat
+  except ImportError:  # Flax without this contribution (or no Flax at all)
+    return LEGACY
+  # pylint: enable=g-import-not-at-top
+  if capture_compat.is_installed():  # the overlay, installed
+    return TRANSFORM
+  # Flax with this contribution: its own nnx.capture hands every call to
+  # capture_compat (a released Flax's has no such name).
+  code = getattr(nnx.capture, '__code__', None)
+  if code is not None and 'capture_compat' in code.co_names:
+    return TRANSFORM
+  return LEGACY
+
 
 _LISTS = frozenset({'flax.nnx.List', 'flax.nnx.Sequential'})
 _DICTS = frozenset({'flax.nnx.Dict'})

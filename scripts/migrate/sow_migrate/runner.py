@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from . import decide as decide_lib
-from . import parallel, plan, reexports
+from . import hazards, parallel, plan, reexports
 from .analysis import FileAnalysis, module_name
 from .flags import MAX_LINE, Flag
 
@@ -68,6 +68,8 @@ class Summary:
   internal: list[str] = dataclasses.field(default_factory=list)
   flags: list[Flag] = dataclasses.field(default_factory=list)
   seconds: float = 0.0
+  # With --target=capture: the nnx.capture the decisions assumed.
+  nnx_capture: str = ''
 
   def lines(self) -> list[str]:
     out = [f'migrate_sow: {self.files} files, {self.analysed} analysed, '
@@ -80,6 +82,8 @@ class Summary:
                + f'; already fine: {self.unchanged_ok}; flagged: '
                f'{sum(self.flagged.values())}; Linen sites left alone: '
                f'{self.linen}')
+    if self.nnx_capture:
+      out.append(f'  for the {self.nnx_capture} nnx.capture (--nnx-capture)')
     for code, count in sorted(self.flagged.items(), key=lambda i: (-i[1],
                                                                   i[0])):
       out.append(f'    {code}: {count}')
@@ -132,11 +136,21 @@ def _relative(path: str, base: str) -> str:
 def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
         annotate: bool = False, root: str | None = None,
         verbose: bool = False, out=None, err=None, jobs: int = 1,
-        **_unused):
-  """Runs the codemod over ``paths``; returns (exit code, Summary)."""
+        nnx_capture: str = hazards.LEGACY, **_unused):
+  """Runs the codemod over ``paths``; returns (exit code, Summary).
+
+  ``nnx_capture`` (``--target=capture``): the ``nnx.capture`` the migrated
+  code will run on, ``'legacy'`` or ``'transform'`` (see ``hazards.py``);
+  ``'auto'`` (the command line's default): the one of the Flax installed
+  here. Called from code, the default is ``'legacy'``, which does not
+  depend on what is installed.
+  """
   out, err = out or sys.stdout, err or sys.stderr
   start = time.perf_counter()
   summary = Summary()
+  if target == 'capture':
+    summary.nnx_capture = (hazards.installed_capture()
+                           if nnx_capture == 'auto' else nnx_capture)
   given = find_files(paths)
   summary.files = len(given)
   root = os.path.abspath(root or project_root(paths))
@@ -175,7 +189,8 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
   # out and the decisions are made again without it.
   for _ in range(10):
     project = _project(analyses, failed, aliases)
-    decisions = decide_lib.decide(project, target)
+    decisions = decide_lib.decide(project, target,
+                                  summary.nnx_capture or hazards.LEGACY)
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
     results, new_failure = {}, False
@@ -439,6 +454,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('paths', nargs='+', metavar='PATH')
   parser.add_argument('--target', choices=('functional', 'capture'),
                       default='functional')
+  parser.add_argument(
+      '--nnx-capture', choices=('auto', hazards.LEGACY, hazards.TRANSFORM),
+      default='auto',
+      help="with --target=capture: the nnx.capture the migrated code will "
+      "run on. 'legacy' (Flax 0.12.8's, which writes on the model) keeps "
+      "pops it would break; 'transform' (flax.nnx.capture_compat's) has no "
+      "such hazard. Default: the one installed here")
   group = parser.add_mutually_exclusive_group()
   group.add_argument('--diff', dest='mode', action='store_const',
                      const='diff', help='print a unified diff (default)')
@@ -472,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
   try:
     code, summary = run(args.paths, target=args.target, mode=args.mode,
                         annotate=args.annotate, root=args.root,
-                        verbose=args.verbose, err=err, jobs=args.jobs)
+                        verbose=args.verbose, err=err, jobs=args.jobs,
+                        nnx_capture=args.nnx_capture)
     for line in summary.lines():
       err.write(line + '\n')
   finally:
