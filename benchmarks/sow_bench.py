@@ -176,7 +176,9 @@ def bench_trace_lower(quick: bool) -> list[Row]:
 
 
 def many_sows_child(n_layers: int, repeats: int, collector: int) -> None:
-  """Prints the staging times of the three sides, for ``bench_many_sows``.
+  """Prints, for ``bench_many_sows``, the staging times of the three sides,
+  then the garbage collections each ran per call: young ones (generation 0),
+  then full ones (generation 2).
 
   With ``collector`` 0, the garbage collector is off: the staging work alone.
   """
@@ -186,24 +188,58 @@ def many_sows_child(n_layers: int, repeats: int, collector: int) -> None:
   keys = jax.random.split(jax.random.key(2), n_layers)
   params = [jax.random.normal(k, (width, width)) / 4 for k in keys]
   x = jnp.ones((4, width))
-  times = paired(
+  sides = (
       lambda: jax.jit(lambda p, x: mlp(p, x)).lower(params, x),
       lambda: jax.jit(lambda p, x: mlp_by_hand(p, x)).lower(params, x),
       lambda: jax.jit(capture(lambda p, x: mlp(p, x))).lower(params, x),
-      repeats=repeats,
   )
-  print(*times)
+  counts = [[0, 0] for _ in sides]  # per side: young, full
+  current = [None]
+
+  def count(phase, info):
+    side = current[0]
+    if phase == 'stop' and side is not None and info['generation'] != 1:
+      counts[side][info['generation'] // 2] += 1
+
+  def counted(i, side):
+    def run():
+      current[0] = i
+      try:
+        return side()
+      finally:
+        current[0] = None
+    return run
+
+  for side in sides:  # the warm-up, not counted
+    side()
+  gc.callbacks.append(count)
+  times = paired(*(counted(i, side) for i, side in enumerate(sides)),
+                 repeats=repeats, warmup=0)
+  gc.callbacks.remove(count)
+  print(*times, *(young / repeats for young, _ in counts),
+        *(full / repeats for _, full in counts))
+
+
+@dataclasses.dataclass(frozen=True)
+class ManySows:
+  """One process of ``bench_many_sows``: per side (``jax.jit(f)``, the
+  hand-written ``f``, capture), the median staging time, and the young and
+  full garbage collections per call."""
+
+  times: tuple[float, float, float]
+  young: tuple[float, float, float]
+  full: tuple[float, float, float]
 
 
 def _many_sows_in_processes(
     n_layers: int, processes: int, repeats: int, collector: bool
-) -> list[tuple[float, float, float]]:
+) -> list[ManySows]:
   runs = []
   for _ in range(processes):
     words = _child_output('--many_sows_child', str(n_layers), str(repeats),
                           str(int(collector)))
-    plain, hand, captured = map(float, words[-3:])
-    runs.append((plain, hand, captured))
+    values = tuple(map(float, words[-9:]))
+    runs.append(ManySows(values[:3], values[3:6], values[6:]))
   return runs
 
 
@@ -235,11 +271,13 @@ def bench_many_sows(quick: bool) -> list[Row]:
   repeats = 3 if quick else 7
   for n_layers in (500,) if quick else (500, 2000):
     runs = _many_sows_in_processes(n_layers, processes, repeats, True)
-    ratios = sorted(captured / plain for plain, _, captured in runs)
-    by_hand = [captured / hand for _, hand, captured in runs]
+    ratios = sorted(captured / plain
+                    for plain, _, captured in (run.times for run in runs))
+    by_hand = [captured / hand
+               for _, hand, captured in (run.times for run in runs)]
     ratio = statistics.median(ratios)
-    plain = statistics.median(run[0] for run in runs)
-    hand = statistics.median(run[1] for run in runs)
+    plain = statistics.median(run.times[0] for run in runs)
+    hand = statistics.median(run.times[1] for run in runs)
     rows.append(Row(
         '2', f'jax.jit(capture(f)).lower / jax.jit(f).lower, MLP with a sow '
         f'on each of {n_layers} layers, median over {processes} processes',
@@ -256,12 +294,25 @@ def bench_many_sows(quick: bool) -> list[Row]:
     # Where the rest goes: the same without the garbage collector. Capture
     # traces `f` into a jaxpr of its own and copies it, so it allocates more
     # objects per sow than `f`, and full collections come more often.
+    # What the collector does to each side: a full collection walks every
+    # object of the process (~0.07 s here), and comes after a fixed number
+    # of young ones, which come with the objects a side keeps alive.
+    young = [statistics.mean(run.young[i] for run in runs) for i in range(3)]
+    full = [statistics.mean(run.full[i] for run in runs) for i in range(3)]
+    rows.append(Row(
+        '2', f'young garbage collections per staging, capture / jax.jit(f), '
+        f'{n_layers} layers', young[2] / young[0], 'reported', None,
+        'per call, jit(f) / hand / capture: young '
+        + ' / '.join(f'{v:.1f}' for v in young) + '; full '
+        + ' / '.join(f'{v:.2f}' for v in full) + ' (means over processes)',
+    ))
     quiet = _many_sows_in_processes(n_layers, processes, repeats, False)
     rows.append(Row(
         '2', f'the same, {n_layers} layers, garbage collector off (the '
         'staging work alone)',
-        statistics.median(c / p for p, _, c in quiet), 'reported', None,
-        f'jit(f) {statistics.median(run[0] for run in quiet):.3f} s '
+        statistics.median(run.times[2] / run.times[0] for run in quiet),
+        'reported', None,
+        f'jit(f) {statistics.median(run.times[0] for run in quiet):.3f} s '
         '(median)',
     ))
   return rows

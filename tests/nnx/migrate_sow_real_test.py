@@ -58,10 +58,10 @@ def _repo(name):
   raise absltest.SkipTest(f'no checkout of {name}: set FLAX_SOW_REPOS')
 
 
-def _migrate(directory, paths, target):
+def _migrate(directory, paths, target, nnx_capture='legacy'):
   out, err = io.StringIO(), io.StringIO()
   code, summary = ms.run(paths, target=target, mode='write', root=directory,
-                         out=out, err=err)
+                         out=out, err=err, nnx_capture=nnx_capture)
   return code, summary, err.getvalue()
 
 
@@ -179,6 +179,14 @@ class CaxReadmeTest(absltest.TestCase):
 
 class CaxNcaCaptureHazardTest(absltest.TestCase):
 
+  def _notebook_copy(self) -> str:
+    """A copy of CAX with its 43_diffusing_nca notebook; that notebook."""
+    cax = _repo('cax')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    copy = os.path.join(scratch, 'cax')
+    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
+    return os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+
   def test_an_nca_pop_is_left_alone_and_a_capture_would_fail(self):
     # CAX's examples/43_diffusing_nca.ipynb: DiffusingNCA holds an nnx.List
     # (its update MLP) and runs nnx.scan over itself. Training leaves sow
@@ -187,13 +195,11 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
     # (capture-hazard). The oracle: the cells run as they are, and the same
     # cells with the capture written by hand raise.
     cax = _repo('cax')
-    scratch = self.enter_context(tempfile.TemporaryDirectory())
-    copy = os.path.join(scratch, 'cax')
-    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
-    notebook = os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+    notebook = self._notebook_copy()
     with open(notebook, encoding='utf-8') as f:
       original = f.read()
-    code, summary, err = _migrate(copy, [notebook], 'capture')
+    code, summary, err = _migrate(
+        os.path.dirname(os.path.dirname(notebook)), [notebook], 'capture')
     self.assertEqual(code, 0, msg=err)
     self.assertEqual(summary.rewritten['pop'], 0, msg=err)
     with open(notebook, encoding='utf-8') as f:
@@ -225,7 +231,6 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, 'sorting pytree dictionary'):
         _run_nca_cells(by_hand[:call + 2])
 
-
   def test_for_the_transform_capture_the_nca_pop_migrates_and_agrees(self):
     # The same notebook migrated for the nnx.capture built on the sow
     # transform (--nnx-capture=transform), which writes nothing on the
@@ -234,19 +239,15 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
     # capture_compat installed. The same operations run, so the sown
     # values must be bitwise equal.
     cax = _repo('cax')
-    scratch = self.enter_context(tempfile.TemporaryDirectory())
-    copy = os.path.join(scratch, 'cax')
-    shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
-    notebook = os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+    notebook = self._notebook_copy()
     with open(notebook, encoding='utf-8') as f:
       original = _code_cells(f.read())
-    out, err = io.StringIO(), io.StringIO()
-    code, summary = ms.run([notebook], target='capture', mode='write',
-                           root=copy, out=out, err=err,
-                           nnx_capture='transform')
-    self.assertEqual(code, 0, msg=err.getvalue())
-    self.assertEqual(summary.rewritten['pop'], 1, msg=err.getvalue())
-    self.assertNotIn('capture-hazard', err.getvalue())
+    code, summary, err = _migrate(
+        os.path.dirname(os.path.dirname(notebook)), [notebook], 'capture',
+        nnx_capture='transform')
+    self.assertEqual(code, 0, msg=err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    self.assertNotIn('capture-hazard', err)
     with open(notebook, encoding='utf-8') as f:
       migrated = _code_cells(f.read())
     call = next(i for i, text in enumerate(migrated)

@@ -51,9 +51,11 @@ class SowBenchTest(absltest.TestCase):
       # pylint: disable-next=protected-access
       measure = sow_bench._many_sows_in_processes
       (run,) = measure(n_layers=3, processes=1, repeats=1, collector=collector)
-      self.assertLen(run, 3)
-      for seconds in run:
+      self.assertLen(run.times, 3)
+      for seconds in run.times:
         self.assertGreater(seconds, 0.0)
+      if not collector:  # collections are counted, and none runs when off
+        self.assertEqual(run.young + run.full, (0.0,) * 6)
 
   def test_memory_item_is_plain_plus_captured_bytes(self):
     (row,) = sow_bench.bench_memory(quick=True)
