@@ -554,6 +554,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '  module.__class__ = cls',
        'giving a copy its watching class adds no attribute to it'),
     # -- intervene.py and the fn entries of plant ----------------------------
+    _m('intervene-fn-never-computed', 'intervene.py',
+       '    if site.name not in self.counters:\n      return None',
+       '    return None',
+       'a name planted by a function takes what the function computes'),
     _m('intervene-index-not-counted', 'intervene.py',
        '    self.offset += 1\n',
        '',

@@ -833,7 +833,7 @@ class Transformed:
       scope.counter(name).advance(total, end)
 
 
-class _InputPlanter:
+class _InputPlanter(intervene.Counting):
   """Hands out planted leaves that arrive as extra jaxpr inputs, and the
   values the functions of ``fns`` compute, counting from input indices."""
 
@@ -843,27 +843,20 @@ class _InputPlanter:
       starts: dict[primitive.Name, tp.Any],
       fns: intervene.Functions | None,
   ):
+    super().__init__(starts, fns)
     self.leaves = list(leaves)
     self.sites: list[Site] = []
-    self.counters = {
-        name: intervene.Counter(start) for name, start in starts.items()
-    }
-    self.fns = fns
 
   def take(self, site: Site, leaves: tp.Sequence[tp.Any] | None):
-    if site.name in self.counters:
-      assert self.fns is not None and leaves is not None, site
-      index = self.counters[site.name].next()
-      return self.fns.apply(site, leaves, index)
+    computed = self.computed(site, leaves)
+    if computed is not None:
+      return computed
     self.sites.append(site)
     taken, self.leaves = (
         self.leaves[: site.num_leaves],
         self.leaves[site.num_leaves :],
     )
     return taken
-
-  def counter(self, name: primitive.Name) -> intervene.Counter:
-    return self.counters[name]
 
 
 def transform(

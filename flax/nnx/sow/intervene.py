@@ -91,6 +91,33 @@ class Counter:
       self.seen = self.seen or count > 0
 
 
+class Counting:
+  """What the planters of ``plant`` and of transformed sub-jaxprs share:
+  the occurrence counters of the names functions plant, and those functions.
+
+  Attributes:
+    counters: ``{name: Counter}`` for each name a function plants.
+    fns: the functions, or ``None`` where no function plants.
+  """
+
+  def __init__(self, starts: dict[primitive.Name, tp.Any],
+               fns: Functions | None):
+    self.counters = {name: Counter(start) for name, start in starts.items()}
+    self.fns = fns
+
+  def counter(self, name: primitive.Name) -> Counter:
+    """The occurrence counter of a name planted by a function."""
+    return self.counters[name]
+
+  def computed(self, site, leaves: tp.Sequence[tp.Any] | None) -> list | None:
+    """What the function of ``site``'s name plants for this execution of
+    ``site``, which sows ``leaves``; ``None`` if no function plants it."""
+    if site.name not in self.counters:
+      return None
+    assert self.fns is not None and leaves is not None, site
+    return self.fns.apply(site, leaves, self.counters[site.name].next())
+
+
 def as_index(index: tp.Any) -> jax.Array:
   """An index as the int32 scalar a sub-jaxpr takes."""
   return jnp.asarray(index, dtype=jnp.int32)

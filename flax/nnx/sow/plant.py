@@ -143,7 +143,7 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
   return checked
 
 
-class _ValuesPlanter:
+class _ValuesPlanter(intervene.Counting):
   """Hands out the user's values, one entry per sow, checking each, or what
   their functions compute."""
 
@@ -152,21 +152,16 @@ class _ValuesPlanter:
       values: dict[primitive.Name, tp.Any],
       fns: intervene.Functions,
   ):
+    super().__init__(dict.fromkeys(fns.fns, 0), fns)
     self.values = values
-    self.fns = fns
     self.used: collections.Counter = collections.Counter()
-    self.counters = {name: intervene.Counter(0) for name in fns.fns}
-
-  def counter(self, name: primitive.Name) -> intervene.Counter:
-    return self.counters[name]
 
   def take(
       self, site: interpreter.Site, leaves: tp.Sequence[tp.Any] | None
   ) -> list[tp.Any]:
-    if site.name in self.counters:
-      assert leaves is not None, site
-      index = self.counters[site.name].next()
-      return self.fns.apply(site, leaves, index)
+    computed = self.computed(site, leaves)
+    if computed is not None:
+      return computed
     entries = self.values[site.name]
     index = self.used[site.name]
     if index >= len(entries):
