@@ -426,7 +426,7 @@ class CaptureHazardTest(absltest.TestCase):
       self.assertEqual(code, 1, msg=err.getvalue())  # it would change
       self.assertEqual(summary.flagged['capture-hazard'], hazards)
       self.assertIn(f'for the {choice} nnx.capture (--nnx-capture)',
-                    err.getvalue() + '\n'.join(summary.lines()))
+                    [line.strip() for line in summary.lines()])
     # The command line asks the installed Flax unless told.
     self.assertEqual(ms.parse_args([path]).nnx_capture, 'auto')
     self.assertEqual(

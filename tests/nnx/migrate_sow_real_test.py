@@ -179,13 +179,13 @@ class CaxReadmeTest(absltest.TestCase):
 
 class CaxNcaCaptureHazardTest(absltest.TestCase):
 
-  def _notebook_copy(self) -> str:
-    """A copy of CAX with its 43_diffusing_nca notebook; that notebook."""
+  def _notebook_copy(self) -> tuple[str, str]:
+    """A copy of CAX, and its 43_diffusing_nca notebook."""
     cax = _repo('cax')
     scratch = self.enter_context(tempfile.TemporaryDirectory())
     copy = os.path.join(scratch, 'cax')
     shutil.copytree(cax, copy, ignore=shutil.ignore_patterns('.git'))
-    return os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
+    return copy, os.path.join(copy, 'examples', '43_diffusing_nca.ipynb')
 
   def test_an_nca_pop_is_left_alone_and_a_capture_would_fail(self):
     # CAX's examples/43_diffusing_nca.ipynb: DiffusingNCA holds an nnx.List
@@ -195,11 +195,10 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
     # (capture-hazard). The oracle: the cells run as they are, and the same
     # cells with the capture written by hand raise.
     cax = _repo('cax')
-    notebook = self._notebook_copy()
+    copy, notebook = self._notebook_copy()
     with open(notebook, encoding='utf-8') as f:
       original = f.read()
-    code, summary, err = _migrate(
-        os.path.dirname(os.path.dirname(notebook)), [notebook], 'capture')
+    code, summary, err = _migrate(copy, [notebook], 'capture')
     self.assertEqual(code, 0, msg=err)
     self.assertEqual(summary.rewritten['pop'], 0, msg=err)
     with open(notebook, encoding='utf-8') as f:
@@ -239,12 +238,11 @@ class CaxNcaCaptureHazardTest(absltest.TestCase):
     # capture_compat installed. The same operations run, so the sown
     # values must be bitwise equal.
     cax = _repo('cax')
-    notebook = self._notebook_copy()
+    copy, notebook = self._notebook_copy()
     with open(notebook, encoding='utf-8') as f:
       original = _code_cells(f.read())
-    code, summary, err = _migrate(
-        os.path.dirname(os.path.dirname(notebook)), [notebook], 'capture',
-        nnx_capture='transform')
+    code, summary, err = _migrate(copy, [notebook], 'capture',
+                                  nnx_capture='transform')
     self.assertEqual(code, 0, msg=err)
     self.assertEqual(summary.rewritten['pop'], 1, msg=err)
     self.assertNotIn('capture-hazard', err)
