@@ -52,6 +52,7 @@ CORE_TESTS = (
     'tests/nnx/sow_doctest_test.py',
     'tests/nnx/sow_memory_test.py',
     'tests/nnx/sow_plant_unread_test.py',
+    'tests/nnx/sow_harvest_test.py',
     'tests/nnx/sow_modules_test.py',
 )
 COMPAT_TESTS = (
@@ -436,6 +437,27 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if not jnp.issubdtype(leaf.dtype, jnp.inexact):',
        '    if False:',
        'perturb refuses integer values, which have no gradient'),
+    # -- harvest.py --------------------------------------------------------
+    _m('harvest-order-ignored', 'harvest.py',
+       '      while pending and pending[-1][0] <= marked:',
+       '      while False:',
+       'sows taken at staging keep program order with sow equations'),
+    _m('harvest-takes-unselected', 'harvest.py',
+       '        and harvest.request.handles(params)\n',
+       '',
+       'a sow the capture does not select stays for an enclosing one'),
+    _m('harvest-any-trace', 'harvest.py',
+       '        harvest.trace is trace\n',
+       '        True\n',
+       'a sow inside a scan body or jit is not taken as a value of f'),
+    _m('harvest-takes-clobbers', 'harvest.py',
+       "        and params['mode'] == 'append'\n",
+       '',
+       'an eager capture frees the values a clobber supersedes'),
+    _m('harvest-leaves-shifted', 'harvest.py',
+       '  num_outs = len(outs) - harvested.num_leaves\n',
+       '  num_outs = len(outs) - harvested.num_leaves - 1\n',
+       'the taken values are the extra outputs, not f\'s own'),
     # -- tracing.py --------------------------------------------------------
     _m('tracing-key-without-avals', 'tracing.py',
        '        self.treedef, self.graphdef, self.state_treedef,'

@@ -84,6 +84,7 @@ TRANSFORM_TESTS = (
     'sow_beyond_test.py',
     'sow_cache_test.py',
     'sow_memory_test.py',
+    'sow_harvest_test.py',
     'sow_coverage_test.py',
     'sow_fuzz_test.py',
     'sow_graph_nodes_test.py',

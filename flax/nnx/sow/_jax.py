@@ -54,6 +54,25 @@ trace_ctx = core.trace_ctx
 # The type of the staging (`jit`) trace, to emit equations into it directly;
 # `jax.interpreters.partial_eval` exports its tracer, not the trace.
 DynamicJaxprTrace = pe.DynamicJaxprTrace
+# Per-primitive hooks of that trace: the rule receives the trace itself, so a
+# capture can take the sows staged into its own trace without emitting them
+# (see `harvest`). Only partial_eval has the table.
+custom_staging_rules = pe.custom_staging_rules
+
+
+def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
+  """The list the staging ``trace`` appends its equations to, in order.
+
+  Equations it may drop as dead are held by weak reference, the others
+  (those with effects) as ``TracingEqn`` objects; positions never move, so
+  a position read while tracing still orders the equations with effects
+  in the jaxpr the trace returns. Public JAX has no view of the equations
+  staged so far.
+  """
+  return trace.frame.tracing_eqns
+
+
+TracingEqn = pe.TracingEqn
 
 # -- Effects -----------------------------------------------------------------
 # JAX's allow-lists of effects that may appear inside a lowering, control

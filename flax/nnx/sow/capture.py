@@ -24,6 +24,7 @@ import jax
 
 from flax.nnx import variablelib
 from flax.nnx.sow import _jax
+from flax.nnx.sow import harvest
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
@@ -364,13 +365,18 @@ def _compiled_runners(f) -> _CompiledRunners | None:
 
 
 def _call(f, selection, args, kwargs):
-  with tracing.staged(f, args, kwargs) as staged:
+  request = interpreter.Request(selection)
+  # The sows staged into the capture's own trace are taken as they are
+  # staged (see `harvest`), unless names are chosen by a predicate, which
+  # is asked about the names of the whole program.
+  collecting = request if harvest.eligible(request) else None
+  with tracing.staged(f, args, kwargs, collecting) as staged:
     selection = selection.resolve(
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
     )
     scope = interpreter.Scope(interpreter.Request(selection))
-    out_flat = interpreter.evaluate(
-        staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
+    out_flat = harvest.evaluate(
+        staged.jaxpr, staged.inputs, staged.harvested, scope
     )
     return staged.unflatten_out(out_flat), collect(scope.records)
 

@@ -31,7 +31,10 @@ Under a staging trace (``jit``), a jaxpr whose handled sows are all
 first-order equations of its own is not replayed equation by equation: it is
 rewritten once (cached) into a jaxpr that returns the sown values as extra
 outputs, and staged as one ``closed_call``, which XLA inlines. Staging then
-costs about what tracing ``f`` alone costs.
+costs about what tracing ``f`` alone costs. (``capture`` mostly hands over
+jaxprs with no such sow at all: it takes the sows staged into its own trace
+as they are staged, see ``harvest``, and ``evaluate_unmarked`` stages the
+result as it is.)
 
 Sub-jaxprs are rewritten by tracing ``evaluate`` over them (``transform``). A
 transformed jaxpr takes the original inputs followed by the planted leaves of
@@ -169,9 +172,14 @@ def vmaps_of(eqn: core.JaxprEqn) -> int:
   ``vmap()`` while its body does not; a vmap inside the body marks the
   body's equations instead.
   """
+  return vmaps_in(eqn.source_info)
+
+
+def vmaps_in(source_info: tp.Any) -> int:
+  """``vmaps_of`` an equation staged with ``source_info``."""
   return sum(
       1
-      for part in eqn.source_info.name_stack.stack
+      for part in source_info.name_stack.stack
       if isinstance(part, _jax.Transform) and part.name == 'vmap'
   )
 
@@ -182,7 +190,7 @@ def aval_of(value: tp.Any) -> Aval:
 
 
 @functools.lru_cache(maxsize=256)
-def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
+def avals_of(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
   # Shared between sites: a program with thousands of sows of a few shapes
   # then allocates no tuples per sow (fewer garbage collections).
   return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
@@ -195,7 +203,7 @@ def site_of(eqn: core.JaxprEqn) -> Site:
       tag=params['tag'],
       mode=params['mode'],
       tree=params['tree'],
-      avals=_avals(tuple(v.aval for v in eqn.invars)),
+      avals=avals_of(tuple(v.aval for v in eqn.invars)),
       vmapped=params['vmapped'],
       inner_vmaps=vmaps_of(eqn),
   )
@@ -667,17 +675,15 @@ def _rewrite(
   return _Rewritten(core.ClosedJaxpr(rewritten, ()), tuple(sites))
 
 
-def _evaluate_rewritten(
+def _emit_call(
     trace: _jax.DynamicJaxprTrace,
-    rewritten: _Rewritten,
-    num_outs: int,
+    call: core.ClosedJaxpr,
     values: tp.Sequence[tp.Any],
-    scope: Scope,
 ) -> list[tp.Any]:
+  """Stages ``call`` on ``values`` as one ``closed_call`` equation."""
   source_info = source_info_util.current()
   tracers = [trace.to_jaxpr_tracer(x, source_info) for x in values]
-  call = rewritten.call
-  outs = trace.emit_eqn(
+  return trace.emit_eqn(
       tracers,
       call.out_avals,
       core.primitives.closed_call_p,
@@ -685,6 +691,47 @@ def _evaluate_rewritten(
       call.jaxpr.effects,
       source_info,
   )
+
+
+def evaluate_unmarked(
+    jaxpr: core.Jaxpr,
+    consts: tp.Sequence[tp.Any],
+    args: tp.Sequence[tp.Any],
+    scope: Scope,
+) -> list[tp.Any]:
+  """``evaluate``, for a jaxpr traced for capture with no equation carrying
+  the sow effect: it has no sow at any depth (each one traced for capture
+  carries the effect, and so does an equation holding one), so under a
+  staging trace it is staged as it is, as one ``closed_call``.
+  """
+  staging = _staging_trace()
+  if (
+      staging is None
+      or jaxpr.is_high
+      or any(isinstance(e, _jax.JaxprInputEffect) for e in jaxpr.effects)
+  ):
+    return evaluate(jaxpr, consts, args, scope)
+  call = core.Jaxpr(
+      constvars=(),
+      invars=[*jaxpr.constvars, *jaxpr.invars],
+      outvars=jaxpr.outvars,
+      eqns=jaxpr.eqns,
+      effects=jaxpr.effects,
+      debug_info=core.DebugInfo(
+          'capture', jaxpr.debug_info.func_src_info, None, None
+      ),
+  )
+  return _emit_call(staging, core.ClosedJaxpr(call, ()), [*consts, *args])
+
+
+def _evaluate_rewritten(
+    trace: _jax.DynamicJaxprTrace,
+    rewritten: _Rewritten,
+    num_outs: int,
+    values: tp.Sequence[tp.Any],
+    scope: Scope,
+) -> list[tp.Any]:
+  outs = _emit_call(trace, rewritten.call, values)
   start = num_outs
   for site in rewritten.sites:
     end = start + site.num_leaves

@@ -65,6 +65,7 @@ import jax.extend.core
 
 from flax.nnx import graphlib
 from flax.nnx import variablelib
+from flax.nnx.sow import harvest
 from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
 from flax.nnx.sow import taps
@@ -192,6 +193,8 @@ class _Outcome:
   # Graph write-back (structure changed, or new nodes referencing inputs).
   graph_graphdef: tp.Any = None
   graph_state: _Packed | None = None
+  # The sows collected as they were staged (`harvest.Harvested`), if asked.
+  harvested: tp.Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,10 +204,14 @@ class StagedCall:
   Attributes:
     jaxpr: the closed jaxpr of the call, over ``inputs``.
     inputs: the traced (array) leaves of the arguments, in order.
+    harvested: the sows collected as they were staged
+      (``harvest.Harvested``), whose leaves are the last outputs of
+      ``jaxpr``; ``None`` unless the call was staged to collect them.
   """
 
   jaxpr: jax.extend.core.ClosedJaxpr
   inputs: list[tp.Any]
+  harvested: tp.Any
   _finish: tp.Callable[[tp.Sequence[tp.Any]], tp.Any]
 
   def unflatten_out(self, out_flat: tp.Sequence[tp.Any]) -> tp.Any:
@@ -235,15 +242,15 @@ def updating() -> tp.ContextManager[tp.Any]:
 
 @contextlib.contextmanager
 def staged(
-    f: tp.Callable[..., tp.Any], args, kwargs
+    f: tp.Callable[..., tp.Any], args, kwargs, collect: tp.Any = None
 ) -> tp.Iterator[StagedCall]:
   """Traces ``f(*args, **kwargs)`` to a jaxpr over its array leaves.
 
   Evaluate the jaxpr and call :meth:`StagedCall.unflatten_out` inside the
-  ``with`` block.
+  ``with`` block. With ``collect``, see :meth:`Prepared.trace`.
   """
   with updating():
-    yield Prepared(f, args, kwargs).stage()
+    yield Prepared(f, args, kwargs).stage(collect)
 
 
 class Prepared:
@@ -338,11 +345,17 @@ class Prepared:
         tuple(types),
     )
 
-  def trace(self) -> tuple[jax.extend.core.ClosedJaxpr, _Outcome]:
+  def trace(
+      self, collect: tp.Any = None
+  ) -> tuple[jax.extend.core.ClosedJaxpr, _Outcome]:
     """Steps (2) and (3): the jaxpr of the call and its outcome.
 
     The jaxpr returns the array leaves of ``f``'s result, followed by the
     updated state of the graph nodes; the outcome says how to use them.
+    With ``collect`` (an ``interpreter.Request``), the sows it handles that
+    are staged into this trace are collected as they are staged
+    (:mod:`.harvest`): their leaves follow, and ``outcome.harvested`` says
+    what they are.
     """
     outcome = _Outcome()
     leaves, arg_traced = self.leaves, self.arg_traced
@@ -379,16 +392,25 @@ class Prepared:
       # (3) After f: flatten the copies again and return what changed.
       return _after_call(out, copies, self.graph, graphdef, values_in, outcome)
 
+    def collecting_f(*input_values):
+      with harvest.collecting(collect) as taking:
+        outputs = flat_f(*input_values)
+        outcome.harvested = taking.finish()
+        return outputs + taking.leaves()
+
     with primitive.harvesting(True):
-      closed = jax.make_jaxpr(flat_f)(*self.inputs)
+      closed = jax.make_jaxpr(
+          flat_f if collect is None else collecting_f
+      )(*self.inputs)
     return closed, outcome
 
-  def stage(self) -> StagedCall:
+  def stage(self, collect: tp.Any = None) -> StagedCall:
     """Steps (2) and (3), with step (4) ready for the evaluated outputs."""
-    closed, outcome = self.trace()
+    closed, outcome = self.trace(collect)
     return StagedCall(
         jaxpr=closed,
         inputs=self.inputs,
+        harvested=outcome.harvested,
         _finish=functools.partial(self.finish, outcome),
     )
 

@@ -1,0 +1,269 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Sows a capture collects as they are staged, without a marker equation.
+
+``capture`` traces ``f`` into a jaxpr of its own. A sow it selects that is
+staged straight into that trace (the common case: a sow in ``f``'s own code,
+not inside a ``scan`` body or a ``jit``) needs no equation: the staging rule
+of ``sow_p`` hands its value back unchanged and keeps it aside, and the
+traced function returns it as an extra output. The jaxpr is then the program
+``f`` would give if it returned its intermediates by hand, with nothing for
+the interpreter to rewrite: many sows cost no more to stage than ``f``.
+
+The other sows stay equations for the interpreter: those inside sub-jaxprs,
+those the capture does not select, every ``'clobber'`` sow (the interpreter
+drops the values a clobber supersedes as it goes, where an output would keep
+them all alive), and every sow of a capture that plants or selects names
+with a predicate. Records must come out in program order, so
+where the jaxpr keeps sow equations too (the sow effect marks them, and the
+equations holding them), :func:`materialize` puts the collected sows back as
+equations, each before the first marked equation staged after it, and the
+interpreter handles them all as usual.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import threading
+import typing as tp
+
+import jax.extend.core as core
+
+from flax.nnx.sow import _jax
+from flax.nnx.sow import interpreter
+from flax.nnx.sow import primitive
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected:
+  """A sow taken at staging time; static, no tracers.
+
+  Attributes:
+    params: the sow's parameters.
+    site: its site, as ``interpreter.site_of`` would describe its equation.
+    before: how many equations with the sow effect were staged before it.
+    source_info: where it was staged, for an equation put back in its place.
+  """
+
+  params: dict[str, tp.Any]
+  site: interpreter.Site
+  before: int
+  source_info: tp.Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Harvested:
+  """The outcome of :func:`collecting`: the collected sows, in order.
+
+  Their leaves are the last ``num_leaves`` outputs of the traced jaxpr.
+  ``marked`` says whether the jaxpr also has equations with the sow effect
+  (``marked`` of them: then :func:`materialize` must put these sows back
+  to keep the order).
+  """
+
+  sows: tuple[Collected, ...]
+  marked: int
+
+  @property
+  def num_leaves(self) -> int:
+    return sum(sow.site.num_leaves for sow in self.sows)
+
+
+class _Harvest:
+  """The sows being collected from one trace; holds tracers while it runs."""
+
+  def __init__(self, request: interpreter.Request, trace: tp.Any):
+    self.request = request
+    self.trace = trace
+    self.eqns = _jax.staged_eqns(trace)
+    self.taken: list[tuple[dict[str, tp.Any], list[tp.Any], int, tp.Any]] = []
+
+  def take(self, params, tracers, source_info) -> None:
+    self.taken.append((params, tracers, len(self.eqns), source_info))
+
+  def leaves(self) -> list[tp.Any]:
+    return [leaf for _, tracers, _, _ in self.taken for leaf in tracers]
+
+  def finish(self) -> Harvested:
+    """The static outcome; reads the trace's equations, so call it inside."""
+    marked = [
+        i
+        for i, eqn in enumerate(self.eqns)
+        if type(eqn) is _jax.TracingEqn
+        and primitive.sow_effect in eqn.effects
+    ]
+    sows = tuple(
+        Collected(
+            params=params,
+            site=_site(params, tracers, source_info),
+            before=bisect.bisect_left(marked, position),
+            source_info=source_info,
+        )
+        for params, tracers, position, source_info in self.taken
+    )
+    return Harvested(sows, marked=len(marked))
+
+
+def _site(params, tracers, source_info) -> interpreter.Site:
+  return interpreter.Site(
+      name=params['sow_name'],
+      tag=params['tag'],
+      mode=params['mode'],
+      tree=params['tree'],
+      avals=interpreter.avals_of(tuple(t.aval for t in tracers)),
+      vmapped=params['vmapped'],
+      inner_vmaps=interpreter.vmaps_in(source_info),
+  )
+
+
+class _Local(threading.local):
+  # The harvests of the traces being staged on this thread, innermost last.
+  stack: list[_Harvest]
+
+  def __init__(self):
+    self.stack = []
+
+
+_LOCAL = _Local()
+
+
+def eligible(request: interpreter.Request) -> bool:
+  """Whether sows of ``request`` may be collected at staging time: it
+  collects, plants nothing and selects names without a predicate (which is
+  resolved on the names of the whole program)."""
+  return (
+      request.collect
+      and request.planted is None
+      and not request.fn_names
+      and not callable(getattr(request.selection, 'names', None))
+  )
+
+
+@contextlib.contextmanager
+def collecting(
+    request: interpreter.Request,
+) -> tp.Iterator[_Harvest]:
+  """Collects the sows ``request`` handles that are staged into the current
+  trace while the block runs. Enter it inside the traced function."""
+  trace = _jax.trace_ctx.trace
+  if type(trace) is not _jax.DynamicJaxprTrace:
+    raise AssertionError(f'collecting: not staging, but under {trace}')
+  harvest = _Harvest(request, trace)
+  _LOCAL.stack.append(harvest)
+  try:
+    yield harvest
+  finally:
+    _LOCAL.stack.pop()
+
+
+def _stage_sow(trace, source_info, *tracers, **params):
+  """The staging rule of ``sow_p``: a sow staged into a collecting trace
+  is taken; any other is an equation, as without the rule."""
+  stack = _LOCAL.stack
+  if stack:
+    harvest = stack[-1]
+    if (
+        harvest.trace is trace
+        and params['mode'] == 'append'
+        and harvest.request.handles(params)
+    ):
+      harvest.take(params, list(tracers), source_info)
+      return list(tracers)
+  return trace.default_process_primitive(
+      primitive.sow_p, tracers, params, source_info
+  )
+
+
+_jax.custom_staging_rules[primitive.sow_p] = _stage_sow
+
+
+def materialize(
+    closed: core.ClosedJaxpr, harvested: Harvested
+) -> core.ClosedJaxpr:
+  """``closed`` with the collected sows back as equations in program order,
+  without their extra outputs.
+
+  A collected sow goes before the first equation with the sow effect that
+  was staged after it. Its value was staged before it, so it is defined
+  there; equations without the effect may sit on either side of it, and
+  nothing reads its result (``f`` used the value itself).
+  """
+  jaxpr = closed.jaxpr
+  num_outs = len(jaxpr.outvars) - harvested.num_leaves
+  values = iter(jaxpr.outvars[num_outs:])
+  pending = []
+  for sow in harvested.sows:
+    invars = [next(values) for _ in range(sow.site.num_leaves)]
+    outvars = [core.Var(atom.aval) for atom in invars]
+    pending.append((sow.before, core.new_jaxpr_eqn(
+        invars, outvars, primitive.sow_p, sow.params,
+        {primitive.sow_effect}, sow.source_info,
+    )))
+  pending.reverse()  # popped from the end, in order
+  eqns = []
+  marked = 0
+  for eqn in jaxpr.eqns:
+    if primitive.sow_effect in eqn.effects:
+      while pending and pending[-1][0] <= marked:
+        eqns.append(pending.pop()[1])
+      marked += 1
+    eqns.append(eqn)
+  if marked != harvested.marked:
+    raise AssertionError(
+        f'capture: the traced jaxpr has {marked} equations with the sow'
+        f' effect where {harvested.marked} were staged; JAX reordered or'
+        ' dropped equations with effects, which this version does not'
+        ' expect.'
+    )
+  eqns.extend(eqn for _, eqn in reversed(pending))
+  debug = jaxpr.debug_info
+  if debug.result_paths is not None and not callable(debug.result_paths):
+    debug = debug._replace(result_paths=debug.result_paths[:num_outs])
+  rebuilt = core.Jaxpr(
+      constvars=jaxpr.constvars,
+      invars=jaxpr.invars,
+      outvars=jaxpr.outvars[:num_outs],
+      eqns=eqns,
+      effects=jaxpr.effects | {primitive.sow_effect},
+      debug_info=debug,
+  )
+  return core.ClosedJaxpr(rebuilt, closed.consts)
+
+
+def evaluate(
+    closed: core.ClosedJaxpr,
+    inputs: tp.Sequence[tp.Any],
+    harvested: Harvested | None,
+    scope: interpreter.Scope,
+) -> list[tp.Any]:
+  """Evaluates a jaxpr staged with ``harvested`` (or ``None``) in ``scope``,
+  which records every sow in program order; returns the jaxpr's outputs
+  without those of the collected sows."""
+  if harvested is None or not harvested.sows:
+    return interpreter.evaluate(closed.jaxpr, closed.consts, inputs, scope)
+  if harvested.marked:
+    closed = materialize(closed, harvested)
+    return interpreter.evaluate(closed.jaxpr, closed.consts, inputs, scope)
+  outs = interpreter.evaluate_unmarked(
+      closed.jaxpr, closed.consts, inputs, scope
+  )
+  num_outs = len(outs) - harvested.num_leaves
+  leaves = iter(outs[num_outs:])
+  for sow in harvested.sows:
+    site = scope.here(sow.site)
+    scope.record(site, [next(leaves) for _ in range(site.num_leaves)])
+  return outs[:num_outs]
+
