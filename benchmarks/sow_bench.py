@@ -291,12 +291,13 @@ def bench_many_sows(quick: bool) -> list[Row]:
         'reported', None,
         f'hand {hand:.3f} s, {hand / plain:.2f}x jit(f) (medians)',
     ))
-    # Where the rest goes: the same without the garbage collector. Capture
-    # traces `f` into a jaxpr of its own and copies it, so it allocates more
-    # objects per sow than `f`, and full collections come more often.
     # What the collector does to each side: a full collection walks every
     # object of the process (~0.07 s here), and comes after a fixed number
-    # of young ones, which come with the objects a side keeps alive.
+    # of young ones, which come with the objects a side keeps alive. Capture
+    # stages the hand-written program (its sows leave no equation, see
+    # flax/nnx/sow/harvest.py) after a trace of its own, so it keeps about
+    # what `jax.jit(f)` keeps; before it did, it kept more, and these rows
+    # showed where its extra time went.
     young = [statistics.mean(run.young[i] for run in runs) for i in range(3)]
     full = [statistics.mean(run.full[i] for run in runs) for i in range(3)]
     rows.append(Row(

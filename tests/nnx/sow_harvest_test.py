@@ -207,6 +207,27 @@ class ProgramOrderTest(parameterized.TestCase):
     np.testing.assert_allclose(out, 6.0)
     np.testing.assert_allclose(collected['c'][0], 2.0)
 
+  def test_literal_left_as_a_sow_equation_comes_back_as_a_jax_array(self):
+    # The sows capture leaves as equations (a clobber, another tag's) are
+    # evaluated one by one, eagerly: a literal read there must not reach
+    # the result raw (a JAX-internal TypedFloat, say). Oracle: what f
+    # returns outside capture.
+    def f(x):
+      kept = sow(2.5, name='kept', mode='clobber')
+      other = sow(np.int32(7), name='other', tag='elsewhere')
+      return x, kept, other
+
+    x = jnp.arange(3.0)
+    direct = f(x)
+    for run in (capture(f), capture(f, names=('kept',))):
+      out, collected = run(x)
+      np.testing.assert_array_equal(collected['kept'][0], 2.5)
+      for got, want in zip(out, direct):
+        self.assertIsInstance(got, jax.Array)
+        self.assertEqual(got.dtype, want.dtype)
+        self.assertEqual(got.weak_type, want.weak_type)
+        np.testing.assert_array_equal(got, want)
+
   def test_gradient_through_collected_sows(self):
     def f(x):
       h = sow(jnp.sin(x), name='h')
