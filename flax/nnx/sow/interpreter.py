@@ -661,18 +661,31 @@ def _rewrite(
   if not sites:
     return None  # nothing to collect: evaluate keeps the program as it is
   outvars = [read(v) for v in jaxpr.outvars] + sown
-  debug = core.DebugInfo(
-      'capture', jaxpr.debug_info.func_src_info, None, None
+  effects = set().union(*(eqn.effects for eqn in eqns))
+  call = _as_call(jaxpr, eqns, outvars, effects)
+  return _Rewritten(call, tuple(sites))
+
+
+def _as_call(
+    jaxpr: core.Jaxpr,
+    eqns: list[core.JaxprEqn],
+    outvars: list[jax.core.Atom],
+    effects: tp.Any,
+) -> core.ClosedJaxpr:
+  """``eqns`` as a jaxpr taking ``jaxpr``'s constants, then its inputs."""
+  return core.ClosedJaxpr(
+      core.Jaxpr(
+          constvars=(),
+          invars=[*jaxpr.constvars, *jaxpr.invars],
+          outvars=outvars,
+          eqns=eqns,
+          effects=effects,
+          debug_info=core.DebugInfo(
+              'capture', jaxpr.debug_info.func_src_info, None, None
+          ),
+      ),
+      (),
   )
-  rewritten = core.Jaxpr(
-      constvars=(),
-      invars=[*jaxpr.constvars, *jaxpr.invars],
-      outvars=outvars,
-      eqns=eqns,
-      effects=set().union(*(eqn.effects for eqn in eqns)),
-      debug_info=debug,
-  )
-  return _Rewritten(core.ClosedJaxpr(rewritten, ()), tuple(sites))
 
 
 def _emit_call(
@@ -711,17 +724,8 @@ def evaluate_unmarked(
       or any(isinstance(e, _jax.JaxprInputEffect) for e in jaxpr.effects)
   ):
     return evaluate(jaxpr, consts, args, scope)
-  call = core.Jaxpr(
-      constvars=(),
-      invars=[*jaxpr.constvars, *jaxpr.invars],
-      outvars=jaxpr.outvars,
-      eqns=jaxpr.eqns,
-      effects=jaxpr.effects,
-      debug_info=core.DebugInfo(
-          'capture', jaxpr.debug_info.func_src_info, None, None
-      ),
-  )
-  return _emit_call(staging, core.ClosedJaxpr(call, ()), [*consts, *args])
+  call = _as_call(jaxpr, jaxpr.eqns, jaxpr.outvars, jaxpr.effects)
+  return _emit_call(staging, call, [*consts, *args])
 
 
 def _evaluate_rewritten(
