@@ -48,7 +48,7 @@ from flax.nnx.sow import primitive
 
 
 @dataclasses.dataclass(frozen=True)
-class Collected:
+class Taken:
   """A sow taken at staging time; static, no tracers.
 
   Attributes:
@@ -66,7 +66,7 @@ class Collected:
 
 @dataclasses.dataclass(frozen=True)
 class Harvested:
-  """The outcome of :func:`collecting`: the collected sows, in order.
+  """What :func:`collecting` took: the sows, in program order.
 
   Their leaves are the last ``num_leaves`` outputs of the traced jaxpr.
   ``marked`` says whether the jaxpr also has equations with the sow effect
@@ -74,7 +74,7 @@ class Harvested:
   to keep the order).
   """
 
-  sows: tuple[Collected, ...]
+  sows: tuple[Taken, ...]
   marked: int
 
   @property
@@ -106,7 +106,7 @@ class _Harvest:
         and primitive.sow_effect in eqn.effects
     ]
     sows = tuple(
-        Collected(
+        Taken(
             params=params,
             site=_site(params, tracers, source_info),
             before=bisect.bisect_left(marked, position),
