@@ -69,9 +69,9 @@ class Harvested:
   """What :func:`collecting` took: the sows, in program order.
 
   Their leaves are the last ``num_leaves`` outputs of the traced jaxpr.
-  ``marked`` says whether the jaxpr also has equations with the sow effect
-  (``marked`` of them: then :func:`materialize` must put these sows back
-  to keep the order).
+  ``marked`` counts the jaxpr's equations with the sow effect; if there are
+  any, :func:`materialize` puts these sows back among them to keep the
+  order.
   """
 
   sows: tuple[Taken, ...]
@@ -88,11 +88,11 @@ class _Harvest:
   def __init__(self, request: interpreter.Request, trace: tp.Any):
     self.request = request
     self.trace = trace
-    self.eqns = _jax.staged_eqns(trace)
     self.taken: list[tuple[dict[str, tp.Any], list[tp.Any], int, tp.Any]] = []
 
   def take(self, params, tracers, source_info) -> None:
-    self.taken.append((params, tracers, len(self.eqns), source_info))
+    position = len(_jax.staged_eqns(self.trace))
+    self.taken.append((params, tracers, position, source_info))
 
   def leaves(self) -> list[tp.Any]:
     return [leaf for _, tracers, _, _ in self.taken for leaf in tracers]
@@ -101,32 +101,20 @@ class _Harvest:
     """The static outcome; reads the trace's equations, so call it inside."""
     marked = [
         i
-        for i, eqn in enumerate(self.eqns)
+        for i, eqn in enumerate(_jax.staged_eqns(self.trace))
         if type(eqn) is _jax.TracingEqn
         and primitive.sow_effect in eqn.effects
     ]
     sows = tuple(
         Taken(
             params=params,
-            site=_site(params, tracers, source_info),
+            site=interpreter.site_at(params, tracers, source_info),
             before=bisect.bisect_left(marked, position),
             source_info=source_info,
         )
         for params, tracers, position, source_info in self.taken
     )
     return Harvested(sows, marked=len(marked))
-
-
-def _site(params, tracers, source_info) -> interpreter.Site:
-  return interpreter.Site(
-      name=params['sow_name'],
-      tag=params['tag'],
-      mode=params['mode'],
-      tree=params['tree'],
-      avals=interpreter.avals_of(tuple(t.aval for t in tracers)),
-      vmapped=params['vmapped'],
-      inner_vmaps=interpreter.vmaps_in(source_info),
-  )
 
 
 class _Local(threading.local):

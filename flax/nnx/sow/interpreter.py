@@ -190,22 +190,31 @@ def aval_of(value: tp.Any) -> Aval:
 
 
 @functools.lru_cache(maxsize=256)
-def avals_of(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
+def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
   # Shared between sites: a program with thousands of sows of a few shapes
   # then allocates no tuples per sow (fewer garbage collections).
   return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
 
 
 def site_of(eqn: core.JaxprEqn) -> Site:
-  params = eqn.params
+  return site_at(eqn.params, eqn.invars, eqn.source_info)
+
+
+def site_at(
+    params: tp.Mapping[str, tp.Any],
+    values: tp.Sequence[tp.Any],
+    source_info: tp.Any,
+) -> Site:
+  """The site of a sow with ``params`` of ``values`` (variables or tracers),
+  staged with ``source_info``."""
   return Site(
       name=params['sow_name'],
       tag=params['tag'],
       mode=params['mode'],
       tree=params['tree'],
-      avals=avals_of(tuple(v.aval for v in eqn.invars)),
+      avals=_avals(tuple(v.aval for v in values)),
       vmapped=params['vmapped'],
-      inner_vmaps=vmaps_of(eqn),
+      inner_vmaps=vmaps_in(source_info),
   )
 
 
