@@ -36,11 +36,14 @@ import numpy as np
 
 from flax import nnx
 from flax.nnx.sow import capture
+from flax.nnx.sow import dispatch
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import rules
 from flax.nnx.sow import sow
+from flax.nnx.sow import staging
 from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.sites import Request
 import sow_testing
 
 # The module, not the function of the same name that flax.nnx.sow exports.
@@ -418,8 +421,8 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
   """The caches keyed by jaxprs: a hit, a miss, and no unbounded growth."""
 
   def test_every_weakref_cache_is_bounded(self):
-    for cached in (interpreter._plan, interpreter.reemittable,
-                   interpreter._rewrite, interpreter.transform,
+    for cached in (dispatch.cached_plan, staging.reemittable,
+                   staging.rewrite, interpreter.transform,
                    rules._scan_body, rules._while_jaxprs, primitive.sow_keys):
       with self.subTest(str(cached)):
         self.assertIsNotNone(cached.cache_info().maxsize)
@@ -455,9 +458,9 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
     self.assertEqual(_info(interpreter.transform)[1], misses + 1)
 
   @parameterized.named_parameters(
-      ('plan', interpreter._plan),
-      ('reemittable', interpreter.reemittable),
-      ('rewrite', interpreter._rewrite),
+      ('plan', dispatch.cached_plan),
+      ('reemittable', staging.reemittable),
+      ('rewrite', staging.rewrite),
       ('transform', interpreter.transform),
       ('sow_keys', primitive.sow_keys),
       ('scan_body', rules._scan_body),
@@ -494,18 +497,18 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
 
   def test_plan_rewrite_and_reemittable_hit_and_miss(self):
     closed = jax.make_jaxpr(lambda x: jnp.sin(sow(x * 2, name='h')))(X)
-    request = interpreter.Request(Selection())
-    other = interpreter.Request(Selection(names=frozenset(['other'])))
+    request = Request(Selection())
+    other = Request(Selection(names=frozenset(['other'])))
     for cached, call, call_other in (
-        (interpreter._plan,
-         lambda: interpreter._plan(closed.jaxpr, request, True),
-         lambda: interpreter._plan(closed.jaxpr, other, True)),
-        (interpreter._rewrite,
-         lambda: interpreter._rewrite(closed.jaxpr, request, True),
-         lambda: interpreter._rewrite(closed.jaxpr, request, False)),
-        (interpreter.reemittable,
-         lambda: interpreter.reemittable(closed.jaxpr),
-         lambda: interpreter.reemittable(
+        (dispatch.cached_plan,
+         lambda: dispatch.cached_plan(closed.jaxpr, request, True),
+         lambda: dispatch.cached_plan(closed.jaxpr, other, True)),
+        (staging.rewrite,
+         lambda: staging.rewrite(closed.jaxpr, request, True),
+         lambda: staging.rewrite(closed.jaxpr, request, False)),
+        (staging.reemittable,
+         lambda: staging.reemittable(closed.jaxpr),
+         lambda: staging.reemittable(
              jax.make_jaxpr(lambda x: x * 2)(X).jaxpr)),
     ):
       with self.subTest(str(cached)):

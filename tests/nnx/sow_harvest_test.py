@@ -30,11 +30,11 @@ import numpy as np
 
 from flax.nnx.sow import capture
 from flax.nnx.sow import harvest
-from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import sow
 from flax.nnx.sow import tracing
 from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.sites import Request
 
 
 def _primitives(jaxpr) -> list[str]:
@@ -82,7 +82,7 @@ class StagedProgramTest(absltest.TestCase):
       np.testing.assert_array_equal(collected[('layer', i)][0], value)
 
   def test_only_selected_sows_are_taken(self):
-    request = interpreter.Request(Selection(tag='a'))
+    request = Request(Selection(tag='a'))
 
     def f(x):
       sow(x + 1.0, name='kept', tag='a')
@@ -97,10 +97,10 @@ class StagedProgramTest(absltest.TestCase):
 
   def test_predicates_and_planting_are_not_taken_at_staging(self):
     self.assertFalse(harvest.eligible(
-        interpreter.Request(Selection(names=lambda n: True))))
-    self.assertFalse(harvest.eligible(interpreter.Request(
+        Request(Selection(names=lambda n: True))))
+    self.assertFalse(harvest.eligible(Request(
         Selection(), planted=Selection())))
-    self.assertTrue(harvest.eligible(interpreter.Request(Selection())))
+    self.assertTrue(harvest.eligible(Request(Selection())))
 
 
 def _block(x):

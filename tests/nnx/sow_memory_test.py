@@ -33,6 +33,8 @@ from flax.nnx.sow import capture, sow
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
 from flax.nnx.sow import selection
+from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.sites import Request
 
 SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
 CHAIN = 12  # intermediates between two observations
@@ -187,7 +189,7 @@ class SupersededClobberTest(absltest.TestCase):
       sow(x + 1, name='a', tag='other', mode='clobber')
       return x
 
-    scope = interpreter.Scope(interpreter.Request(selection.Selection()))
+    scope = Scope(Request(selection.Selection()))
     jaxpr = jax.make_jaxpr(f)(jnp.zeros(2))
     interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, [jnp.zeros(2)], scope)
     self.assertEqual(

@@ -41,6 +41,10 @@ from flax.nnx.sow import module_paths as paths_lib
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.capture import group as group_records
+from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.sites import Request
+from flax.nnx.sow.sites import Site
+from flax.nnx.sow.sites import check_entry
 
 Module = module_lib.Module
 PathParts = frames.PathParts
@@ -350,9 +354,9 @@ class _InitPlanter:
   def __init__(self, values: dict[tuple, tp.Any]):
     self.values = values
 
-  def take(self, site: interpreter.Site, leaves=None) -> list[tp.Any]:
+  def take(self, site: Site, leaves=None) -> list[tp.Any]:
     del leaves  # the same value at every execution
-    return interpreter.check_entry(
+    return check_entry(
         site,
         self.values[(site.name, site.tag)],
         where=f'nnx.capture: the init perturbation {site.name!r}',
@@ -362,10 +366,10 @@ class _InitPlanter:
 
 
 def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
-  request = interpreter.Request(
+  request = Request(
       selection,
       planted=_SiteSelection(sites=frozenset(planted)) if planted else None,
   )
-  scope = interpreter.Scope(request, _InitPlanter(planted) if planted else None)
+  scope = Scope(request, _InitPlanter(planted) if planted else None)
   out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
   return {'out': out_flat, 'records': scope.records}

@@ -25,11 +25,14 @@ import jax
 from flax.nnx import variablelib
 from flax.nnx.sow import _jax
 from flax.nnx.sow import harvest
-from flax.nnx.sow import interpreter
 from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
+from flax.nnx.sow.scope import Scope
 from flax.nnx.sow.selection import NameFilter, Selection
+from flax.nnx.sow.sites import Record
+from flax.nnx.sow.sites import Request
+from flax.nnx.sow.sites import Site
 
 P = tp.ParamSpec('P')
 R = tp.TypeVar('R')
@@ -365,7 +368,7 @@ def _compiled_runners(f) -> _CompiledRunners | None:
 
 
 def _call(f, selection, args, kwargs):
-  request = interpreter.Request(selection)
+  request = Request(selection)
   # The sows staged into the capture's own trace are taken as they are
   # staged (see `harvest`), unless names are chosen by a predicate, which
   # is asked about the names of the whole program.
@@ -374,14 +377,14 @@ def _call(f, selection, args, kwargs):
     selection = selection.resolve(
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
     )
-    scope = interpreter.Scope(interpreter.Request(selection))
+    scope = Scope(Request(selection))
     out_flat = harvest.evaluate(
         staged.jaxpr, staged.inputs, staged.harvested, scope
     )
     return staged.unflatten_out(out_flat), collect(scope.records)
 
 
-def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
+def collect(records: tp.Iterable[Record]) -> Collected:
   """Groups records by name into tuples of pytrees, in call order.
 
   An ``'append'`` record adds an entry; a ``'clobber'`` record replaces every
@@ -392,8 +395,8 @@ def collect(records: tp.Iterable[interpreter.Record]) -> Collected:
 
 
 def group(
-    records: tp.Iterable[interpreter.Record],
-    key: tp.Callable[[interpreter.Site], tp.Hashable],
+    records: tp.Iterable[Record],
+    key: tp.Callable[[Site], tp.Hashable],
 ) -> dict[tp.Hashable, list[tp.Any]]:
   """The values of ``records`` as pytrees, by ``key(site)``, in call order.
 

@@ -45,6 +45,10 @@ import jax.extend.core as core
 from flax.nnx.sow import _jax
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import primitive
+from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.sites import Request
+from flax.nnx.sow.sites import Site
+from flax.nnx.sow.sites import site_at
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +57,13 @@ class Taken:
 
   Attributes:
     params: the sow's parameters.
-    site: its site, as ``interpreter.site_of`` would describe its equation.
+    site: its site, as ``sites.site_of`` would describe its equation.
     before: how many equations with the sow effect were staged before it.
     source_info: where it was staged, for an equation put back in its place.
   """
 
   params: dict[str, tp.Any]
-  site: interpreter.Site
+  site: Site
   before: int
   source_info: tp.Any
 
@@ -85,7 +89,7 @@ class Harvested:
 class _Harvest:
   """The sows being collected from one trace; holds tracers while it runs."""
 
-  def __init__(self, request: interpreter.Request, trace: tp.Any):
+  def __init__(self, request: Request, trace: tp.Any):
     self.request = request
     self.trace = trace
     self.taken: list[tuple[dict[str, tp.Any], list[tp.Any], int, tp.Any]] = []
@@ -108,7 +112,7 @@ class _Harvest:
     sows = tuple(
         Taken(
             params=params,
-            site=interpreter.site_at(params, tracers, source_info),
+            site=site_at(params, tracers, source_info),
             before=bisect.bisect_left(marked, position),
             source_info=source_info,
         )
@@ -128,7 +132,7 @@ class _Local(threading.local):
 _LOCAL = _Local()
 
 
-def eligible(request: interpreter.Request) -> bool:
+def eligible(request: Request) -> bool:
   """Whether sows of ``request`` may be collected at staging time: it
   collects, plants nothing and selects names without a predicate (which is
   resolved on the names of the whole program)."""
@@ -142,7 +146,7 @@ def eligible(request: interpreter.Request) -> bool:
 
 @contextlib.contextmanager
 def collecting(
-    request: interpreter.Request,
+    request: Request,
 ) -> tp.Iterator[_Harvest]:
   """Collects the sows ``request`` handles that are staged into the current
   trace while the block runs. Enter it inside the traced function."""
@@ -235,7 +239,7 @@ def evaluate(
     closed: core.ClosedJaxpr,
     inputs: tp.Sequence[tp.Any],
     harvested: Harvested | None,
-    scope: interpreter.Scope,
+    scope: Scope,
 ) -> list[tp.Any]:
   """Evaluates a jaxpr staged with ``harvested`` (or ``None``) in ``scope``,
   which records every sow in program order; returns the jaxpr's outputs

@@ -23,7 +23,11 @@ from flax.nnx.sow import interpreter
 from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
+from flax.nnx.sow.scope import Scope
 from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.sites import Request
+from flax.nnx.sow.sites import Site
+from flax.nnx.sow.sites import check_entry
 
 Values = tp.Mapping[
     primitive.Name, tp.Union[tp.Sequence[tp.Any], intervene.Fn]
@@ -97,7 +101,7 @@ def plant(
   values = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
   fn_names = tuple(name for name, entry in values.items() if callable(entry))
-  request = interpreter.Request(
+  request = Request(
       selection,
       collect=False,
       planted=Selection(names=frozenset(values)),
@@ -112,7 +116,7 @@ def plant(
       # over.
       fns = intervene.Functions({name: values[name] for name in fn_names})
       planter = _ValuesPlanter(values, fns)
-      scope = interpreter.Scope(request, planter, fns)
+      scope = Scope(request, planter, fns)
       out_flat = interpreter.evaluate(
           staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
       )
@@ -157,7 +161,7 @@ class _ValuesPlanter(intervene.Counting):
     self.used: collections.Counter = collections.Counter()
 
   def take(
-      self, site: interpreter.Site, leaves: tp.Sequence[tp.Any] | None
+      self, site: Site, leaves: tp.Sequence[tp.Any] | None
   ) -> list[tp.Any]:
     computed = self.computed(site, leaves)
     if computed is not None:
@@ -170,7 +174,7 @@ class _ValuesPlanter(intervene.Counting):
           f' function sows {site.name!r} more often.'
       )
     self.used[site.name] += 1
-    return interpreter.check_entry(
+    return check_entry(
         site, entries[index], where=f'plant: values[{site.name!r}][{index}]'
     )
 

@@ -15,9 +15,9 @@
 
 A rule is only consulted for an equation that holds a handled sow somewhere
 inside; every other equation is bound unchanged. A higher-order primitive
-missing from ``RULES`` is refused by the interpreter with an error naming it.
-The table at the bottom of this file is the complete list; ``interpreter.py``
-imports this module, so the table is in place wherever the interpreter runs.
+missing from ``RULES`` is refused by the plan with an error naming it.
+The table at the bottom of this file is the complete list; ``dispatch.py``
+imports this module, so the table is in place wherever a plan is made.
 
 Every rule works on a ``Transformed`` sub-jaxpr (see ``interpreter.py``):
 inputs ``[*original, *planted leaves]``, outputs ``[*original, *sown
@@ -37,12 +37,26 @@ from jax.extend.core import primitives as prims
 from jax.sharding import PartitionSpec
 
 from flax.nnx.sow import _jax
+from flax.nnx.sow import dispatch
 from flax.nnx.sow import interpreter
 from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
-from flax.nnx.sow.interpreter import Scope, Site
+from flax.nnx.sow.scope import Rule
+from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.sites import STRIP_ALL_SOWS
+from flax.nnx.sow.sites import Site
+from flax.nnx.sow.sites import describe_names
+from flax.nnx.sow.sites import split_records
+from flax.nnx.sow.sites import where
 
 UNSPECIFIED = _jax.UNSPECIFIED
+
+
+def _transformed(
+    scope: Scope, closed: core.ClosedJaxpr
+) -> interpreter.Transformed:
+  """``closed``, a sub-jaxpr of ``scope``, transformed for its request."""
+  return interpreter.transform(closed, scope.request, scope.fns)
 
 
 def _take_planted(
@@ -64,7 +78,7 @@ def _finish(
   """Records the sown outputs and advances the occurrence counters past
   ``times`` runs of ``t``; returns the original outputs."""
   n, m = len(eqn.outvars), t.num_sown_leaves
-  for site, leaves in interpreter.split_records(t.sites, outs[n : n + m]):
+  for site, leaves in split_records(t.sites, outs[n : n + m]):
     scope.record(scope.here(site, eqn), leaves)
   t.fn_finish(scope, outs[n + m :], times)
   return list(outs[:n])
@@ -76,7 +90,7 @@ def _jit(scope: Scope, eqn, invals):
   The transformed body is cached by the identity of the original one, so an
   eager ``capture(jax.jit(f))`` runs compiled code and compiles only once.
   """
-  t = scope.transform(eqn.params['jaxpr'])
+  t = _transformed(scope, eqn.params['jaxpr'])
   planted = [*_take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
   n_in, n_out = len(planted), t.num_sown_leaves + len(t.fn_names)
   p = eqn.params
@@ -102,7 +116,7 @@ def _inline(scope: Scope, eqn, invals, body_param: str = 'call_jaxpr'):
     return interpreter.evaluate(body, (), invals, scope)
 
 
-def _custom_rule(body_param: str) -> interpreter.Rule:
+def _custom_rule(body_param: str) -> Rule:
   """For primitives that carry a user rule (custom_jvp/vjp/vmap) and a body.
 
   The sown values come from evaluating the body in place; the outputs from
@@ -117,7 +131,7 @@ def _custom_rule(body_param: str) -> interpreter.Rule:
     body = eqn.params[body_param]
     if interpreter.plants_into(body, scope.request):
       return _inline(scope, eqn, invals, body_param)
-    stripped = interpreter.transform(body, interpreter.STRIP_ALL_SOWS).jaxpr
+    stripped = interpreter.transform(body, STRIP_ALL_SOWS).jaxpr
     rule_params = {
         param: _stripped_rule(eqn, param, body.jaxpr)
         for param in _DERIVATIVE_RULES
@@ -148,13 +162,13 @@ def _stripped_rule(eqn, param: str, body: core.Jaxpr):
     if extra:
       raise NotImplementedError(
           f'capture: the {what} rule of the {eqn.primitive.name!r}'
-          f' (at {interpreter.where(eqn)}) sows'
-          f' {interpreter.describe_names(name for name, _ in extra)}, which'
+          f' (at {where(eqn)}) sows'
+          f' {describe_names(name for name, _ in extra)}, which'
           ' its function does not; under differentiation inside a capture'
           ' such a sow cannot be collected. Sow it in the function instead.'
       )
     closed = core.ClosedJaxpr(jaxpr, consts)
-    return interpreter.transform(closed, interpreter.STRIP_ALL_SOWS).jaxpr
+    return interpreter.transform(closed, STRIP_ALL_SOWS).jaxpr
 
   return wrap(eqn.params[param], strip)
 
@@ -218,7 +232,7 @@ def _scan(scope: Scope, eqn, invals):
   """
   p = eqn.params
   length, n_consts, n_carry = p['length'], p['num_consts'], p['num_carry']
-  t = scope.transform(p['jaxpr'])
+  t = _transformed(scope, p['jaxpr'])
   planted = _take_planted(
       scope, eqn, [site.with_loop_axis(length) for site in t.planted_sites]
   )
@@ -285,7 +299,7 @@ def _scan_body(closed: core.ClosedJaxpr, sites, n_consts, n_carry, n_ys,
   carry_out, ys_out, sown_out, ends_out = _split(
       body.outvars, n_carry, n_ys, len(body.outvars) - n_carry - n_ys - n_fns
   )
-  per_site = interpreter.split_records(sites, sown_out)
+  per_site = split_records(sites, sown_out)
   clobber_out = [v for s, vs in per_site if s.mode == 'clobber' for v in vs]
   append_out = [v for s, vs in per_site if s.mode == 'append' for v in vs]
   clobber_in = [core.Var(v.aval) for v in clobber_out]  # never read
@@ -315,7 +329,9 @@ def _cond(scope: Scope, eqn, invals):
   branch takes the occurrence indices of them all (returning those it does
   not sow unchanged) and the values every branch's functions close over.
   """
-  branches = [scope.transform(branch) for branch in eqn.params['branches']]
+  branches = [
+      _transformed(scope, branch) for branch in eqn.params['branches']
+  ]
   _check_branches_agree(eqn, branches)
   planted = _take_planted(scope, eqn, branches[0].planted_sites)
   fn_names = tuple(
@@ -396,7 +412,7 @@ def _check_branches_agree(eqn, branches: list[interpreter.Transformed]):
       for i, b in enumerate(branches)
   ]
   raise ValueError(
-      f'capture: the branches of a cond/switch (at {interpreter.where(eqn)})'
+      f'capture: the branches of a cond/switch (at {where(eqn)})'
       ' must sow the same names, modes, structures, shapes and dtypes in the'
       ' same order:\n' + '\n'.join(lines)
   )
@@ -426,24 +442,24 @@ def _while(scope: Scope, eqn, invals):
   constants of the body.
   """
   p = eqn.params
-  if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):
+  if dispatch.contains(p['cond_jaxpr'].jaxpr, scope.request):
     raise NotImplementedError(
-        f'capture: the condition of a while_loop (at {interpreter.where(eqn)})'
+        f'capture: the condition of a while_loop (at {where(eqn)})'
         ' sows; move the sows into the body or out of the loop.'
     )
-  t = scope.transform(p['body_jaxpr'])
+  t = _transformed(scope, p['body_jaxpr'])
   appended = [s.name for s in t.sites if s.mode == 'append']
   if appended:
     raise NotImplementedError(
-        f'capture: a while_loop (at {interpreter.where(eqn)}) sows'
-        f' {interpreter.describe_names(appended)} with mode=\'append\'; its'
+        f'capture: a while_loop (at {where(eqn)}) sows'
+        f' {describe_names(appended)} with mode=\'append\'; its'
         ' trip count is only known at run time, so appended values cannot'
         ' have a static shape. Use mode=\'clobber\' (keeps the last value),'
         ' lax.scan or a fori_loop with static bounds, or move the sows out.'
     )
   if t.planted_sites:
     raise NotImplementedError(
-        f'plant: a while_loop (at {interpreter.where(eqn)}) sows'
+        f'plant: a while_loop (at {where(eqn)}) sows'
         f' {_describe_sites(t.planted_sites)}; its trip count is only known'
         ' at run time, so a tuple of values cannot be planted there. Plant'
         ' a function instead (plant(f, {name: fn})), or use lax.scan or a'
@@ -506,7 +522,7 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
                  f' {_describe_sites([prior[0]])}, differs from it in'
                  ' structure, shapes or dtypes')
     raise NotImplementedError(
-        f'capture: a while_loop (at {interpreter.where(eqn)}) clobbers'
+        f'capture: a while_loop (at {where(eqn)}) clobbers'
         f' {site.name!r} but may run zero times, and {problem}. The loop'
         f' sows {_describe_sites([site])}; a zero-trip loop has no true value'
         ' to return, so sow a value like it before the loop, e.g.'
@@ -518,7 +534,7 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
 def _remat(scope: Scope, eqn, invals):
   """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
   p = eqn.params
-  t = scope.transform(_jax.close_jaxpr(p['jaxpr']))
+  t = _transformed(scope, _jax.close_jaxpr(p['jaxpr']))
   planted = [*_take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
   consts = t.jaxpr.consts
   prevent_cse = p['prevent_cse']
@@ -585,7 +601,7 @@ def _shard_map(scope: Scope, eqn, invals):
   )
   outs = list(outs)
   recorded = [site.with_leading(*leading) for site in sites]
-  for site, leaves in interpreter.split_records(recorded, outs[n_out:]):
+  for site, leaves in split_records(recorded, outs[n_out:]):
     scope.record(scope.here(site, eqn), leaves)
   return outs[:n_out]
 
@@ -599,7 +615,7 @@ def _mark_varying(leaf, axes, check_vma: bool):
   return jax.lax.pcast(leaf, missing, to='varying') if missing else leaf
 
 
-RULES: dict[core.Primitive, interpreter.Rule] = {
+RULES: dict[core.Primitive, Rule] = {
     prims.jit_p: _jit,
     prims.call_p: _inline,
     prims.closed_call_p: _inline,

@@ -1,0 +1,258 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Sow sites, and the requests that select them.
+
+A ``Site`` is the static description of one sow as one scope of a program
+sees it: its parameters, the shapes of its leaves, and the vmaps around it.
+A ``Request`` says what an interpretation does with the sites it selects:
+record their values (``capture``), replace them (``plant``), or drop them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import typing as tp
+
+import jax
+import jax.extend.core as core
+import jax.extend.source_info_util as source_info_util
+import numpy as np
+
+from flax.nnx.sow import _jax
+from flax.nnx.sow import primitive
+from flax.nnx.sow.selection import Selection
+from flax.nnx.sow.selection import SiteFilter
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+  """What an interpretation does; hashable, so part of every cache key.
+
+  Attributes:
+    selection: the sows this interpretation may handle.
+    collect: record the values of the selected sows (``capture``).
+    planted: the selected sows that take planted values (``plant``), or
+      ``None``.
+    rebind_unhandled: re-bind the sows it does not handle, so that an
+      enclosing interpretation still sees them; ``False`` drops every sow.
+    refuse_unread: planting into a sow whose result the program never reads
+      is an error (``plant``); ``nnx.capture`` plants ``init`` perturbations
+      wherever legacy added them, read or not.
+    fn_names: the planted names whose values a function computes from the
+      sown value (``plant(f, {name: fn})``), in a fixed order; the functions
+      themselves are per call (``Scope.fns``).
+  """
+
+  selection: SiteFilter
+  collect: bool = True
+  planted: SiteFilter | None = None
+  rebind_unhandled: bool = True
+  refuse_unread: bool = False
+  fn_names: tuple[primitive.Name, ...] = ()
+
+  def handles(self, params: dict[str, tp.Any]) -> bool:
+    return self.selection.matches(params) and (
+        self.collect or self.plants(params)
+    )
+
+  def plants(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    """Whether a selected sow with these ``params`` takes a planted value."""
+    return self.planted is not None and self.planted.matches(params)
+
+
+STRIP_ALL_SOWS = Request(
+    Selection(), collect=False, planted=None, rebind_unhandled=False
+)
+
+Aval = tuple[tuple[int, ...], np.dtype]
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+  """The static description of one sow site as seen from one scope.
+
+  Attributes:
+    name, tag, mode, tree: the sow's parameters.
+    avals: (shape, dtype) of each leaf, as seen from this scope.
+    vmapped: how many leading axes of the sown leaves come from ``vmap``s
+      (outermost first), as counted by the sow's batching rule.
+    inner_vmaps: how many of those vmaps were applied inside this scope's
+      jaxpr (on the sow itself or on an equation between it and this scope);
+      the others were applied outside, to an equation holding this jaxpr.
+  """
+
+  name: primitive.Name
+  tag: tp.Hashable
+  mode: str
+  tree: tp.Any  # jax.tree_util.PyTreeDef
+  avals: tuple[Aval, ...]
+  vmapped: int = 0
+  inner_vmaps: int = 0
+
+  @property
+  def num_leaves(self) -> int:
+    return self.tree.num_leaves
+
+  @property
+  def outer_vmaps(self) -> int:
+    """The leading axes from vmaps applied outside this scope's jaxpr: a loop
+    of this scope adds its axis after them."""
+    return self.vmapped - self.inner_vmaps
+
+  def with_leading(self, *dims: int) -> Site:
+    """This site seen from outside a map that adds leading axes."""
+    avals = tuple(((*dims, *shape), dtype) for shape, dtype in self.avals)
+    return dataclasses.replace(self, avals=avals)
+
+  def with_loop_axis(self, length: int) -> Site:
+    """This site seen from outside a loop that stacks its values: the loop
+    axis comes after the axes of the vmaps applied outside the loop."""
+    at = self.outer_vmaps
+    avals = tuple(
+        ((*shape[:at], length, *shape[at:]), dtype)
+        for shape, dtype in self.avals
+    )
+    return dataclasses.replace(self, avals=avals)
+
+  def seen_through(self, vmaps: int) -> Site:
+    """This site seen from the jaxpr holding an equation that ``vmaps``
+    vmaps were applied to."""
+    if not vmaps:
+      return self
+    return dataclasses.replace(self, inner_vmaps=self.inner_vmaps + vmaps)
+
+
+def vmaps_of(eqn: core.JaxprEqn) -> int:
+  """How many ``vmap``s were applied to ``eqn`` at its own level.
+
+  JAX records each transformation in the name stack of the equations it
+  emits, relative to their jaxpr: a scan batched by a vmap outside it reads
+  ``vmap()`` while its body does not; a vmap inside the body marks the
+  body's equations instead.
+  """
+  return vmaps_in(eqn.source_info)
+
+
+def vmaps_in(source_info: tp.Any) -> int:
+  """``vmaps_of`` an equation staged with ``source_info``."""
+  return sum(
+      1
+      for part in source_info.name_stack.stack
+      if isinstance(part, _jax.Transform) and part.name == 'vmap'
+  )
+
+
+def aval_of(value: tp.Any) -> Aval:
+  aval = jax.typeof(value)
+  return tuple(aval.shape), np.dtype(aval.dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
+  # Shared between sites: a program with thousands of sows of a few shapes
+  # then allocates no tuples per sow (fewer garbage collections).
+  return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
+
+
+def site_of(eqn: core.JaxprEqn) -> Site:
+  return site_at(eqn.params, eqn.invars, eqn.source_info)
+
+
+def site_at(
+    params: tp.Mapping[str, tp.Any],
+    values: tp.Sequence[tp.Any],
+    source_info: tp.Any,
+) -> Site:
+  """The site of a sow with ``params`` of ``values`` (variables or tracers),
+  staged with ``source_info``."""
+  return Site(
+      name=params['sow_name'],
+      tag=params['tag'],
+      mode=params['mode'],
+      tree=params['tree'],
+      avals=_avals(tuple(v.aval for v in values)),
+      vmapped=params['vmapped'],
+      inner_vmaps=vmaps_in(source_info),
+  )
+
+
+def check_entry(
+    site: Site,
+    entry: tp.Any,
+    *,
+    where: str,
+    site_has: str = 'the sow has',
+) -> list[jax.Array]:
+  """The leaves of ``entry``, a value planted at ``site``, checked against it.
+
+  Raises:
+    ValueError: ``entry`` has another structure, shape or dtype than the
+      values sown at ``site``; the message starts with ``where`` and says
+      what ``site_has``.
+  """
+  leaves, tree = jax.tree_util.tree_flatten(entry)
+  if tree != site.tree:
+    raise ValueError(
+        f'{where} has structure {tree}, but {site_has} structure'
+        f' {site.tree}.'
+    )
+  checked = []
+  for leaf, (shape, dtype) in zip(leaves, site.avals):
+    leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
+    got_shape, got_dtype = aval_of(leaf)
+    if (got_shape, got_dtype) != (shape, dtype):
+      raise ValueError(
+          f'{where} has a leaf of {np.dtype(got_dtype).name}'
+          f'{list(got_shape)}, but {site_has}'
+          f' {np.dtype(dtype).name}{list(shape)}.'
+      )
+    checked.append(leaf)
+  return checked
+
+
+# One executed sow site: its site and its flat leaf values.
+Record = tuple[Site, list[tp.Any]]
+
+
+def split_records(
+    sites: tp.Sequence[Site], leaves: tp.Sequence[tp.Any]
+) -> list[Record]:
+  """Pairs each site with its slice of a flat list of sown leaves."""
+  records, start = [], 0
+  for site in sites:
+    records.append((site, list(leaves[start : start + site.num_leaves])))
+    start += site.num_leaves
+  assert start == len(leaves), (start, len(leaves))
+  return records
+
+
+def describe_names(names: tp.Iterable[tp.Any]) -> str:
+  return ', '.join(sorted(map(repr, names))) or '(none)'
+
+
+# This package's files: an equation's location skips them (a sow is bound
+# by `primitive.sow`, a module's sow by `Module.sow`), to name user code.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_COMPAT_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), 'capture_compat')
+
+
+def where(eqn: core.JaxprEqn) -> str:
+  """Where ``eqn`` was traced: the first frame outside JAX and this
+  package."""
+  for frame in _jax.user_frames(eqn.source_info.traceback):
+    if not frame.file_name.startswith((_PACKAGE_DIR, _COMPAT_DIR)):
+      return f'{frame.file_name}:{frame.start_line} ({frame.function_name})'
+  return source_info_util.summarize(eqn.source_info)
