@@ -135,7 +135,8 @@ def rewrite_unit(unit: ParsedUnit, plan, tracker, kind: str) -> str:
   context = CodemodContext()
   module = unit.module
   for transformer in codemods.ORDER:
-    module = transformer(context, tracker, plan, unit.index).apply(module)
+    if getattr(plan, transformer.ENTRIES):
+      module = transformer(context, tracker, plan, unit.index).apply(module)
   if module is unit.module or module.deep_equals(unit.module):
     return unit.unit.code
   module = imports.add_needed(module, context)

@@ -37,6 +37,8 @@ def rewrite(node: cst.CSTNode, access, mode: str) -> cst.CSTNode:
 class StateAccess(base.SiteTransformer):
   """Rewrites the planned reads of captured States."""
 
+  ENTRIES = 'accesses'
+
   def edits(self):
     edits = {}
     for unit, access, mode in self.plan.accesses:

@@ -41,6 +41,8 @@ def rewrite(statement, messages: list[str], header=()):
 class Annotate(base.SiteTransformer):
   """Adds the notes of the flagged sites."""
 
+  ENTRIES = 'notes'
+
   def edits(self):
     edits = {}
     for statement, (unit, messages, header) in self.plan.notes.items():

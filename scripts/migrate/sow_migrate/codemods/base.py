@@ -91,9 +91,14 @@ class SiteTransformer(ContextAwareTransformer):
   """A transformer applying one kind of rewrite to the planned nodes.
 
   Subclasses implement ``edits()``: current node -> function of the node as
-  updated by this pass, for the nodes of unit ``self.unit``. The imports an
-  edit needs are asked for when it is applied.
+  updated by this pass, for the nodes of unit ``self.unit``, made from the
+  entries of the plan's attribute ``ENTRIES`` only. The imports an edit needs
+  are asked for when it is applied.
   """
+
+  # The FilePlan attribute this rewrite reads: without entries there, it is
+  # not made at all (making a libcst transformer costs milliseconds).
+  ENTRIES: tp.ClassVar[str]
 
   def __init__(self, context: CodemodContext, tracker: Tracker,
                plan: FilePlan, unit: int = 0):

@@ -31,6 +31,8 @@ def rewrite(call: cst.Call, alias: str,
 class CaptureToFunctional(base.SiteTransformer):
   """Rewrites the planned legacy ``nnx.capture`` calls."""
 
+  ENTRIES = 'captures'
+
   def edits(self):
     edits = {}
     for unit, call, alias, decorator in self.plan.captures:

@@ -32,6 +32,8 @@ def rewrite(call: cst.Call, alias: str) -> cst.Call:
 class PerturbToFunctional(base.SiteTransformer):
   """Rewrites the planned ``Module.perturb`` calls."""
 
+  ENTRIES = 'perturbs'
+
   def edits(self):
     edits = {}
     for unit, call, alias in self.plan.perturbs:

@@ -84,6 +84,8 @@ def site_edits(tracker, site, alias, unit: int):
 class PopToCapture(base.SiteTransformer):
   """Rewrites the planned call + ``nnx.pop`` pairs into captures."""
 
+  ENTRIES = 'pops'
+
   def edits(self):
     edits = {}
     for _, site, alias in self.plan.pops:

@@ -34,6 +34,8 @@ def rewrite(call: cst.Call, alias: str, mode: str) -> cst.Call:
 class SowToFunctional(base.SiteTransformer):
   """Rewrites the planned ``Module.sow`` calls."""
 
+  ENTRIES = 'sows'
+
   def edits(self):
     edits = {}
     for unit, call, alias, mode in self.plan.sows:
