@@ -2101,6 +2101,22 @@ class InstallTest(sow_testing.StateAssertions, parameterized.TestCase):
     capture_compat.uninstall()
     self.assertFalse(capture_compat.is_installed())
 
+  def test_delegates(self):
+    self.assertTrue(capture_compat.delegates(capture_compat.capture))
+
+    def handing_over(f, *args, **kwargs):
+      return capture_compat.capture(f, *args, **kwargs)
+
+    self.assertTrue(capture_compat.delegates(handing_over))
+    self.assertFalse(capture_compat.delegates(lambda f: f))
+    self.assertFalse(capture_compat.delegates(len))  # no code object
+    # Flax's own capture hands over exactly where its source names us
+    # (Flax with the patch series), not in a release such as 0.12.8.
+    self.assertEqual(
+        capture_compat.delegates(self.flax_capture),
+        'capture_compat' in inspect.getsource(self.flax_capture),
+    )
+
   def test_capture_collects_what_module_sow_routes_to_it(self):
     # No check of who installed whom: capture collects what reaches
     # capture_compat.sow, whether Module.sow is it (install), delegates to

@@ -52,8 +52,7 @@ def _flax_own_capture() -> tp.Callable[..., tp.Any]:
 def is_available() -> bool:
   """Whether Flax's own ``nnx.capture`` is 0.12.8's, not a delegation to
   ``capture_compat`` (what Flax's ``module.py`` does with the series)."""
-  code = getattr(_flax_own_capture(), '__code__', None)
-  return code is None or 'capture_compat' not in code.co_names
+  return not capture_compat.delegates(_flax_own_capture())
 
 
 def flax_capture() -> tp.Callable[..., tp.Any]:

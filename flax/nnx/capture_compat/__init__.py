@@ -85,8 +85,8 @@ Variable = variablelib.Variable
 State = statelib.State
 
 __all__ = [
-    'capture', 'install', 'is_installed', 'keep_last', 'perturb', 'sow',
-    'uninstall',
+    'capture', 'delegates', 'install', 'is_installed', 'keep_last',
+    'perturb', 'sow', 'uninstall',
 ]
 
 
@@ -251,6 +251,26 @@ _METHODS = {'sow': sow, 'perturb': perturb}
 def is_installed() -> bool:
   """Whether Flax's ``nnx.capture`` is this package's :func:`capture`."""
   return module_lib.capture is capture
+
+
+def delegates(fn: tp.Callable[..., tp.Any]) -> bool:
+  """Whether ``fn``, an ``nnx.capture``, runs on the sow transform.
+
+  True for this package's :func:`capture`, and for a function that hands its
+  calls to it: Flax's own ``nnx.capture`` where Flax carries this package
+  (its ``module.py`` then calls ``capture_compat``). False for the
+  ``nnx.capture`` of a Flax release without it, such as 0.12.8's.
+
+  >>> from flax.nnx import capture_compat
+  >>> capture_compat.delegates(capture_compat.capture)
+  True
+  """
+  if fn is capture:
+    return True
+  # A function that refers to this package by name calls into it: Flax's
+  # `capture` has no other reason to name it.
+  code = getattr(fn, '__code__', None)
+  return code is not None and 'capture_compat' in code.co_names
 
 
 def _namespaces() -> tuple[types.ModuleType, ...]:

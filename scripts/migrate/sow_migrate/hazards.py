@@ -54,12 +54,9 @@ def installed_capture() -> str:
   except ImportError:  # Flax without this contribution (or no Flax at all)
     return LEGACY
   # pylint: enable=g-import-not-at-top
-  if capture_compat.is_installed():  # the overlay, installed
-    return TRANSFORM
-  # Flax with this contribution: its own nnx.capture hands every call to
-  # capture_compat (a released Flax's has no such name).
-  code = getattr(nnx.capture, '__code__', None)
-  if code is not None and 'capture_compat' in code.co_names:
+  # The overlay installed, or Flax with this contribution, whose own
+  # nnx.capture hands every call to capture_compat.
+  if capture_compat.is_installed() or capture_compat.delegates(nnx.capture):
     return TRANSFORM
   return LEGACY
 
