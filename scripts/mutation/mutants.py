@@ -221,9 +221,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '    pass',
        'a sown constant is returned as a JAX array'),
     # -- sites.py ----------------------------------------------------------
-    _m('sites-plant-needs-collect', 'sites.py',
+    _m('sites-remove-ignored', 'sites.py',
+       '        self.collect or self.remove or self.plants(params)',
        '        self.collect or self.plants(params)',
-       '        self.collect',
+       'a capture around a custom_vjp takes its sows out of the re-bound'
+       ' function'),
+    _m('sites-plant-needs-collect', 'sites.py',
+       '        self.collect or self.remove or self.plants(params)',
+       '        self.collect or self.remove',
        'plant handles sows though it collects nothing'),
     _m('sites-loop-axis-first', 'sites.py',
        '    at = self.outer_vmaps\n',
@@ -346,6 +351,16 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if extra:\n      raise NotImplementedError(',
        '    if False:\n      raise NotImplementedError(',
        'a derivative rule sowing a name its function does not is refused'),
+    _m('rules-custom-unselected-stripped', 'rules.py',
+       '    stripped = interpreter.transform(body, removing).jaxpr',
+       '    stripped = interpreter.transform(\n'
+       '        body, dataclasses.replace(removing, rebind_unhandled=False)\n'
+       '    ).jaxpr',
+       'a sow an inner capture around a custom_vjp leaves can be planted'),
+    _m('rules-custom-unselected-twice', 'rules.py',
+       '  dropping = dataclasses.replace(scope.request, rebind_unhandled=False)',
+       '  dropping = scope.request',
+       'an outer capture sees a sow a custom_vjp capture leaves once'),
     _m('rules-shard-map-axes-reversed', 'rules.py',
        "  axes = tuple(a for a in mesh.axis_names if a in"
        " p['newly_manual_axes'])",

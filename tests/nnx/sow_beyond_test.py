@@ -413,6 +413,44 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
     self.assertLen(outer['outer'], 1)
 
 
+  @parameterized.parameters('custom_vjp', 'custom_jvp')
+  def test_plant_reaches_a_sow_an_inner_capture_leaves(self, kind):
+    def body(x):
+      sow(jnp.int32(3), name='b')
+      return sow(jnp.sin(x * 0.5), name='a') * 3.0 + 1.0
+
+    if kind == 'custom_vjp':
+      g = jax.custom_vjp(body)
+      g.defvjp(lambda x: (g(x), None), lambda _, ct: (ct * 7.0,))
+    else:
+      g = jax.custom_jvp(body)
+      g.defjvp(lambda p, t: (g(p[0]), 7.0 * t[0]))
+    inner = lambda x: capture(g, names=('b',))(x)[0]
+    planted = {'a': (jnp.full(3, 2.0),)}
+
+    # 'a' reaches the output only through the re-bound primitive: planting
+    # it there changes the output (the inner capture once kept 'a' only in
+    # a copy whose value nothing read, and plant refused).
+    np.testing.assert_array_equal(plant(inner, planted)(X), jnp.full(3, 7.0))
+    np.testing.assert_array_equal(
+        jax.jit(plant(inner, planted))(X), jnp.full(3, 7.0))
+    # Differentiated inside: the user's rule is still the one applied.
+    def through_vjp(x):
+      out, pullback = jax.vjp(inner, x)
+      return out + 0.0 * pullback(jnp.ones_like(out))[0]
+
+    np.testing.assert_array_equal(
+        plant(through_vjp, planted)(X), jnp.full(3, 7.0))
+    np.testing.assert_array_equal(
+        jax.grad(lambda x: jnp.sum(inner(x)))(X), jnp.full(3, 7.0))
+    # An outer capture sees 'a' once, with the value f computes.
+    (_, taken), outer = capture(capture(g, names=('b',)))(X)
+    self.assertEqual(list(taken), ['b'])
+    self.assertEqual(list(outer), ['a'])
+    self.assertLen(outer['a'], 1)
+    sow_testing.assert_close(outer['a'][0], np.sin(X * 0.5))
+
+
 class CompiledSpeedTest(absltest.TestCase):
 
   def test_eager_capture_of_jit_compiles_once(self):

@@ -26,6 +26,7 @@ leaves]``, and re-binds its primitive with it, adapting the parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing as tp
 
@@ -43,7 +44,7 @@ from flax.nnx.sow import intervene
 from flax.nnx.sow import primitive
 from flax.nnx.sow.scope import Rule
 from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.sites import STRIP_ALL_SOWS
+from flax.nnx.sow.sites import Request
 from flax.nnx.sow.sites import Site
 from flax.nnx.sow.sites import describe_names
 from flax.nnx.sow.sites import split_records
@@ -120,24 +121,28 @@ def _custom_rule(body_param: str) -> Rule:
   """For primitives that carry a user rule (custom_jvp/vjp/vmap) and a body.
 
   The sown values come from evaluating the body in place; the outputs from
-  re-binding the primitive with its body stripped of every sow, so the
-  user's rule still applies (XLA merges the duplicate under ``jit``). The
-  body goes first, so that eagerly its intermediates are freed before the
-  re-bound outputs exist. Planting changes the function itself, so its
-  custom rule no longer applies: then only the body is evaluated.
+  re-binding the primitive with the sows this scope handles removed from its
+  body and rules, so the user's rule still applies (XLA merges the duplicate
+  under ``jit``). The sows it does not handle stay in the re-bound primitive
+  only, where an enclosing interpretation sees them with the values that
+  reach the outputs (a ``plant`` there changes them). The body goes first,
+  so that eagerly its intermediates are freed before the re-bound outputs
+  exist. Planting changes the function itself, so its custom rule no longer
+  applies: then only the body is evaluated.
   """
 
   def rule(scope: Scope, eqn, invals):
     body = eqn.params[body_param]
     if interpreter.plants_into(body, scope.request):
       return _inline(scope, eqn, invals, body_param)
-    stripped = interpreter.transform(body, STRIP_ALL_SOWS).jaxpr
+    removing = scope.request.removing()
+    stripped = interpreter.transform(body, removing).jaxpr
     rule_params = {
-        param: _stripped_rule(eqn, param, body.jaxpr)
+        param: _stripped_rule(eqn, param, body.jaxpr, removing)
         for param in _DERIVATIVE_RULES
         if param in eqn.params
     }
-    _inline(scope, eqn, invals, body_param)
+    _take_in_place(scope, eqn, invals, body_param)
     return interpreter.bind(
         eqn, invals, **{body_param: stripped}, **rule_params
     )
@@ -145,15 +150,34 @@ def _custom_rule(body_param: str) -> Rule:
   return rule
 
 
-def _stripped_rule(eqn, param: str, body: core.Jaxpr):
-  """A custom derivative rule (a jaxpr thunk) whose jaxpr has no sows.
+def _take_in_place(scope: Scope, eqn, invals, body_param: str) -> None:
+  """Records the sows ``scope`` handles in the body of ``eqn``, evaluated in
+  place; the others are dropped there, as the re-bound primitive keeps them
+  (re-binding them here too would show them twice to an enclosing capture,
+  once with a value nothing reads)."""
+  if not scope.request.rebind_unhandled:
+    _inline(scope, eqn, invals, body_param)
+    return
+  dropping = dataclasses.replace(scope.request, rebind_unhandled=False)
+  inner = Scope(dropping, scope.planter, scope.fns)
+  inner.inline_vmaps = scope.inline_vmaps
+  _inline(inner, eqn, invals, body_param)
+  for site, leaves in inner.records:
+    scope.record_arrays(site, leaves)
+
+
+def _stripped_rule(
+    eqn, param: str, body: core.Jaxpr, removing: Request
+):
+  """A custom derivative rule (a jaxpr thunk) without the handled sows.
 
   Under differentiation JAX runs the user's forward (``custom_vjp``) or JVP
   (``custom_jvp``) rule in place of the body, and such a rule usually calls
-  the function itself: its sows would run again, outside this capture. Their
-  values already come from evaluating the body, so they are stripped; a rule
-  that sows a name the body does not is refused, since that value could be
-  collected by no capture.
+  the function itself: its sows would run again, outside this capture. The
+  values of those this capture handles already come from evaluating the
+  body, so ``removing`` strips them; the others stay, as in the re-bound
+  body. A rule that sows a name the body does not is refused, since that
+  value could be collected by no capture.
   """
   what, wrap = _DERIVATIVE_RULES[param]
 
@@ -168,7 +192,7 @@ def _stripped_rule(eqn, param: str, body: core.Jaxpr):
           ' such a sow cannot be collected. Sow it in the function instead.'
       )
     closed = core.ClosedJaxpr(jaxpr, consts)
-    return interpreter.transform(closed, STRIP_ALL_SOWS).jaxpr
+    return interpreter.transform(closed, removing).jaxpr
 
   return wrap(eqn.params[param], strip)
 

@@ -33,7 +33,6 @@ import numpy as np
 
 from flax.nnx.sow import _jax
 from flax.nnx.sow import primitive
-from flax.nnx.sow.selection import Selection
 from flax.nnx.sow.selection import SiteFilter
 
 
@@ -47,13 +46,15 @@ class Request:
     planted: the selected sows that take planted values (``plant``), or
       ``None``.
     rebind_unhandled: re-bind the sows it does not handle, so that an
-      enclosing interpretation still sees them; ``False`` drops every sow.
+      enclosing interpretation still sees them; ``False`` drops them.
     refuse_unread: planting into a sow whose result the program never reads
       is an error (``plant``); ``nnx.capture`` plants ``init`` perturbations
       wherever legacy added them, read or not.
     fn_names: the planted names whose values a function computes from the
       sown value (``plant(f, {name: fn})``), in a fixed order; the functions
       themselves are per call (``Scope.fns``).
+    remove: handle the selected sows by removing them, recording and
+      planting nothing (see ``removing``).
   """
 
   selection: SiteFilter
@@ -62,20 +63,28 @@ class Request:
   rebind_unhandled: bool = True
   refuse_unread: bool = False
   fn_names: tuple[primitive.Name, ...] = ()
+  remove: bool = False
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
     return self.selection.matches(params) and (
-        self.collect or self.plants(params)
+        self.collect or self.remove or self.plants(params)
+    )
+
+  def removing(self) -> Request:
+    """The request that removes the sows this one selects and keeps the
+    others: for a body whose selected sows are taken elsewhere (a custom
+    rule's), while an enclosing interpretation still sees the others."""
+    return Request(
+        self.selection,
+        collect=False,
+        rebind_unhandled=self.rebind_unhandled,
+        remove=True,
     )
 
   def plants(self, params: tp.Mapping[str, tp.Any]) -> bool:
     """Whether a selected sow with these ``params`` takes a planted value."""
     return self.planted is not None and self.planted.matches(params)
 
-
-STRIP_ALL_SOWS = Request(
-    Selection(), collect=False, planted=None, rebind_unhandled=False
-)
 
 Aval = tuple[tuple[int, ...], np.dtype]
 
