@@ -312,8 +312,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '          next(appended)',
        'inside vmap, a scanned value has its loop axis after the vmap axes'),
     _m('rules-scan-zero-length-clobber', 'rules.py',
-       '      if length > 0:\n        scope.record(',
-       '      if length >= 0:\n        scope.record(',
+       '    _record_zero_trip(scope, eqn)\n    return [*carry, *ys]',
+       '    _record_zero_trip(scope, eqn)',
        'a zero-length scan records nothing for clobbered sows'),
     _m('rules-scan-append-order', 'rules.py',
        "  append_out = [v for s, vs in per_site if s.mode == 'append' for v in"
@@ -361,6 +361,11 @@ MUTANTS: tuple[Mutant, ...] = (
        '  dropping = dataclasses.replace(scope.request, rebind_unhandled=False)',
        '  dropping = scope.request',
        'an outer capture sees a sow a custom_vjp capture leaves once'),
+    _m('rules-zero-trip-superseded-append', 'rules.py',
+       "    return params['mode'] == 'append' and self.selection.matches(params)",
+       '    return self.selection.matches(params)',
+       'a zero-trip scan gives each append site an empty stack, also one a'
+       ' clobber supersedes per iteration'),
     _m('rules-shard-map-axes-reversed', 'rules.py',
        "  axes = tuple(a for a in mesh.axis_names if a in"
        " p['newly_manual_axes'])",

@@ -22,6 +22,8 @@ before, after minutes). Oracles are recomputed directly in NumPy or read off
 the program JAX builds for a direct call.
 """
 
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -523,6 +525,35 @@ class ZeroTripLoopTest(parameterized.TestCase):
     np.testing.assert_array_equal(collected['s'][0], np.asarray(X) + 1)
     _, collected = jax.jit(capture(f))(X, 2)
     sow_testing.assert_close(collected['s'][0], np.asarray(X) * 3 * 3)
+
+
+  @parameterized.parameters('eager', 'jit')
+  def test_zero_trip_scan_gives_every_append_site_an_empty_stack(self, mode):
+    # Per iteration the clobber supersedes the append; with no iteration,
+    # neither ran: the append site gives the stack of no values, as a scan's
+    # ys do, and the clobber nothing (found by the long fuzz profile).
+    def f(x, n):
+      sow(x * 2, name='s')
+
+      def body(c, _):
+        sow(c + 1, name='s')
+        return sow(c * 3, name='s', mode='clobber'), None
+
+      return lax.scan(body, x, None, length=n)[0]
+
+    def run(n):
+      run = capture(functools.partial(f, n=n))
+      return (jax.jit(run) if mode == 'jit' else run)(X)[1]
+
+    collected = run(0)
+    self.assertLen(collected['s'], 2)
+    np.testing.assert_array_equal(collected['s'][0], np.asarray(X) * 2)
+    self.assertEqual(collected['s'][1].shape, (0, 3))
+    self.assertEqual(collected['s'][1].dtype, X.dtype)
+    # A loop that runs: the last clobber replaces every earlier entry.
+    collected = run(2)
+    self.assertLen(collected['s'], 1)
+    sow_testing.assert_close(collected['s'][0], np.asarray(X) * 9)
 
 
 class SeveralSitesOfOneBodyTest(parameterized.TestCase):

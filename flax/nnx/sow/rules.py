@@ -250,8 +250,9 @@ def _scan(scope: Scope, eqn, invals):
   """Appended values become extra ``ys``; clobbered values extra carries.
 
   A clobber carry starts from zeros that are never observed: a scan of
-  static length 0 records nothing for its clobber sites. Planted values are
-  extra ``xs``; the occurrence indices of names planted by a function are
+  static length 0 records nothing for its clobber sites, and an empty stack
+  for each of its append sites (see ``_record_zero_trip``). Planted values
+  are extra ``xs``; the occurrence indices of names planted by a function are
   extra carries and the values their functions close over extra constants.
   """
   p = eqn.params
@@ -286,6 +287,9 @@ def _scan(scope: Scope, eqn, invals):
       outs, n_carry, n_fns, len(clobber_avals), n_ys
   )
   t.fn_finish(scope, ends, times=length)
+  if length == 0:
+    _record_zero_trip(scope, eqn)
+    return [*carry, *ys]
   clobbered, appended = iter(clobbered_leaves), iter(appended_leaves)
   for site in t.sites:
     if site.mode == 'append':
@@ -296,9 +300,34 @@ def _scan(scope: Scope, eqn, invals):
       scope.record(scope.here(site.with_loop_axis(length), eqn), leaves)
     else:
       leaves = [next(clobbered) for _ in range(site.num_leaves)]
-      if length > 0:
-        scope.record(scope.here(site, eqn), leaves)
+      scope.record(scope.here(site, eqn), leaves)
   return [*carry, *ys]
+
+
+def _record_zero_trip(scope: Scope, eqn) -> None:
+  """Records an empty stack for each append site of a scan of length 0.
+
+  Its body never runs, so its clobbers sow nothing; each append site gives
+  the stack of no values, as the ``ys`` of the scan do. That includes an
+  append that a later clobber of its name supersedes within one iteration
+  (the transformed body no longer lists it): no iteration ran the clobber.
+  """
+  appends = Request(_Appends(scope.request.selection))
+  for site in interpreter.transform(eqn.params['jaxpr'], appends).sites:
+    stacked = scope.here(site.with_loop_axis(0), eqn)
+    scope.record(
+        stacked, [jnp.zeros(shape, dtype) for shape, dtype in stacked.avals]
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Appends:
+  """The sows of ``selection`` with mode ``'append'``."""
+
+  selection: tp.Any  # selection.SiteFilter
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return params['mode'] == 'append' and self.selection.matches(params)
 
 
 def _loop_axes(sites: tp.Sequence[Site]) -> list[int]:
