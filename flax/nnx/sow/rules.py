@@ -166,9 +166,7 @@ def _take_in_place(scope: Scope, eqn, invals, body_param: str) -> None:
     scope.record_arrays(site, leaves)
 
 
-def _stripped_rule(
-    eqn, param: str, body: core.Jaxpr, removing: Request
-):
+def _stripped_rule(eqn, param: str, body: core.Jaxpr, removing: Request):
   """A custom derivative rule (a jaxpr thunk) without the handled sows.
 
   Under differentiation JAX runs the user's forward (``custom_vjp``) or JVP
@@ -312,6 +310,8 @@ def _record_zero_trip(scope: Scope, eqn) -> None:
   append that a later clobber of its name supersedes within one iteration
   (the transformed body no longer lists it): no iteration ran the clobber.
   """
+  if not scope.request.collect:
+    return  # nothing is recorded (plant)
   appends = Request(_Appends(scope.request.selection))
   for site in interpreter.transform(eqn.params['jaxpr'], appends).sites:
     stacked = scope.here(site.with_loop_axis(0), eqn)
