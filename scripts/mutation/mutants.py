@@ -358,11 +358,13 @@ MUTANTS: tuple[Mutant, ...] = (
        '    ).jaxpr',
        'a sow an inner capture around a custom_vjp leaves can be planted'),
     _m('rules-custom-unselected-twice', 'rules.py',
-       '  dropping = dataclasses.replace(scope.request, rebind_unhandled=False)',
+       '  dropping = dataclasses.replace(scope.request,'
+       ' rebind_unhandled=False)',
        '  dropping = scope.request',
        'an outer capture sees a sow a custom_vjp capture leaves once'),
     _m('rules-zero-trip-superseded-append', 'rules.py',
-       "    return params['mode'] == 'append' and self.selection.matches(params)",
+       "    return params['mode'] == 'append' and"
+       ' self.selection.matches(params)',
        '    return self.selection.matches(params)',
        'a zero-trip scan gives each append site an empty stack, also one a'
        ' clobber supersedes per iteration'),

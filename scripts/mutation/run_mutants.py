@@ -57,7 +57,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 class Outcome:
   id: str
   path: str
-  status: str  # 'killed', 'timeout', 'survived' or 'equivalent'
+  status: str  # 'killed', 'timeout', 'survived', 'error' or 'equivalent'
   seconds: float
   breaks: str
   detail: str = ''
@@ -102,7 +102,13 @@ def _pytest(copy: pathlib.Path, tests, timeout: float):
   except subprocess.TimeoutExpired:
     return 'timeout', ''
   last = (done.stdout.strip().splitlines() or [''])[-1]
-  return ('survived' if done.returncode == 0 else 'killed'), last
+  # pytest exits 1 when a test failed; any other failure (a conftest that
+  # cannot import, no tests collected, a usage error) killed nothing.
+  status = {0: 'survived', 1: 'killed'}.get(done.returncode, 'error')
+  if status == 'error':
+    last = f'pytest exit {done.returncode}: ' + (
+        (done.stderr.strip().splitlines() or [last])[-1])
+  return status, last
 
 
 def _first_failure(summary: str) -> str:
@@ -203,6 +209,9 @@ def _report(outcomes: list[Outcome], elapsed: float, args) -> int:
         f' ({args.jobs} jobs)')
   for outcome in survived:
     print(f'  SURVIVED {outcome.id} ({outcome.path}): {outcome.breaks}')
+  errors = [o for o in scored if o.status == 'error']
+  for outcome in errors:
+    print(f'  ERROR {outcome.id}: the tests did not run ({outcome.detail})')
   for outcome in outcomes:
     if outcome.status == 'equivalent':
       print(f'  equivalent {outcome.id}: {outcome.detail}')
@@ -213,6 +222,8 @@ def _report(outcomes: list[Outcome], elapsed: float, args) -> int:
         'jobs': args.jobs,
         'outcomes': [dataclasses.asdict(o) for o in outcomes],
     }, indent=2))
+  if errors:
+    return 2  # a score over tests that did not run means nothing
   if args.publish:
     publish(summary(outcomes, elapsed, args.jobs))
   return 0 if score >= args.min_score else 1

@@ -137,6 +137,23 @@ class RunnerBookkeepingTest(absltest.TestCase):
     self.assertNotIn('first', content)
     self.assertTrue(content.endswith('## Another section\n'))
 
+  def test_only_a_failing_test_kills(self):
+    cases = {
+        'survived': ('', 'def test_ok():\n  pass\n'),
+        'killed': ('', 'def test_broken():\n  assert False\n'),
+        # The tests never ran: an import error in a conftest (what a shell
+        # without the project's environment gives) kills nothing.
+        'error': ('raise ImportError("no jax here")\n',
+                  'def test_ok():\n  pass\n'),
+    }
+    for expected, (conftest, test) in cases.items():
+      with self.subTest(expected), tempfile.TemporaryDirectory() as tmp:
+        copy = pathlib.Path(tmp)
+        (copy / 'conftest.py').write_text(conftest)
+        (copy / 'probe_test.py').write_text(test)
+        status, detail = self.runner._pytest(copy, ['probe_test.py'], 120)
+        self.assertEqual(status, expected, detail)
+
   def test_a_stale_mutant_is_reported(self):
     stale = self.table_mutant(old='text that is nowhere in the file')
     with self.assertRaisesRegex(ValueError, 'occurs 0 times'):
