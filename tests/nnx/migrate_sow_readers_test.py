@@ -33,6 +33,7 @@ import sys
 import tempfile
 import textwrap
 import warnings
+from unittest import mock
 
 import jax.numpy as jnp
 import numpy as np
@@ -432,6 +433,23 @@ class CaptureHazardTest(absltest.TestCase):
     self.assertEqual(
         ms.parse_args([path, '--nnx-capture', 'transform']).nnx_capture,
         'transform')
+
+  def test_auto_asks_the_installed_capture(self):
+    hazards = importlib.import_module('sow_migrate.hazards')
+    with capture_compat.install():
+      self.assertEqual(hazards.installed_capture(), 'transform')
+    with capture_compat.uninstall():
+      # Flax's own: 0.12.8's runs legacy, one carrying the series delegates.
+      expected = 'legacy' if sow_legacy.is_available() else 'transform'
+      self.assertEqual(hazards.installed_capture(), expected)
+    # A capture_compat older than delegates(): installed or not decides.
+    without = {k: v for k, v in vars(capture_compat).items()
+               if k != 'delegates'}
+    with mock.patch.dict(vars(capture_compat), clear=True, values=without):
+      with capture_compat.install():
+        self.assertEqual(hazards.installed_capture(), 'transform')
+      with capture_compat.uninstall():
+        self.assertEqual(hazards.installed_capture(), 'legacy')
 
   def test_an_nnx_dict_keeps_the_pop(self):
     source = textwrap.dedent("""\

@@ -54,11 +54,12 @@ def installed_capture() -> str:
   except ImportError:  # Flax without this contribution (or no Flax at all)
     return LEGACY
   # pylint: enable=g-import-not-at-top
-  # The overlay installed, or Flax with this contribution, whose own
-  # nnx.capture hands every call to capture_compat.
-  if capture_compat.is_installed() or capture_compat.delegates(nnx.capture):
-    return TRANSFORM
-  return LEGACY
+  delegates = getattr(capture_compat, 'delegates', None)
+  if delegates is None:  # an older capture_compat: only installed or not
+    return TRANSFORM if capture_compat.is_installed() else LEGACY
+  # The overlay installed (nnx.capture is capture_compat's), or Flax with
+  # this contribution, whose own nnx.capture hands every call to it.
+  return TRANSFORM if delegates(nnx.capture) else LEGACY
 
 
 _LISTS = frozenset({'flax.nnx.List', 'flax.nnx.Sequential'})
