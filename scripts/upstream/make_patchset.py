@@ -95,6 +95,7 @@ TRANSFORM_TESTS = (
 INTEGRATION_TESTS = (
     'capture_compat_test.py',
     'capture_compat_vmap_test.py',
+    'capture_eager_test.py',
     'sow_semantics_test.py',
     'sow_multiprocess_test.py',
     'sow_multiprocess_worker.py',
