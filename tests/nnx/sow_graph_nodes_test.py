@@ -192,11 +192,21 @@ class GraphNodesTest(parameterized.TestCase):
           if f is not adds_attribute:  # tree-mode nnx.jit drops it silently
             with self.assertRaises(ValueError):
               nnx.jit(f)(*args)
+          # Staged (here under jax.jit), the call runs on copies.
           with self.assertRaisesRegex(ValueError, 'capture.*' + message):
-            capture(f)(*args)
+            jax.jit(lambda x, f=f, args=args: capture(f)(*args[:-1], x))(X)
         # Nothing was written.
         self.assertEqual(nnx.graphdef(linear), graphdef)
         self.assertIs(linear.kernel.get_raw_value(), kernel)
+        with nnx.set_graph_mode(False):
+          # Eagerly, a direct call, which tree mode does not constrain.
+          twin = nnx.clone(linear)
+          twin_args = (twin, twin, X) if f is tied else (twin, X)
+          out, _ = capture(f)(*args)
+          expected = f(*twin_args)
+          jax.tree.map(np.testing.assert_array_equal,
+                       jax.tree.leaves(out), jax.tree.leaves(expected))
+          self.assertEqual(nnx.graphdef(linear), nnx.graphdef(twin))
         with nnx.set_graph_mode(True):
           capture(f)(*args)
           nnx.jit(f)(*args)
@@ -291,7 +301,26 @@ class GraphNodesTest(parameterized.TestCase):
     jax.vmap(traced, in_axes=(0, None))(X, jax.new_ref(X))
     self.assertTrue(tracing.is_graph_node(jax.new_ref(X)))  # not vacuous
 
-  def test_an_exception_writes_nothing(self):
+  def test_an_exception_leaves_what_a_direct_call_leaves(self):
+    # Eagerly the call is a direct call: the updates made before the error
+    # stay, as in `f(twin, X)`, and nothing of the capture's (a path mark).
+    model = Model(nnx.Rngs(0))
+    twin = nnx.clone(model)
+
+    def f(m, x):
+      m(x)
+      raise RuntimeError('boom')
+
+    with self.assertRaisesRegex(RuntimeError, 'boom'):
+      capture(f)(model, X)
+    with self.assertRaisesRegex(RuntimeError, 'boom'):
+      f(twin, X)
+    self.assertSameState(model, twin)
+    self.assertEqual(nnx.graphdef(model), nnx.graphdef(twin))
+    self.assertEqual(model.calls.get_value(), 1)
+
+  def test_an_exception_in_a_staged_call_writes_nothing(self):
+    # Under a trace the call runs on copies, written back once it succeeded.
     model = Model(nnx.Rngs(0))
     before = nnx.clone(model)
 
@@ -300,7 +329,7 @@ class GraphNodesTest(parameterized.TestCase):
       raise RuntimeError('boom')
 
     with self.assertRaisesRegex(RuntimeError, 'boom'):
-      capture(f)(model, X)
+      jax.jit(lambda x: capture(f)(model, x))(X)
     self.assertSameState(model, before)
     self.assertEqual(nnx.graphdef(model), nnx.graphdef(before))
 

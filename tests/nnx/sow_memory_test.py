@@ -114,11 +114,12 @@ class EagerMemoryTest(parameterized.TestCase):
     self.assertEqual(captured, direct)
 
   def test_custom_jvp_body(self):
-    # Under capture the body runs twice: evaluated in place for its sown
-    # values, then re-bound without its sows for the outputs.
+    # An eager capture runs a custom_jvp function as a direct call does:
+    # once. (Inside a jit, its body runs twice: evaluated in place for its
+    # sown values, then re-bound without its sows for the outputs.)
     direct, captured = self.observe(in_custom_jvp)
     self.assertLen(direct, 2)
-    self.assertEqual(captured, direct * 2)
+    self.assertEqual(captured, direct)
 
 
 def clobbers(x, observe):

@@ -574,7 +574,14 @@ class ControlFlowTest(parameterized.TestCase):
       return lax.fori_loop(0, n, lambda i, c: sow(c + i, name='dyn'), x)
 
     with self.assertRaisesRegex(NotImplementedError, "while_loop .*'dyn'"):
-      capture(f)(X, jnp.int32(3))
+      jax.jit(capture(f))(X, jnp.int32(3))
+    # Eagerly the bounds are concrete, as in a direct call: a scan.
+    out, collected = capture(f)(X, jnp.int32(3))
+    np.testing.assert_array_equal(out, f(X, 3))
+    # The carry after each step: c + i for i = 0, 1, 2.
+    np.testing.assert_array_equal(
+        collected['dyn'][0], np.stack([X, X + 1, X + 3])
+    )
 
   def test_while_loop_without_selected_sows_runs(self):
     def f(x):

@@ -69,7 +69,6 @@ import sys
 import threading
 import types
 import typing as tp
-import weakref
 
 from flax.nnx import module as module_lib
 from flax.nnx import statelib
@@ -199,31 +198,18 @@ def capture(
 
   bound_module: Module | None
   call: tp.Callable[..., tp.Any]
-  # What the traces of this capture are cached under (weakly held); None:
-  # traced on every call.
-  fn_key: tp.Any
   if inspect.ismethod(fn) and isinstance(fn.__self__, Module):
     bound_module, func = fn.__self__, fn.__func__
     call = lambda root, *args, **kwargs: func(root, *args, **kwargs)
-    fn_key = func
   elif isinstance(fn, Module):
     bound_module = fn
     call = lambda root, *args, **kwargs: root(*args, **kwargs)
-    fn_key = call_lib.ModuleCall
   else:
     bound_module = None
     # Not a Variable type: the decorator form returned above.
     function = tp.cast(tp.Callable[..., tp.Any], fn)
     call = lambda root, *args, **kwargs: function(root, *args, **kwargs)
-    fn_key = fn
-  try:
-    weakref.ref(fn_key)
-  except TypeError:
-    fn_key = None
-  run = call_lib.Call(
-      tuple(var_types), init, method_outputs, call, fn_key,
-      None if fn_key is call_lib.ModuleCall else fn,
-  )
+  run = call_lib.Call(tuple(var_types), init, method_outputs, call)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):

@@ -11,37 +11,36 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One call of ``capture_compat.capture``: stage, interpret, build States.
+"""One call of ``capture_compat.capture``: run or stage, interpret, build
+States.
 
-An eager capture is traced like ``nnx.jit``: once per call structure
-(function, types, graph definition and non-array arguments by value, array
-shapes and dtypes); later calls only evaluate the staged program on their
-own modules and inputs.
+Outside any JAX trace the call is eager, as in Flax 0.12.8: the function runs
+on the caller's modules, its Python on every call, and the sows of the
+capture's frame are recorded as they are bound (:mod:`flax.nnx.sow.eager`);
+jitted functions inside keep the programs JAX compiled for them. Under a JAX
+trace (``nnx.jit`` around the capture, say) the call is staged to a jaxpr on
+copies of its graph nodes and interpreted there; the enclosing trace is what
+JAX caches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import typing as tp
-import weakref
 
-
-from flax.nnx import graphlib
 from flax.nnx import module as module_lib
 from flax.nnx import statelib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import method_outputs as method_outputs_lib
-from flax.nnx.capture_compat import numpy_guards as guards_lib
-from flax.nnx.sow import _jax
+from flax.nnx.sow import eager
 from flax.nnx.sow import interpreter
-from flax.nnx.sow import keys
 from flax.nnx.sow import module_paths as paths_lib
 from flax.nnx.sow import primitive
 from flax.nnx.sow import tracing
 from flax.nnx.sow.capture import group as group_records
 from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.sites import Record
 from flax.nnx.sow.sites import Request
 from flax.nnx.sow.sites import Site
 from flax.nnx.sow.sites import check_entry
@@ -49,114 +48,43 @@ from flax.nnx.sow.sites import check_entry
 Module = module_lib.Module
 PathParts = frames.PathParts
 State = statelib.State
+Sites = dict[tuple[primitive.Name, type], frames.SiteInfo]
 _NO_VALUE = object()
 
 
 @dataclasses.dataclass(frozen=True)
-class _SiteSelection:
-  """Selects exactly the (name, tag) sites a frame collects.
+class _FrameSites:
+  """Selects the sows of one frame: those its ``Module.sow`` and
+  ``Module.perturb`` calls mark as its own (``SiteInfo.frame``).
 
-  A :class:`~flax.nnx.sow.selection.Selection` selects by tag and by name
-  separately; a frame knows which name goes with which tag.
+  Hashable and the same for every call of a capture at the same depth, so
+  the transformed body of an inner ``jit`` is cached across calls. With
+  ``perturbations``, only the perturbation sites whose ``(sow name, type)``
+  it lists are selected (the sites ``init`` plants).
   """
 
-  sites: frozenset[tuple[primitive.Name, type]]
+  frame: tp.Hashable
+  perturbations: frozenset | None = None
 
   def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
-    return (params['sow_name'], params['tag']) in self.sites
-
-
-@dataclasses.dataclass(frozen=True)
-class _Trace:
-  """What one trace of a compat capture leaves behind; no tracers.
-
-  Everything :class:`Call` needs to evaluate the call again on other
-  arguments of the same structure: the staged jaxpr, how to rebuild its
-  outputs, the sow sites the frame collects (found in the jaxpr), and the
-  guards that must hold for it to be reused.
-  """
-
-  jaxpr: tp.Any  # core.ClosedJaxpr
-  outcome: tp.Any  # tracing's outcome of the trace
-  module_paths: tuple[PathParts, ...]
-  sites: dict[tuple[primitive.Name, type], frames.SiteInfo]
-  guards: tuple[guards_lib.Guard, ...] = ()
-
-
-class ModuleCall:
-  """The key of the traces of ``capture(module)``: ``module(*args)``, whose
-  code is determined by the module's graph definition."""
-
-
-# Per function (weakly held): traces by call structure. An eager capture is
-# traced like `nnx.jit`: once per structure of its arguments, then only
-# evaluated.
-TRACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-TRACES_LOCK = threading.Lock()
-_MAX_TRACES_PER_FUNCTION = 64
-
-
-class _HashedKey:
-  """A key hashed once: hashing a graph definition is not cheap, and a key is
-  both looked up and, on a miss, stored.
-
-  A key holding unhashable values (a module attribute ``features=[16, 16]``,
-  a dict, a dataclass) is frozen by value (:func:`keys.freeze`), as
-  ``nnx.jit`` compares graph definitions: otherwise every call would trace
-  again, and re-trace and recompile every ``jit`` inside.
-  """
-
-  __slots__ = ('key', 'hash', 'raw')
-
-  def __init__(self, key: tp.Hashable):
-    self.raw = None
-    try:
-      self.hash = hash(key)
-    except TypeError:
-      self.raw = key
-      key = keys.freeze(key)
-      self.hash = hash(key)
-    self.key = key
-
-  def stored(self) -> _HashedKey:
-    """This key as it is kept: a snapshot, not a view of the call's values.
-
-    Raises:
-      keys.Unkeyable: the key holds a value that cannot be snapshotted.
-    """
-    if self.raw is None:
-      return self
-    stored = _HashedKey.__new__(_HashedKey)
-    stored.raw = None
-    stored.key = keys.freeze(self.raw, snapshot=True)
-    stored.hash = hash(stored.key)
-    if stored != self:
-      raise keys.Unkeyable('the snapshot of the key differs from it')
-    return stored
-
-  def __hash__(self) -> int:
-    return self.hash
-
-  def __eq__(self, other) -> bool:
-    return (
-        isinstance(other, _HashedKey)
-        and self.hash == other.hash
-        and self.key == other.key
+    info = params.get('meta')
+    if not isinstance(info, frames.SiteInfo) or info.frame != self.frame:
+      return False
+    if self.perturbations is None:
+      return True
+    return info.kind == 'perturb' and (
+        (params['sow_name'], params['tag']) in self.perturbations
     )
 
 
 class Call:
-  """One call of a compat ``capture``: stage, interpret, build the States."""
+  """One call of a compat ``capture``: run or stage, build the States."""
 
-  def __init__(self, var_types, init, method_outputs, call, fn_key, code):
+  def __init__(self, var_types, init, method_outputs, call):
     self.var_types = var_types
     self.init = init
     self.method_outputs = method_outputs
     self.call = call
-    self.fn_key = fn_key
-    # The function `call` runs; None for a module, whose class is found in
-    # the graph definition.
-    self.code = code
 
   def __call__(self, root, args, kwargs):
     init_entries = frames.flat_init(self.init)
@@ -164,56 +92,68 @@ class Call:
     for path, _, var_type, _ in init_entries:
       init_types.setdefault(path, set()).add(var_type)
     frame = frames.Frame(self.var_types, init_types, self.method_outputs)
-    with tracing.updating():
-      out, trace, records = self._run(frame, init_entries, root, args, kwargs)
-    states = self._states(trace, init_entries, records['records'])
+    if eager.can_run():
+      out, sites, records = self._run_eagerly(
+          frame, init_entries, root, args, kwargs
+      )
+    else:
+      with tracing.updating():
+        out, sites, records = self._run_staged(
+            frame, init_entries, root, args, kwargs
+        )
+    states = self._states(frame, sites, init_entries, records)
     if not self.var_types:
       return out
     if len(self.var_types) == 1:
       return out, states[0]
     return (out, *states)
 
-  def _run(self, frame, init_entries, root, args, kwargs):
-    """Stages (or finds the trace of) the call, evaluates, writes back."""
+  def _run_eagerly(self, frame, init_entries, root, args, kwargs):
+    """Runs the call on the caller's objects, recording the frame's sows."""
+    planted = {
+        (frames.sow_name(path, name), var_type): value
+        for path, name, var_type, value in init_entries
+    }
+    request = Request(
+        _FrameSites(frame.id),
+        planted=_FrameSites(frame.id, frozenset(planted)) if planted
+        else None,
+    )
+    scope = Scope(request, _InitPlanter(planted) if planted else None)
+    with _modes_note():
+      out = eager.run(
+          scope, lambda: self._traced(frame)(root, args, kwargs)
+      )
+    records = scope.records
+    sites: Sites = {}
+    for site, _ in records:
+      info = site.meta
+      assert isinstance(info, frames.SiteInfo), site
+      sites.setdefault((site.name, info.var_type), info)
+    return out, sites, records
+
+  def _run_staged(self, frame, init_entries, root, args, kwargs):
+    """Stages the call on copies, evaluates it, writes back."""
     # The init values are not traced: perturbations are planted when the
     # staged program is evaluated (see `_InitPlanter`), accumulators are
     # applied to the records after it.
     prepared = tracing.Prepared(
         self._traced(frame), (root, args, kwargs), {}, paths=False
     )
-    key = self._cache_key(prepared, init_entries)
-    trace = self._lookup(key)
-    if trace is not None and not all(g.holds() for g in trace.guards):
-      trace = None  # a NumPy scalar it read has changed
-    if trace is None:
-      # Scanned before tracing: a function that changes a global it reads
-      # is then traced again on the next call, which reads the new value.
-      guards = () if key is None else guards_lib.numpy_guards(
-          self._code_roots(prepared)
-      )
-      jaxpr, outcome = prepared.trace()
-      trace = _Trace(
-          jaxpr, outcome, tuple(frame.module_paths),
-          frame.sites_in(jaxpr.jaxpr), guards,
-      )
-      self._store(key, trace)
-    selection = _SiteSelection(sites=frozenset(trace.sites))
-    try:
+    jaxpr, outcome = prepared.trace()
+    sites = frame.sites_in(jaxpr.jaxpr)
+    planted = _init_perturbations(sites, init_entries)
+    with _modes_note():
       records = _interpret(
-          trace.jaxpr, prepared.inputs, selection,
-          _init_perturbations(trace, init_entries),
+          jaxpr, prepared.inputs, _SiteSelection(frozenset(sites)), planted
       )
-    except NotImplementedError as e:
-      e.add_note(MODES_NOTE)
-      raise
-    out = prepared.finish(trace.outcome, records.pop('out'))
-    return out, trace, records
+    out = prepared.finish(outcome, records.pop('out'))
+    return out, sites, records['records']
 
   def _traced(self, frame):
-    """The function staged: ``call`` on the copies, inside ``frame``."""
+    """The function run: ``call`` on the objects given, inside ``frame``."""
 
     def traced(root, args, kwargs):
-      # Runs on copies, inside the trace.
       if self.method_outputs is not None:
         frame.taps = [method_outputs_lib.tap_spec(self.method_outputs)]
       return paths_lib.run_in_frame(
@@ -223,75 +163,18 @@ class Call:
 
     return traced
 
-  def _code_roots(self, prepared) -> list[tp.Any]:
-    """The code the call runs: the function and the graph nodes' classes."""
-    roots = [] if self.code is None else [self.code]
-    for node in prepared.graphdef.nodes:
-      if isinstance(node, graphlib.NodeDef) and isinstance(node.type, type):
-        roots.append(node.type)
-    return roots
-
-  def _cache_key(self, prepared, init_entries) -> _HashedKey | None:
-    """The key of this call's trace, or ``None`` if it is traced anew.
-
-    Only a top-level eager call, outside any other capture, reuses a trace:
-    under a JAX transform the enclosing trace is what gets cached, and an
-    enclosing capture's frames take part in resolving module paths.
-    """
-    if frames.FRAMES.stack or not _jax.trace_ctx.is_top_level():
-      return None
-    structure = prepared.cache_key()
-    if structure is None or self.fn_key is None:
-      return None
-    key = (
-        self.var_types,
-        self.method_outputs,
-        # What the modules' sows run: on a released Flax, `install` changes
-        # them, and a trace of Flax's own Module.sow collects nothing.
-        Module.sow,
-        Module.perturb,
-        tuple((path, name, var_type) for path, name, var_type, _
-              in init_entries),
-        _jax.trace_context(),
-        structure,
-    )
-    try:
-      return _HashedKey(key)
-    except TypeError:  # a value whose __hash__ fails even once frozen
-      return None
-
-  def _lookup(self, key) -> _Trace | None:
-    if key is None:
-      return None
-    with TRACES_LOCK:
-      return TRACES.get(self.fn_key, {}).get(key)
-
-  def _store(self, key, trace: _Trace) -> None:
-    if key is None or trace.jaxpr.consts:
-      # Arrays the function read from outside its arguments (the weights of
-      # a module it closes over, a global): a direct call would read their
-      # current values, so the trace is not reused.
-      return
-    try:
-      key = key.stored()
-    except keys.Unkeyable:
-      return
-    with TRACES_LOCK:
-      traces = TRACES.setdefault(self.fn_key, {})
-      if len(traces) >= _MAX_TRACES_PER_FUNCTION:
-        traces.clear()
-      traces[key] = trace
-
-  def _states(self, trace, init_entries, records) -> list[State]:
+  def _states(
+      self, frame, sites: Sites, init_entries, records: list[Record]
+  ) -> list[State]:
     # A name may be sown with several types (a perturbation and a sow).
     values = group_records(records, key=lambda site: (site.name, site.tag))
     # Per module path and type: name -> value, as legacy __captures__.
     slots: dict[tuple[PathParts, type], dict[str, tp.Any]] = {}
-    module_paths = set(trace.module_paths)
+    module_paths = set(frame.module_paths)
     for path, name, var_type, value in init_entries:
       if path in module_paths:
         slots.setdefault((path, var_type), {})[name] = value
-    for key, info in trace.sites.items():
+    for key, info in sites.items():
       if key not in values:
         continue
       slot = slots.setdefault((info.path, info.var_type), {})
@@ -308,11 +191,37 @@ class Call:
     with variablelib.var_defaults(hijax=False, ref=False):
       for var_type in self.var_types:
         flat = []
-        for path in trace.module_paths:
+        for path in frame.module_paths:
           for name, value in slots.get((path, var_type), {}).items():
             flat.append(((*path, name), var_type(value)))
         states.append(statelib.from_flat_state(flat))
     return states
+
+
+@dataclasses.dataclass(frozen=True)
+class _SiteSelection:
+  """Selects exactly the (name, tag) sites a staged frame collects.
+
+  A :class:`~flax.nnx.sow.selection.Selection` selects by tag and by name
+  separately; a frame knows which name goes with which tag.
+  """
+
+  sites: frozenset[tuple[primitive.Name, type]]
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return (params['sow_name'], params['tag']) in self.sites
+
+
+class _modes_note:
+  """Adds :data:`MODES_NOTE` to a refusal raised while interpreting."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, tb):
+    if kind is not None and issubclass(kind, NotImplementedError):
+      error.add_note(MODES_NOTE)
+    return False
 
 
 MODES_NOTE = (
@@ -324,15 +233,15 @@ MODES_NOTE = (
 )
 
 
-def _init_perturbations(trace, init_entries) -> dict[tuple, tp.Any]:
-  """``init``'s values for the perturbation sites of ``trace``, by
+def _init_perturbations(sites: Sites, init_entries) -> dict[tuple, tp.Any]:
+  """``init``'s values for the perturbation sites among ``sites``, by
   ``(sow name, Variable type)``."""
   values = {
       (path, name, var_type): value
       for path, name, var_type, value in init_entries
   }
   planted = {}
-  for key, info in trace.sites.items():
+  for key, info in sites.items():
     if info.kind != 'perturb':
       continue
     value = values.get((info.path, info.name, info.var_type), _NO_VALUE)

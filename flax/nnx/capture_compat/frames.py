@@ -22,6 +22,7 @@ types (and ``init``'s), whose sites become the States ``capture`` returns.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import typing as tp
 
 from flax.nnx import statelib
@@ -79,10 +80,13 @@ class Frame(paths_lib.Frame):
     # nothing that differs between two calls of the same capture: a per-call
     # id made every `nnx.jit` inside trace and compile again on every call
     # that is traced again (one closing over arrays, say). Its depth among
-    # the compat frames tells nested captures apart.
+    # the compat frames tells nested captures apart, and its thread the
+    # captures of other threads, which may mark the same modules (an eager
+    # call marks the caller's own).
     depth = sum(not f.functional for f in FRAMES.stack)
     super().__init__((
         'nnx.capture',
+        threading.get_ident(),
         depth,
         var_types,
         frozenset(

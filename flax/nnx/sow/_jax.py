@@ -38,6 +38,7 @@ from jax._src import source_info_util
 from jax._src import tree_util
 from jax._src import util
 from jax._src.interpreters import partial_eval as pe
+from jax._src.lax import eval_jaxpr as eval_jaxpr_lib
 from jax._src.lax.control_flow import conditionals
 
 # -- Configuration -----------------------------------------------------------
@@ -51,6 +52,10 @@ trace_context = config.trace_context
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
 # JAX only offers `find_top_trace` over given values and debug-only probes.
 trace_ctx = core.trace_ctx
+# JAX's eval trace, the parent of an eager interpretation at the top level:
+# a bind handed to it runs at once, as at the top level (`eager.EagerTrace`
+# hands it every primitive without a sow). Public JAX has no handle on it.
+eval_trace = core.eval_trace
 # The type of the staging (`jit`) trace, to emit equations into it directly;
 # `jax.interpreters.partial_eval` exports its tracer, not the trace.
 DynamicJaxprTrace = pe.DynamicJaxprTrace
@@ -93,6 +98,9 @@ JaxprInputEffect = effects.JaxprInputEffect
 # `jax.shard_map` (and `jax.pmap`).
 custom_vmap_p = custom_batching.custom_vmap_p
 shard_map_p = shard_map.shard_map_p
+# Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
+# stages as `closed_call`); an eager interpretation meets it as it is.
+eval_jaxpr_p = eval_jaxpr_lib.eval_jaxpr_p
 # `jit` parameters use this sentinel for a sharding left to the compiler.
 UNSPECIFIED = sharding_impls.UNSPECIFIED
 # `shard_map_p.bind(subfuns=...)` expects its body to return a FlatTree with

@@ -24,6 +24,7 @@ import jax
 
 from flax.nnx import variablelib
 from flax.nnx.sow import _jax
+from flax.nnx.sow import eager
 from flax.nnx.sow import harvest
 from flax.nnx.sow import module_paths
 from flax.nnx.sow import primitive
@@ -368,6 +369,22 @@ def _compiled_runners(f) -> _CompiledRunners | None:
 
 
 def _call(f, selection, args, kwargs):
+  if eager.can_run() and not selection.by_predicate:
+    return _call_eagerly(f, selection, args, kwargs)
+  return _call_staged(f, selection, args, kwargs)
+
+
+def _call_eagerly(f, selection, args, kwargs):
+  """A direct call of ``f`` whose sows are recorded as they run (see
+  :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
+  scope = Scope(Request(selection))
+  out = eager.run(scope, lambda: tracing.call_directly(f, args, kwargs))
+  return out, collect(scope.records)
+
+
+def _call_staged(f, selection, args, kwargs):
+  """``f`` staged to a jaxpr, which is interpreted under the current trace
+  (a ``jit`` around the capture, say): the trace is made once per call."""
   request = Request(selection)
   # The sows staged into the capture's own trace are taken as they are
   # staged (see `harvest`), unless names are chosen by a predicate, which

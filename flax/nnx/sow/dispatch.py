@@ -134,6 +134,12 @@ def _plan_eqn(
   return None
 
 
+def rule_for(prim: core.Primitive) -> Rule:
+  """The rule of a higher-order ``prim`` holding a handled sow, or a
+  refusal naming it."""
+  return _rules.RULES.get(prim, _refuse)
+
+
 def contains(jaxpr: core.Jaxpr, request: Request) -> bool:
   """Whether ``request`` handles or drops a sow of ``jaxpr``, at any depth."""
   return any(rule is not None for rule in plan(jaxpr, request))

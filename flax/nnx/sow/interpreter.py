@@ -354,7 +354,7 @@ def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
   return tuple(
       site
       for site in transform(closed, collecting).sites
-      if request.plants({'sow_name': site.name, 'tag': site.tag})
+      if request.plants(site.params)
   )
 
 

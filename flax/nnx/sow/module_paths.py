@@ -92,12 +92,16 @@ class Frame:
   functional = True
 
   def __init__(self, frame_id: tp.Hashable = None):
-    # A functional frame's id is its depth among the functional frames of
-    # the thread: the same for every call at that depth, so that an
-    # `nnx.jit` inside the call, keyed by the marks in the graph definition,
-    # is traced once per module path rather than once per call.
+    # A functional frame's id is its thread and its depth among the
+    # functional frames of the thread: the same for every call at that
+    # depth, so that an `nnx.jit` inside the call, keyed by the marks in the
+    # graph definition, is traced once per module path rather than once per
+    # call; and another for every thread, since an eager call marks the
+    # caller's own modules, which other threads may be capturing too.
     if frame_id is None:
-      frame_id = -1 - sum(f.functional for f in FRAMES.stack)
+      frame_id = (
+          threading.get_ident(), -1 - sum(f.functional for f in FRAMES.stack)
+      )
     self.id = frame_id
     self.modules: list[tuple[PathParts, tp.Any]] = []
     self.module_paths: list[PathParts] = []
@@ -134,8 +138,11 @@ def innermost_functional() -> Frame | None:
 # Path marks: how a module copy knows its path, through every transform
 # ---------------------------------------------------------------------------
 
-# The attribute of a module copy that holds its mark.
+# The attribute of a module that holds its mark.
 _MARK_ATTRIBUTE = '_nnx_capture_paths'
+# Marking reads the mark and writes it back: threads marking the same module
+# (an eager call marks the caller's own) must not lose each other's entries.
+_MARKS_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,28 +178,30 @@ def _mark_of(obj: tp.Any) -> PathMark | None:
 
 
 def mark(module: tp.Any, frame: Frame, path: PathParts) -> None:
-  """Marks ``module`` (a private copy) with its ``path`` in ``frame``."""
+  """Marks ``module`` with its ``path`` in ``frame``."""
   if getattr(module, '__dict__', None) is None:
     return  # a module without attributes cannot sow by path
-  previous = _mark_of(module)
-  entries = () if previous is None else previous.paths
-  # Written into the instance dictionary: the mark is neither data nor a
-  # user attribute, and must not go through the module's __setattr__.
-  vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
+  with _MARKS_LOCK:
+    previous = _mark_of(module)
+    entries = () if previous is None else previous.paths
+    # Written into the instance dictionary: the mark is neither data nor a
+    # user attribute, and must not go through the module's __setattr__.
+    vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
 
 
 def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
   """Removes ``frame``'s entry from the marks of ``nodes`` and the graph
   nodes they reach."""
   for _, node in graphlib.iter_graph(list(nodes), graph=True):
-    mark_ = _mark_of(node)
-    if mark_ is None or mark_.path_in(frame.id) is None:
-      continue
-    rest = tuple(entry for entry in mark_.paths if entry[0] != frame.id)
-    if rest:
-      vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
-    else:
-      del vars(node)[_MARK_ATTRIBUTE]
+    with _MARKS_LOCK:
+      mark_ = _mark_of(node)
+      if mark_ is None or mark_.path_in(frame.id) is None:
+        continue
+      rest = tuple(entry for entry in mark_.paths if entry[0] != frame.id)
+      if rest:
+        vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
+      else:
+        del vars(node)[_MARK_ATTRIBUTE]
 
 
 def resolve(

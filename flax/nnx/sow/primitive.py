@@ -96,6 +96,10 @@ harvesting = _jax.bool_state(
         ' elimination. Part of the trace context, hence of JAX cache keys.'
     ),
     include_in_trace_context=True,
+    # In JAX's jit key too: a jitted function called while a capture runs
+    # eagerly must not take the compiled fast path cached outside one, which
+    # would run its sows unseen (see `eager`).
+    include_in_jit_key=True,
 )
 
 

@@ -672,6 +672,7 @@ RULES: dict[core.Primitive, Rule] = {
     prims.jit_p: _jit,
     prims.call_p: _inline,
     prims.closed_call_p: _inline,
+    _jax.eval_jaxpr_p: functools.partial(_inline, body_param='jaxpr'),
     prims.custom_jvp_call_p: _custom_rule('call_jaxpr'),
     prims.custom_vjp_call_p: _custom_rule('call_jaxpr'),
     _jax.custom_vmap_p: _custom_rule('call'),

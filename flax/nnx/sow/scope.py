@@ -152,9 +152,7 @@ class Scope:
   def plant(
       self, site: Site, leaves: tp.Sequence[tp.Any] | None = None
   ) -> list[tp.Any] | None:
-    if self.planter is None or not self.request.plants(
-        {'sow_name': site.name, 'tag': site.tag}
-    ):
+    if self.planter is None or not self.request.plants(site.params):
       return None
     if site.mode == 'clobber':
       raise ValueError(

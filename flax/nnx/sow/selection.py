@@ -64,6 +64,12 @@ class Selection:
     # names it selects (every capture does so before interpreting).
     return params['sow_name'] in tp.cast(frozenset, self.names)
 
+  @property
+  def by_predicate(self) -> bool:
+    """Whether names are chosen by a predicate, which :meth:`resolve` asks
+    about the names of a whole program."""
+    return callable(self.names)
+
   def resolve(
       self,
       keys: tp.Callable[[], tp.Iterable[tuple[primitive.Name, tp.Hashable]]],

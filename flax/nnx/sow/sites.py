@@ -101,6 +101,8 @@ class Site:
     inner_vmaps: how many of those vmaps were applied inside this scope's
       jaxpr (on the sow itself or on an equation between it and this scope);
       the others were applied outside, to an equation holding this jaxpr.
+    meta: the static data of the marker (``primitive.sow_with_meta``), or
+      ``None``: what a library built on ``sow`` needs of the site.
   """
 
   name: primitive.Name
@@ -110,10 +112,16 @@ class Site:
   avals: tuple[Aval, ...]
   vmapped: int = 0
   inner_vmaps: int = 0
+  meta: tp.Hashable = None
 
   @property
   def num_leaves(self) -> int:
     return self.tree.num_leaves
+
+  @property
+  def params(self) -> dict[str, tp.Any]:
+    """The parameters a site filter reads (``SiteFilter.matches``)."""
+    return {'sow_name': self.name, 'tag': self.tag, 'meta': self.meta}
 
   @property
   def outer_vmaps(self) -> int:
@@ -195,6 +203,7 @@ def site_at(
       avals=_avals(tuple(v.aval for v in values)),
       vmapped=params['vmapped'],
       inner_vmaps=vmaps_in(source_info),
+      meta=params.get('meta'),
   )
 
 

@@ -263,11 +263,6 @@ class Prepared:
   Variable, a Variable returned by ``f`` or a change of structure is an
   error, as in ``nnx.jit``. Make, trace and finish it inside
   :func:`updating`.
-
-  Splitting is cheap next to tracing, so a caller may keep the outcome of
-  :meth:`trace` and reuse it for a later call whose :meth:`cache_key` is
-  equal: :meth:`finish` then writes that call's results back into that
-  call's own objects.
   """
 
   def __init__(
@@ -314,36 +309,6 @@ class Prepared:
     self.inputs = [
         leaf for leaf, t in zip(self.leaves, self.arg_traced) if t
     ] + [leaf for leaf, t in zip(self.state_leaves, self.state_traced) if t]
-
-  def cache_key(self) -> tp.Hashable | None:
-    """What the trace of this call depends on, besides ``f`` itself.
-
-    The structure of the arguments, their graph definition, their non-array
-    leaves (by value, as ``jax.jit`` static arguments) and the types of their
-    arrays. ``None`` if the call cannot be keyed: an array reference (the
-    jaxpr would write the reference of this call) or a tracer. The key may
-    be unhashable (a list or a dict in the static configuration of a module,
-    a non-array leaf that is unhashable): :func:`keys.freeze` makes it
-    hashable.
-    Hashing it is left to the caller, since hashing a graph definition costs
-    about as much as flattening it.
-    """
-    statics = []
-    for leaf, traced in zip(self.leaves, self.arg_traced):
-      if not traced and not is_graph_node(leaf):
-        statics.append(leaf)
-    for leaf, traced in zip(self.state_leaves, self.state_traced):
-      if not traced:
-        statics.append(leaf)
-    types = []
-    for leaf in self.inputs:
-      if not primitive.is_array(leaf) or isinstance(leaf, jax.core.Tracer):
-        return None
-      types.append(jax.typeof(leaf))
-    return (
-        self.treedef, self.graphdef, self.state_treedef, tuple(statics),
-        tuple(types),
-    )
 
   def trace(
       self, collect: tp.Any = None
@@ -453,6 +418,18 @@ class Prepared:
       else:
         out_leaves.append(value)
     return jax.tree_util.tree_unflatten(outcome.out_treedef, out_leaves)
+
+
+def call_directly(f: tp.Callable[..., tp.Any], args, kwargs) -> tp.Any:
+  """``f(*args, **kwargs)`` on the caller's own objects, in a functional
+  frame that names their modules' ``Module.sow`` sites by path.
+
+  For an eager interpretation, which needs no copies: its values are
+  concrete, and ``f`` updates the graph nodes in place as a direct call
+  does.
+  """
+  node, call = _split_callable(f)
+  return _call_in_frame(call, node, args, kwargs, True)
 
 
 def _call_in_frame(call, node, args, kwargs, has_nodes: bool):

@@ -1,0 +1,200 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Eager interpretation: a JAX trace that sees every bind as it happens.
+
+Outside any JAX trace, ``capture(f)(*args)`` is a direct call of ``f``: its
+Python runs on every call, reads every global, closure and attribute as they
+are then, and its side effects happen, as in ``f(*args)`` itself. No trace is
+made of ``f`` and none is reused across calls. What makes the sows visible is
+:class:`EagerTrace`, the current JAX trace while ``f`` runs:
+
+* every first-order primitive is handed to JAX's eager evaluation as it is
+  (so it costs what it costs in ``f`` itself);
+* a ``sow`` the request handles is recorded (or planted) where it is bound,
+  in the :class:`~flax.nnx.sow.scope.Scope` of the call;
+* a higher-order primitive (``jit``, ``scan``, ``cond``, ``while``,
+  ``remat``, ``custom_jvp``/``custom_vjp`` calls inside a jaxpr,
+  ``shard_map``) whose sub-jaxprs hold a handled sow goes to its rule in the
+  interpreter's rule table, the same table that interprets staged jaxprs; the
+  sub-jaxpr it transforms is cached by the identity of the one JAX hands
+  over, and JAX reuses the jaxpr of an inner ``jax.jit`` across calls, so the
+  transformed program compiles once;
+* a ``custom_jvp``/``custom_vjp`` function called eagerly runs its Python
+  under this trace, as JAX's eager evaluation runs it.
+
+Under ``jax.grad``, ``jax.vmap`` and the like inside ``f``, the sows reach
+this trace through those transformations' own rules, with primal (and
+batched) values, exactly as they reach a staged capture.
+
+Two details of JAX make the trace work, both in the funnel module:
+
+1. ``jax.jit`` calls take a compiled fast path that never binds, keyed by
+   the configuration in JAX's jit key. ``harvesting``, which is on while a
+   capture interprets ``f``, is part of that key, so a jitted function called
+   inside an eager capture is dispatched through ``bind`` (and its sows are
+   seen) even if it was compiled and cached outside a capture; JAX records no
+   fast path for a call that is not at the top level.
+2. NNX refuses to update a Variable from another JAX trace than the one it
+   was created under, to keep tracers from leaking. This trace makes no
+   tracers (its values are JAX's concrete arrays, as at the top level), so it
+   takes the weak reference by which the trace it runs under is known to
+   NNX: ``f`` updates the caller's modules in place, as a direct call does.
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import jax.core
+import jax.extend.core as core
+import jax.extend.source_info_util as source_info_util
+
+from flax.nnx.sow import _jax
+from flax.nnx.sow import dispatch
+from flax.nnx.sow import primitive
+from flax.nnx.sow.scope import Scope
+from flax.nnx.sow.scope import as_array
+from flax.nnx.sow.sites import site_at
+
+
+def can_run() -> bool:
+  """Whether a call now runs eagerly: at JAX's top level, or directly
+  inside another eager interpretation (a nested eager ``capture``)."""
+  return _jax.trace_ctx.is_top_level() or (
+      type(_jax.trace_ctx.trace) is EagerTrace
+  )
+
+
+def run(scope: Scope, call: tp.Callable[[], tp.Any]) -> tp.Any:
+  """Runs ``call()`` eagerly, interpreting its binds in ``scope``.
+
+  Call it only where :func:`can_run`. The sows ``scope.request`` handles are
+  recorded in ``scope`` (or take planted values); the others reach the
+  enclosing trace, so an enclosing capture sees them.
+  """
+  trace = EagerTrace(_jax.trace_ctx.trace, scope)
+  with primitive.harvesting(True), core.set_current_trace(trace):
+    return call()
+
+
+def _has_jaxprs(params: dict[str, tp.Any]) -> bool:
+  # `core.jaxprs_in_params` builds a generator and walks every value: this
+  # runs for every primitive bound eagerly, most of which hold no jaxpr.
+  for value in params.values():
+    if isinstance(value, (core.Jaxpr, core.ClosedJaxpr, tuple, list)):
+      return True
+  return False
+
+
+class EagerTrace(jax.core.Trace):
+  """The trace of an eager interpretation (see the module docstring).
+
+  Attributes:
+    parent: the trace ``f`` was called under: JAX's eval trace, or the
+      trace of an enclosing eager interpretation.
+    scope: what this interpretation records and plants.
+  """
+
+  def __init__(self, parent: tp.Any, scope: Scope):
+    super().__init__()
+    self.parent = parent
+    self.scope = scope
+    # Known to NNX as the trace it runs under (see the module docstring, 2).
+    # JAX's jit key holds this reference too; `harvesting` tells the two
+    # apart there.
+    self._weakref = parent._weakref
+
+  def process_primitive(self, prim, args, params):
+    # `Primitive.bind` made the eval trace current before calling this.
+    if prim is primitive.sow_p:
+      return self._sow(args, params)
+    request = self.scope.request
+    if _has_jaxprs(params) and any(
+        dispatch.contains(sub, request)
+        for sub in core.jaxprs_in_params(params)
+    ):
+      rule = dispatch.rule_for(prim)
+      eqn = _equation(prim, args, params)
+      with core.set_current_trace(self.parent):
+        return rule(self.scope, eqn, list(args))
+    return self._forward(prim, args, params)
+
+  def _forward(self, prim, args, params):
+    """Binds ``prim`` in the parent trace."""
+    parent = self.parent
+    if parent is _jax.eval_trace:
+      return prim.bind_with_trace(
+          parent, args, [jax.typeof(a) for a in args], params
+      )
+    with core.set_current_trace(parent):
+      return prim.bind(*args, **params)
+
+  def _sow(self, args, params):
+    request = self.scope.request
+    if not request.handles(params):
+      return self._forward(primitive.sow_p, args, params)
+    leaves = [as_array(a) for a in args]
+    site = self.scope.here(
+        site_at(params, leaves, source_info_util.current())
+    )
+    planted = self.scope.plant(site, leaves)
+    self.scope.record(site, leaves)
+    return leaves if planted is None else planted
+
+  def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,
+                              symbolic_zeros):
+    del prim, jvp, symbolic_zeros  # evaluated, not differentiated
+    with core.set_current_trace(self):
+      return fun.call_wrapped(*tracers)
+
+  def process_custom_vjp_call(self, prim, fun, fwd, bwd, tracers, *,
+                              out_trees, symbolic_zeros):
+    del prim, fwd, bwd, out_trees, symbolic_zeros
+    with core.set_current_trace(self):
+      return fun.call_wrapped(*tracers)
+
+  def process_call(self, prim, fun, tracers, params):
+    # A call primitive's body is Python to run, as the eval trace runs it.
+    del prim, params
+    with core.set_current_trace(self):
+      return fun.call_wrapped(*tracers)
+
+  def stage_value(self, val):
+    # A constant made into an array (`jnp.asarray`), as at the top level.
+    return self.parent.stage_value(val)
+
+  def cur_qdd(self, x):
+    return self.parent.cur_qdd(x)
+
+
+def _equation(prim, args, params) -> core.JaxprEqn:
+  """The equation a staging trace would make of this bind, for a rule.
+
+  Rules read the parameters, the numbers and types of the inputs and
+  outputs, the effects and where it was bound (for the name stack of its
+  transformations and for messages).
+  """
+  in_avals = [jax.typeof(a) for a in args]
+  out_avals, effects = prim.abstract_eval(*in_avals, **params)
+  if not prim.multiple_results:
+    out_avals = [out_avals]
+  return core.new_jaxpr_eqn(
+      [core.Var(aval) for aval in in_avals],
+      [core.Var(aval) for aval in out_avals],
+      prim,
+      params,
+      effects,
+      source_info_util.current(),
+  )
