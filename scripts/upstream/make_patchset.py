@@ -96,6 +96,7 @@ INTEGRATION_TESTS = (
     'capture_compat_test.py',
     'capture_compat_vmap_test.py',
     'capture_eager_test.py',
+    'capture_compat_threads_test.py',
     'sow_semantics_test.py',
     'sow_multiprocess_test.py',
     'sow_multiprocess_worker.py',
