@@ -70,9 +70,19 @@ def by_hand(model, x):
   return x, values
 
 
+# The static mark by which a module knows its path while a capture of it
+# runs (flax.nnx.sow.module_paths): an eager capture marks the caller's own
+# modules, so other threads' captures may show theirs; it is no attribute
+# of the model's and is gone once every capture has returned.
+_MARK = '_nnx_capture_paths'
+
+
 def attributes(model) -> dict[tuple, dict[str, tp.Any]]:
-  """Every module's own attributes, by module path."""
-  return {path: dict(vars(m)) for path, m in nnx.iter_modules(model)}
+  """Every module's own attributes, by module path, without capture marks."""
+  return {
+      path: {k: v for k, v in vars(m).items() if k != _MARK}
+      for path, m in nnx.iter_modules(model)
+  }
 
 
 def wait(event: threading.Event) -> None:
@@ -379,6 +389,8 @@ class StressTest(ThreadsTestCase):
     run_threads(*targets)
     self.assertFalse(capture_compat.is_installed())
     self.assertEqual(attributes(model), before)
+    self.assertFalse(
+        any(_MARK in vars(m) for _, m in nnx.iter_modules(model)))
     after = [v.get_value() for _, v in nnx.to_flat_state(nnx.state(model))]
     self.assertTreeEqual(after, params)
 

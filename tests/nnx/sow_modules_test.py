@@ -397,12 +397,53 @@ class ModuleSowTest(ModulesTestCase):
   def test_runner_keyed_by_installed_module_sow(self):
     # Only on a released Flax: in Flax itself, Module.sow is always this.
     jitted = jax.jit(forward)
-    with capture_compat.uninstall(), warnings.catch_warnings():
-      warnings.simplefilter('ignore', DeprecationWarning)
-      _, without = capture(jitted)(Model(nnx.Rngs(0)), X)
-    _, with_overlay = capture(jitted)(Model(nnx.Rngs(0)), X)
-    self.assertEmpty(without)
+    model = Model(nnx.Rngs(0))
+    with capture_compat.uninstall():
+      with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
+        capture(jitted)(model, X)
+    self.assertNotIn('h', vars(model.blocks[0]))
+    _, with_overlay = capture(jitted)(model, X)
     self.assertIn(('blocks', 1, 'h'), with_overlay)
+
+
+@absltest.skipUnless(sow_legacy.is_available(), sow_legacy.SKIP_REASON)
+class WithoutInstallTest(parameterized.TestCase):
+  """On a released Flax without ``install()``, ``Module.sow`` is Flax's own,
+  which writes an attribute instead of sowing: a functional transform of a
+  model that uses it raises an error naming ``install()``, before anything
+  is written, rather than return nothing."""
+
+  def setUp(self):
+    super().setUp()
+    self.enterContext(capture_compat.uninstall())
+    self.model = Model(nnx.Rngs(0))
+    self.before = [sorted(vars(m)) for _, m in nnx.iter_modules(self.model)]
+
+  def assert_refused(self, run):
+    with self.assertRaisesRegex(
+        ValueError, r"Module\.sow .* Flax's own.*capture_compat\.install\(\)"
+    ):
+      run()
+    after = [sorted(vars(m)) for _, m in nnx.iter_modules(self.model)]
+    self.assertEqual(after, self.before)  # no attribute, no mark left
+
+  @parameterized.named_parameters(
+      ('capture', lambda m: capture(forward)(m, X)),
+      ('capture_jit', lambda m: jax.jit(capture(forward))(m, X)),
+      ('capture_of_jit', lambda m: capture(jax.jit(forward))(m, X)),
+      ('capture_module', lambda m: capture(m)(X)),
+      ('plant', lambda m: plant(forward, {'unused': (X,)})(m, X)),
+      ('tap', lambda m: capture(tap(forward, ('blocks', 0)))(m, X)),
+      ('nnx_jit_inside', lambda m: capture(nnx.jit(forward))(m, X)),
+  )
+  def test_refused(self, run):
+    self.assert_refused(lambda: run(self.model))
+
+  def test_without_a_capture_flax_writes_as_before(self):
+    # The oracle that the refusal is ours: a direct call writes `h`.
+    with self.assertWarns(DeprecationWarning):
+      forward(self.model, X)
+    self.assertIsInstance(self.model.blocks[0].h, nnx.Intermediate)
 
 
 class TapTest(ModulesTestCase):

@@ -338,16 +338,82 @@ def _may_hold_modules(value: tp.Any) -> bool:
   )
 
 
+# ---------------------------------------------------------------------------
+# Flax's own Module.sow inside a functional frame
+# ---------------------------------------------------------------------------
+
+# The attribute through which Flax 0.12.8's `Module.sow` and `Module.perturb`
+# find the collections `nnx.capture` installed on a module.
+_LEGACY_CAPTURES = '__captures__'
+
+
+def legacy_sow_methods() -> bool:
+  """Whether ``Module.sow`` or ``Module.perturb`` is Flax 0.12.8's own: one
+  that writes into a module's ``__captures__`` (or an attribute) instead of
+  sowing, as on a released Flax before ``capture_compat.install()``."""
+  return any(
+      _LEGACY_CAPTURES in getattr(method, '__code__').co_names
+      for method in sow_methods()
+      if hasattr(method, '__code__')
+  )
+
+
+class _RefusedCaptures:
+  """The ``__captures__`` of a module in a functional frame while
+  ``Module.sow`` is Flax 0.12.8's own.
+
+  Flax's ``Module.sow`` and ``Module.perturb`` iterate a module's
+  ``__captures__`` when it has one: this one raises there, before anything
+  is written, rather than let the sow write an attribute onto the caller's
+  model while the capture returns nothing. Hashable, as a static attribute
+  of the module's graph definition, so that copies an NNX transform makes
+  inside the call refuse too.
+  """
+
+  def __iter__(self):
+    raise ValueError(
+        'Module.sow (or Module.perturb) was called inside a functional'
+        ' capture, plant, perturb or tap (flax.nnx.sow), but Module.sow is'
+        " Flax's own, which writes an attribute onto the module instead of"
+        ' sowing. Call flax.nnx.capture_compat.install() first (or run the'
+        ' capture inside `with capture_compat.install():`): Module.sow sites'
+        ' are then sows named (*module_path, name).'
+    )
+
+  def __repr__(self):
+    return '_RefusedCaptures()'
+
+
+_REFUSED_CAPTURES = _RefusedCaptures()
+
+
+def _refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
+  for node in nodes:
+    if getattr(node, '__dict__', None) is not None:
+      vars(node).setdefault(_LEGACY_CAPTURES, _REFUSED_CAPTURES)
+
+
+def _allow_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
+  for _, node in graphlib.iter_graph(list(nodes), graph=True):
+    attributes = getattr(node, '__dict__', None)
+    if (attributes is not None
+        and attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES):
+      del attributes[_LEGACY_CAPTURES]
+
+
 def run_in_frame(
     frame: Frame,
     modules: list[tuple[PathParts, tp.Any]],
     call: tp.Callable[[], tp.Any],
 ) -> tp.Any:
-  """Runs ``call()`` with ``modules`` (private copies) marked in ``frame``.
+  """Runs ``call()`` with ``modules`` marked in ``frame``.
 
   The marks, and the frame's taps' watching classes, are removed when the
-  call ends, also on error, from the copies and from the graph nodes the
-  call returns (a module built from a copy carries its mark).
+  call ends, also on error, from the modules and from the graph nodes the
+  call returns (a module built from a marked one carries its mark). In a
+  functional frame, while ``Module.sow`` is Flax 0.12.8's own, a
+  ``Module.sow`` of these modules raises an error naming
+  ``capture_compat.install()`` (see :class:`_RefusedCaptures`).
   """
   # Imported here: taps imports this module.
   from flax.nnx.sow import taps  # pylint: disable=g-import-not-at-top
@@ -356,6 +422,9 @@ def run_in_frame(
   frame.module_paths = [path for path, _ in modules]
   for path, module in modules:
     mark(module, frame, path)
+  refusing = frame.functional and legacy_sow_methods()
+  if refusing:
+    _refuse_legacy_sows(module for _, module in modules)
   FRAMES.stack.append(frame)
   out = None
   watched = taps.watch_for(frame, modules)
@@ -374,4 +443,6 @@ def run_in_frame(
     popped = FRAMES.stack.pop()
     assert popped is frame
     unmark([m for _, m in modules] + returned, frame)
+    if refusing:
+      _allow_legacy_sows([m for _, m in modules] + returned)
     frame.modules = []
