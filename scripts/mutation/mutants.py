@@ -40,6 +40,7 @@ COMPAT = 'flax/nnx/capture_compat/'
 # first (pytest stops at the first failure). The randomized fuzzer is not
 # among them: what it finds is pinned by deterministic tests.
 CORE_TESTS = (
+    'tests/nnx/sow_eager_test.py',
     'tests/nnx/sow_semantics_test.py',
     'tests/nnx/sow_intervene_test.py',
     'tests/nnx/sow_cache_test.py',
@@ -56,6 +57,7 @@ CORE_TESTS = (
     'tests/nnx/sow_modules_test.py',
 )
 COMPAT_TESTS = (
+    'tests/nnx/capture_eager_test.py',
     'tests/nnx/sow_semantics_test.py',
     'tests/nnx/capture_compat_test.py',
     'tests/nnx/capture_compat_vmap_test.py',
@@ -104,8 +106,7 @@ class Mutant:
 
   @property
   def tests(self) -> tuple[str, ...]:
-    # keys.py keys the traces nnx.capture caches.
-    if self.path.startswith(COMPAT) or self.path.endswith('keys.py'):
+    if self.path.startswith(COMPAT):
       return COMPAT_TESTS
     if self.path.endswith(('tracing.py', 'write_back.py')):
       return TRACING_TESTS
@@ -485,18 +486,6 @@ MUTANTS: tuple[Mutant, ...] = (
        '  num_outs = len(outs) - harvested.num_leaves - 1\n',
        'the taken values are the extra outputs, not f\'s own'),
     # -- tracing.py --------------------------------------------------------
-    _m('tracing-key-without-avals', 'tracing.py',
-       '        self.treedef, self.graphdef, self.state_treedef,'
-       ' tuple(statics),\n        tuple(types),',
-       '        self.treedef, self.graphdef, self.state_treedef,'
-       ' tuple(statics),',
-       'an eager nnx.capture retraces for new shapes or dtypes'),
-    _m('tracing-key-without-statics', 'tracing.py',
-       '        self.treedef, self.graphdef, self.state_treedef,'
-       ' tuple(statics),\n        tuple(types),',
-       '        self.treedef, self.graphdef, self.state_treedef,\n'
-       '        tuple(types),',
-       'an eager nnx.capture retraces for new non-array arguments'),
     _m('tracing-hijax-traced', 'tracing.py',
        '    self.traced_graphdef = _without_hijax(self.graphdef)',
        '    self.traced_graphdef = self.graphdef',
@@ -515,10 +504,6 @@ MUTANTS: tuple[Mutant, ...] = (
        '    depth -= 1\n',
        '',
        'a leaf in nested immutable pytrees is written back'),
-    _m('keys-snapshot-not-copied', 'keys.py',
-       '    frozen = _ByEquality(copied)',
-       '    frozen = _ByEquality(value)',
-       'a static argument changed in place after a capture is traced again'),
     _m('tracing-refs-not-traced', 'tracing.py',
        '  return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)',
        '  return primitive.is_array(leaf)',
@@ -546,26 +531,6 @@ MUTANTS: tuple[Mutant, ...] = (
        '  for frame in reversed(FRAMES.stack):\n    path = frame.path_of(obj)',
        '  for frame in FRAMES.stack:\n    path = frame.path_of(obj)',
        'a sow goes to the innermost capture holding its module'),
-    _m('compat-key-without-method-outputs', COMPAT + 'call.py',
-       '        self.var_types,\n        self.method_outputs,\n',
-       '        self.var_types,\n',
-       'an eager nnx.capture with another method_outputs traces again'),
-    _m('compat-key-without-types', COMPAT + 'call.py',
-       '        self.var_types,\n        self.method_outputs,\n',
-       '        self.method_outputs,\n',
-       'an eager nnx.capture with other types traces again'),
-    _m('compat-key-without-module-sow', COMPAT + 'call.py',
-       '        Module.sow,\n        Module.perturb,\n',
-       '',
-       'a trace is reused only under the Module.sow it was traced with'),
-    _m('compat-closure-consts-reused', COMPAT + 'call.py',
-       '    if key is None or trace.jaxpr.consts:',
-       '    if key is None:',
-       'arrays closed over by the function are read on every call'),
-    _m('compat-guard-always-holds', COMPAT + 'numpy_guards.py',
-       '    return _fingerprint(value) == self.fingerprint',
-       '    return True',
-       'a NumPy scalar global read by the function is read on every call'),
     _m('compat-reduce-reversed', COMPAT + 'call.py',
        '      for value in values[key]:\n'
        '        accumulated = info.reduce_fn(accumulated, value)',
@@ -586,15 +551,19 @@ MUTANTS: tuple[Mutant, ...] = (
        '      dataclasses.field(compare=False))\n',
        'nnx.jit of two equal submodules is traced per module path'),
     _m('compat-frame-id-per-call', COMPAT + 'frames.py',
-       "        'nnx.capture',\n        depth,\n",
-       "        'nnx.capture',\n        object(),\n",
-       'a capture traced again compiles no jit inside it again'),
+       "        threading.get_ident(),\n        depth,\n",
+       "        threading.get_ident(),\n        object(),\n",
+       'a capture run again compiles no jit inside it again'),
+    _m('compat-frame-id-shared-by-threads', COMPAT + 'frames.py',
+       "        'nnx.capture',\n        threading.get_ident(),\n",
+       "        'nnx.capture',\n",
+       "threads capturing the same model each get their own values"),
     _m('compat-sites-of-any-frame', COMPAT + 'frames.py',
        '      if isinstance(info, SiteInfo) and info.frame == self.id:',
        '      if isinstance(info, SiteInfo):',
        'nested captures each collect only their own modules\' sows'),
     _m('compat-marks-left-on-returned-modules', 'module_paths.py',
-       '    unmark([m for _, m in modules] + returned, frame)',
+       '    unmark([m for _, m in modules] + returned, frame, refusing)',
        '    pass',
        'a module returned by the captured call carries no capture mark'),
     _m('compat-watch-through-setattr', 'taps.py',
@@ -682,8 +651,9 @@ MUTANTS: tuple[Mutant, ...] = (
        'Module.sow on a module in a closure of a functional capture is'
        ' refused'),
     _m('paths-fresh-functional-id', 'module_paths.py',
-       '      frame_id = -1 - sum(f.functional for f in FRAMES.stack)',
-       '      frame_id = -next(_COMPAT_IDS)',
+       '          threading.get_ident(), -1 - sum(f.functional for f in'
+       ' FRAMES.stack)',
+       '          threading.get_ident(), -next(_COMPAT_IDS)',
        'an nnx.jit inside a functional capture is traced once across calls'),
     _m('paths-functional-defers-to-outer', 'module_paths.py',
        '    if frame.functional:\n      return fallback or (frame, path, True)',
@@ -721,4 +691,43 @@ MUTANTS: tuple[Mutant, ...] = (
        '  return ORIGINALS.get(name)',
        '  return None',
        "Flax's own capture, held from before install, still collects"),
+    # -- eager.py ---------------------------------------------------------
+    _m('eager-sow-not-recorded', 'eager.py',
+       '    self.scope.record(site, leaves)\n',
+       '',
+       'an eager capture collects the sows bound in f itself'),
+    _m('eager-unhandled-sow-dropped', 'eager.py',
+       '      return self._forward(primitive.sow_p, args, params)',
+       '      return list(args)',
+       'an enclosing capture sees the sows an inner eager capture leaves'),
+    _m('eager-higher-order-forwarded', 'eager.py',
+       '    if _has_jaxprs(params) and any(',
+       '    if False and any(',
+       'the sows inside a jit (scan, cond...) called eagerly are collected'),
+    _m('eager-custom-jvp-unseen', 'eager.py',
+       '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
+       '    with core.set_current_trace(self):',
+       '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
+       '    with core.set_current_trace(self.parent):',
+       'the sows of a custom_jvp function called eagerly are collected'),
+    _m('eager-own-trace-state', 'eager.py',
+       '    self._weakref = parent._weakref\n',
+       '',
+       'an eager capture updates the Variables of its modules in place'),
+    _m('eager-never', 'eager.py',
+       '  return _jax.trace_ctx.is_top_level() or (',
+       '  return False and (',
+       'an eager capture runs on concrete values, as a direct call'),
+    _m('primitive-harvesting-not-in-jit-key', 'primitive.py',
+       '    include_in_jit_key=True,\n',
+       '',
+       'a jit compiled outside a capture has its sows seen in an eager one'),
+    _m('sites-params-without-meta', 'sites.py',
+       "    return {'sow_name': self.name, 'tag': self.tag, 'meta': self.meta}",
+       "    return {'sow_name': self.name, 'tag': self.tag}",
+       "an eager nnx.capture plants init's perturbations"),
+    _m('paths-legacy-sow-allowed', 'module_paths.py',
+       '  refusing = frame.functional and legacy_sow_methods()',
+       '  refusing = False',
+       "Flax's own Module.sow in a functional capture raises, naming install"),
 )

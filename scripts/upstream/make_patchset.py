@@ -81,6 +81,7 @@ TRANSFORM_TESTS = (
     'sow_pytree_models.py',
     'sow_fuzz_programs.py',
     'sow_test.py',
+    'sow_eager_test.py',
     'sow_beyond_test.py',
     'sow_cache_test.py',
     'sow_memory_test.py',

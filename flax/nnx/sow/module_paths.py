@@ -189,10 +189,15 @@ def mark(module: tp.Any, frame: Frame, path: PathParts) -> None:
     vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
 
 
-def unmark(nodes: tp.Iterable[tp.Any], frame: Frame) -> None:
+def unmark(
+    nodes: tp.Iterable[tp.Any], frame: Frame, refused: bool = False
+) -> None:
   """Removes ``frame``'s entry from the marks of ``nodes`` and the graph
-  nodes they reach."""
+  nodes they reach; with ``refused``, also the refusing ``__captures__``
+  (see :func:`run_in_frame`)."""
   for _, node in graphlib.iter_graph(list(nodes), graph=True):
+    if refused:
+      _allow_legacy_sows(node)
     with _MARKS_LOCK:
       mark_ = _mark_of(node)
       if mark_ is None or mark_.path_in(frame.id) is None:
@@ -393,12 +398,11 @@ def _refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
       vars(node).setdefault(_LEGACY_CAPTURES, _REFUSED_CAPTURES)
 
 
-def _allow_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
-  for _, node in graphlib.iter_graph(list(nodes), graph=True):
-    attributes = getattr(node, '__dict__', None)
-    if (attributes is not None
-        and attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES):
-      del attributes[_LEGACY_CAPTURES]
+def _allow_legacy_sows(node: tp.Any) -> None:
+  attributes = getattr(node, '__dict__', None)
+  if (attributes is not None
+      and attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES):
+    del attributes[_LEGACY_CAPTURES]
 
 
 def run_in_frame(
@@ -442,7 +446,5 @@ def run_in_frame(
     taps.restore(watched, returned)
     popped = FRAMES.stack.pop()
     assert popped is frame
-    unmark([m for _, m in modules] + returned, frame)
-    if refusing:
-      _allow_legacy_sows([m for _, m in modules] + returned)
+    unmark([m for _, m in modules] + returned, frame, refusing)
     frame.modules = []
