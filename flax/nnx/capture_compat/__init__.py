@@ -138,16 +138,16 @@ def capture(
   ``(out, *states)`` for several: one :class:`State` per type, nested by
   module path, each value wrapped in its Variable type.
 
-  Unlike Flax 0.12.8's, the modules are never modified: the call runs on
-  copies, as under ``nnx.jit``, and only their Variable updates (batch
-  statistics, RNG counters...) are written back. So it is thread-safe, leaves
-  nothing behind on error, nests, and works inside and around every NNX
-  transform and with Hijax or reference Variables. Like ``nnx.jit``, an eager
-  call is traced once per call structure (function, types, graph definition
-  and non-array arguments by value, array shapes and dtypes); later calls
-  only evaluate the staged program, op by op, on their own modules and
-  inputs. It is traced again if a NumPy scalar it reads from a global or a
-  closure has changed (JAX would keep the traced value).
+  Outside any JAX trace the call is eager, as in Flax 0.12.8: ``fn`` runs on
+  the caller's modules, its Python on every call, and its Variable updates
+  (batch statistics, RNG counters...) are made in place; the sows are
+  recorded as they are bound (:mod:`flax.nnx.sow.eager`), and jitted
+  functions inside keep their compiled programs. Under a JAX or NNX
+  transform it is staged on copies, as under ``nnx.jit``, and only their
+  Variable updates are written back. Unlike Flax 0.12.8's, it writes no
+  ``__captures__`` into the modules (only a path mark while it runs), so it
+  is thread-safe, leaves nothing behind on error, nests, and works inside
+  and around every NNX transform and with Hijax or reference Variables.
 
   Example::
 

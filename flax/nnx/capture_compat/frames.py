@@ -75,14 +75,13 @@ class Frame(paths_lib.Frame):
       init_types: dict[PathParts, set[type[Variable]]],
       method_outputs: type[Variable] | None,
   ):
-    # The id is part of the module copies' graph definitions (their marks),
-    # so it holds what decides which sows the traced program has, and
+    # The id is part of the marked modules' graph definitions (their
+    # marks), so it holds what decides which sows the program has, and
     # nothing that differs between two calls of the same capture: a per-call
-    # id made every `nnx.jit` inside trace and compile again on every call
-    # that is traced again (one closing over arrays, say). Its depth among
-    # the compat frames tells nested captures apart, and its thread the
-    # captures of other threads, which may mark the same modules (an eager
-    # call marks the caller's own).
+    # id would make every `nnx.jit` inside trace and compile again on every
+    # call. Its depth among the compat frames tells nested captures apart,
+    # and its thread the captures of other threads, which may mark the same
+    # modules (an eager call marks the caller's own).
     depth = sum(not f.functional for f in FRAMES.stack)
     super().__init__((
         'nnx.capture',

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``capture``: trace a function to a jaxpr and harvest its sows by name."""
+"""``capture``: run or trace a function and harvest its sows by name."""
 
 from __future__ import annotations
 
@@ -77,11 +77,20 @@ def capture(
   arguments is sown as ``(*path, 'h')`` with tag ``T``, ``path`` being the
   module's path (see :mod:`flax.nnx.sow.module_paths` for the naming), and
   :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
-  Array arguments are traced; every other argument reaches ``f`` unchanged,
-  as in a direct call. If ``f`` is a ``jax.jit`` function, its own rules
-  decide instead, as for a direct call of ``f``: Python numbers are traced
-  with weak types, its static arguments are static and its donated
-  arguments donated.
+
+  Outside any JAX trace, the call is a direct call of ``f`` (see
+  :mod:`flax.nnx.sow.eager`): its Python runs on every call, it reads the
+  values of its globals and closures as they are then, its values are
+  concrete, and it updates its graph-node arguments in place; the sows are
+  recorded as they are bound, and a ``jax.jit`` inside keeps its compiled
+  program. Under a JAX trace (``jax.jit(capture(f))``, ``jax.grad``...),
+  ``f`` is staged to a jaxpr, whose array arguments are traced and whose
+  other arguments reach ``f`` unchanged; its graph nodes run as copies whose
+  updates are written back. If ``f`` is a ``jax.jit`` function, its own
+  rules decide instead, as for a direct call of ``f``: Python numbers are
+  traced with weak types, its static arguments are static and its donated
+  arguments donated. A name predicate is asked about the names of the
+  whole program, so such a capture is staged too (on every call).
 
   Example::
 
