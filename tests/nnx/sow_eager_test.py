@@ -144,6 +144,27 @@ class EagerTraceTest(absltest.TestCase):
     np.testing.assert_array_equal(collected['b'][0], (X + 1) * 2)
     np.testing.assert_array_equal(out, (X + 1) * 2)
 
+  def test_an_eager_shard_map_refuses_its_sows(self):
+    # JAX runs it primitive by primitive, each a program of its own, where
+    # its sows would be lost: refused; under jax.jit, collected.
+    mesh = jax.make_mesh((1,), ('x',))
+    spec = jax.sharding.PartitionSpec()
+    body = lambda x: sow(x * 2, name='s') + 1
+    f = jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec)
+    with self.assertRaisesRegex(
+        NotImplementedError, r"sow 's' cannot be collected.*jax\.jit"
+    ):
+      capture(f)(X)
+    out, collected = capture(lambda x: jax.jit(f)(x))(X)
+    np.testing.assert_array_equal(out, X * 2 + 1)
+    np.testing.assert_array_equal(collected['s'][0], (X * 2)[None])
+    plain = jax.shard_map(lambda x: x * 2, mesh=mesh, in_specs=spec,
+                          out_specs=spec)
+    out, collected = capture(plain)(X)  # without sows, as a direct call
+    np.testing.assert_array_equal(out, X * 2)
+    self.assertEqual(collected, {})
+    np.testing.assert_array_equal(f(X), X * 2 + 1)  # outside any capture
+
   def test_runs_eagerly_at_the_top_level_only(self):
     seen = []
 

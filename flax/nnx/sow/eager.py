@@ -171,6 +171,17 @@ class EagerTrace(jax.core.Trace):
     with core.set_current_trace(self):
       return fun.call_wrapped(*tracers)
 
+  def process_shard_map(self, prim, fun, args, **params):
+    # JAX runs an eager `shard_map` primitive by primitive, each as a program
+    # of its own, where no trace of ours sees a sow: refuse them rather than
+    # lose them.
+    with core.set_current_trace(self.parent), primitive.refusing(
+        'JAX runs a shard_map called outside jax.jit primitive by primitive,'
+        ' where its sows are not seen. Call the shard_map under jax.jit'
+        ' (jax.jit(jax.shard_map(...))), or jit the captured function.'
+    ):
+      return _jax.shard_map_impl(self.parent, prim, fun, args, **params)
+
   def stage_value(self, val):
     # A constant made into an array (`jnp.asarray`), as at the top level.
     return self.parent.stage_value(val)

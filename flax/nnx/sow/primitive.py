@@ -51,6 +51,8 @@ follow the effect through every cache and nesting.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import typing as tp
 
 import jax
@@ -103,6 +105,30 @@ harvesting = _jax.bool_state(
 )
 
 
+class _Refusals(threading.local):
+  # Why sows bound now cannot be collected, innermost last (see `refusing`).
+  reasons: list[str]
+
+  def __init__(self):
+    self.reasons = []
+
+
+_REFUSALS = _Refusals()
+
+
+@contextlib.contextmanager
+def refusing(reason: str) -> tp.Iterator[None]:
+  """Makes every ``sow`` bound in this thread while the block runs raise
+  ``NotImplementedError`` with ``reason``: for code that JAX runs where no
+  capture can see its sows (an eager ``shard_map``), so that none is lost
+  silently."""
+  _REFUSALS.reasons.append(reason)
+  try:
+    yield
+  finally:
+    _REFUSALS.reasons.pop()
+
+
 class _SowPrimitive(jex_core.Primitive):
   """The type of ``sow_p``: refuses, while capturing, a batched-index cond.
 
@@ -111,6 +137,11 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
+    if _REFUSALS.reasons:
+      raise NotImplementedError(
+          f'capture: the sow {params["sow_name"]!r} cannot be collected:'
+          f' {_REFUSALS.reasons[-1]}'
+      )
     # Such a cond binds its branches' sows under a batch trace: a sow bound
     # straight into a jaxpr (the common case while capturing) is in none, and
     # searching the stack would cost several microseconds per sow.
