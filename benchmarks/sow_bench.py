@@ -684,6 +684,42 @@ def count_compiles(fn: tp.Callable[[], tp.Any], calls: int) -> int:
   return len(compiles)
 
 
+def _small_gemma(item: str, models_from: tp.Optional[str]):
+  """Flax's examples/gemma from a checkout, small, and its inputs.
+
+  Small, so that the per-operation cost (which an eager capture adds to) is
+  not hidden behind the arithmetic. Returns ``None`` (saying why) without a
+  checkout; else ``(external, src, gemma, config, inputs)``.
+  """
+  models_from = models_from or os.environ.get(MODELS_FROM_ENV)
+  if not models_from:
+    print(f'[{item}] skipped: no --models_from PATH or {MODELS_FROM_ENV}')
+    return None
+  tests = os.path.join(ROOT, 'tests', 'nnx')  # the loader of the parity suite
+  if tests not in sys.path:
+    sys.path.insert(0, tests)
+  import sow_external_models as external  # pylint: disable=g-import-not-at-top
+  try:
+    src = external.source('flax', models_from)
+  except external.MissingSource as e:
+    print(f'[{item}] skipped: {e}')
+    return None
+  gemma = external.load_gemma(src.root)
+  kinds = gemma.modules.AttentionType
+  layers = 4
+  config = gemma.transformer.TransformerConfig(
+      num_layers=layers, num_embed=256, embed_dim=64, hidden_dim=128,
+      num_heads=4, head_dim=16, num_kv_heads=2, final_logit_softcap=30.0,
+      use_post_attn_norm=True, use_post_ffw_norm=True,
+      attention_types=(kinds.LOCAL_SLIDING, kinds.GLOBAL) * (layers // 2),
+      attn_logits_soft_cap=50.0, sliding_window_size=8, use_qk_norm=True)
+  batch, length = 2, 32
+  tokens = jax.random.randint(jax.random.key(0), (batch, length), 0, 256)
+  positions = jnp.tile(jnp.arange(length), (batch, 1))
+  mask = jnp.tril(jnp.ones((batch, length, length), jnp.bool_))
+  return external, src, gemma, config, (tokens, positions, None, mask)
+
+
 def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
   """Eager nnx.capture of Flax's Gemma, legacy and new; no rows without it.
 
@@ -696,40 +732,16 @@ def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
     The ratio of the eager call times, and the new implementation's XLA
     compiles over repeated calls; nothing when the checkout is missing.
   """
-  models_from = models_from or os.environ.get(MODELS_FROM_ENV)
-  if not models_from:
-    print(f'[7] skipped: no --models_from PATH or {MODELS_FROM_ENV}')
+  setup = _small_gemma('7', models_from)
+  if setup is None:
     return []
-  tests = os.path.join(ROOT, 'tests', 'nnx')  # the loader of the parity suite
-  if tests not in sys.path:
-    sys.path.insert(0, tests)
-  import sow_external_models as external  # pylint: disable=g-import-not-at-top
-  try:
-    src = external.source('flax', models_from)
-  except external.MissingSource as e:
-    print(f'[7] skipped: {e}')
-    return []
+  external, src, gemma, config, inputs = setup
+  layers, (batch, length) = config.num_layers, inputs[0].shape
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 
-  gemma = external.load_gemma(src.root)
-  kinds = gemma.modules.AttentionType
-  layers = 4
-  # Small, so that the per-operation cost (which an eager capture adds to)
-  # is not hidden behind the arithmetic; every sow option on.
-  config = gemma.transformer.TransformerConfig(
-      num_layers=layers, num_embed=256, embed_dim=64, hidden_dim=128,
-      num_heads=4, head_dim=16, num_kv_heads=2, final_logit_softcap=30.0,
-      use_post_attn_norm=True, use_post_ffw_norm=True,
-      attention_types=(kinds.LOCAL_SLIDING, kinds.GLOBAL) * (layers // 2),
-      attn_logits_soft_cap=50.0, sliding_window_size=8, use_qk_norm=True)
   sow_config = external.gemma_sow_config(gemma,
                                          external.GEMMA_SOW_OPTIONS)
-  batch, length = 2, 32
-  tokens = jax.random.randint(jax.random.key(0), (batch, length), 0, 256)
-  positions = jnp.tile(jnp.arange(length), (batch, 1))
-  mask = jnp.tril(jnp.ones((batch, length, length), jnp.bool_))
-  inputs = (tokens, positions, None, mask)
 
   flax_capture = nnx.capture  # Flax's own, kept from before the install
   with external.gemma_mesh(), capture_compat.install():
@@ -881,36 +893,14 @@ def bench_eager(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
 
 def _bench_eager_gemma(quick, models_from) -> list[Row]:
   """Eager ``capture`` of Flax's Gemma against its plain eager call."""
-  models_from = models_from or os.environ.get(MODELS_FROM_ENV)
-  if not models_from:
-    print(f'[9] Gemma skipped: no --models_from PATH or {MODELS_FROM_ENV}')
+  setup = _small_gemma('9', models_from)
+  if setup is None:
     return []
-  tests = os.path.join(ROOT, 'tests', 'nnx')
-  if tests not in sys.path:
-    sys.path.insert(0, tests)
-  import sow_external_models as external  # pylint: disable=g-import-not-at-top
-  try:
-    src = external.source('flax', models_from)
-  except external.MissingSource as e:
-    print(f'[9] Gemma skipped: {e}')
-    return []
+  external, src, gemma, config, inputs = setup
+  layers, (batch, length) = config.num_layers, inputs[0].shape
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 
-  gemma = external.load_gemma(src.root)
-  kinds = gemma.modules.AttentionType
-  layers = 4
-  config = gemma.transformer.TransformerConfig(
-      num_layers=layers, num_embed=256, embed_dim=64, hidden_dim=128,
-      num_heads=4, head_dim=16, num_kv_heads=2, final_logit_softcap=30.0,
-      use_post_attn_norm=True, use_post_ffw_norm=True,
-      attention_types=(kinds.LOCAL_SLIDING, kinds.GLOBAL) * (layers // 2),
-      attn_logits_soft_cap=50.0, sliding_window_size=8, use_qk_norm=True)
-  batch, length = 2, 32
-  tokens = jax.random.randint(jax.random.key(0), (batch, length), 0, 256)
-  positions = jnp.tile(jnp.arange(length), (batch, 1))
-  mask = jnp.tril(jnp.ones((batch, length, length), jnp.bool_))
-  inputs = (tokens, positions, None, mask)
   with external.gemma_mesh(), capture_compat.install():
     model = gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0))
     # Every attention and MLP call sown, by module path, without the model's
