@@ -730,4 +730,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '  refusing = frame.functional and legacy_sow_methods()',
        '  refusing = False',
        "Flax's own Module.sow in a functional capture raises, naming install"),
+    _m('taps-released-by-the-first-call', 'taps.py',
+       '      if not held[1]:\n',
+       '      if True:\n',
+       'threads tapping the same model each see all its calls'),
 )

@@ -619,6 +619,59 @@ class TapTest(ModulesTestCase):
         )
       self.assertIs(type(model.blocks[0].linear), nnx.Linear)
 
+  def test_threads_tapping_the_same_model(self):
+    # An eager tap watches the caller's own modules: A enters, B enters, A
+    # exits, and B's calls are still watched; both see every call, and the
+    # classes come back once both have returned.
+    a_in, b_in, a_out = (threading.Event() for _ in range(3))
+    results, errors = {}, []
+
+    def wait(event):
+      if not event.wait(60):
+        raise AssertionError('timed out: the other thread never got there')
+
+    def forward_a(model, x):
+      a_in.set()
+      wait(b_in)  # B's capture is running
+      return model(x)
+
+    def forward_b(model, x):
+      b_in.set()
+      wait(a_out)  # A's capture has returned
+      return model(x)
+
+    def run(name, f, before=None, after=None):
+      try:
+        if before is not None:
+          wait(before)
+        results[name] = capture(tap(f, ('blocks', '*', 'linear'),
+                                    inputs=False))(self.model, X)[1]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+        b_in.set()
+      finally:
+        if after is not None:
+          after.set()
+
+    threads = [
+        threading.Thread(target=run, args=('a', forward_a, None, a_out)),
+        threading.Thread(target=run, args=('b', forward_b, a_in)),
+    ]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join(120)
+    self.assertEqual(errors, [])
+    pres, _ = model_oracle(self.model, X)
+    for name in ('a', 'b'):
+      for i in range(2):
+        assert_close(
+            results[name][('blocks', i, 'linear', '__call__', 'output')][0],
+            pres[i],
+        )
+    for block in self.model.blocks:
+      self.assertIs(type(block.linear), nnx.Linear)
+
 
 if __name__ == '__main__':
   absltest.main()

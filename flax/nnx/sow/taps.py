@@ -458,36 +458,58 @@ def _watching_class(cls: type, names: frozenset[str]) -> type:
     return watching
 
 
+# The modules watched now, by id: their class before the first watch and how
+# many calls watch them. An eager call watches the caller's own modules,
+# which calls in other threads may watch too: a module gets its class back
+# when the last of them ends (the watching class only routes calls; which
+# call sows what is decided by each thread's frames, see `_active`).
+_HELD: dict[int, list[tp.Any]] = {}
+_HELD_LOCK = threading.Lock()
+
+
 def watch(
     pairs: tp.Iterable[tuple[tp.Any, frozenset[str]]],
 ) -> list[tuple[tp.Any, type]]:
-  """Gives each module copy the class that watches its names; returns what
+  """Gives each module the class that watches its names; returns what
   :func:`restore` needs."""
   changed = []
-  for module, names in pairs:
-    cls = type(module)
-    watching = _watching_class(cls, names)
-    if watching is not cls:
-      _set_class(module, watching)
-      changed.append((module, cls))
+  with _HELD_LOCK:
+    for module, names in pairs:
+      cls = type(module)
+      watching = _watching_class(cls, names)
+      held = _HELD.get(id(module))
+      if watching is cls and held is None:
+        continue
+      if watching is not cls:
+        _set_class(module, watching)
+      if held is None:
+        held = _HELD[id(module)] = [cls, 0]
+      held[1] += 1
+      changed.append((module, held[0]))
   return changed
 
 
 def restore(
     changed: tp.Sequence[tuple[tp.Any, type]], returned: tp.Sequence[tp.Any]
 ) -> None:
-  """Gives the modules :func:`watch` changed their classes back, and so to
-  the copies of them among the graph nodes the call returned."""
+  """Gives the modules :func:`watch` changed their classes back once no call
+  watches them, and so to the copies of them among the graph nodes the call
+  returned."""
   previous = {}
-  for module, cls in reversed(changed):
-    previous[type(module)] = cls
-    _set_class(module, cls)
-  if not previous or not returned:
-    return
-  for _, node in graphlib.iter_graph(list(returned), graph=True):
-    cls = previous.get(type(node))
-    if cls is not None:
-      _set_class(node, cls)
+  with _HELD_LOCK:
+    for module, cls in reversed(changed):
+      previous[type(module)] = cls
+      held = _HELD[id(module)]
+      held[1] -= 1
+      if not held[1]:
+        del _HELD[id(module)]
+        _set_class(module, cls)
+    if not previous or not returned:
+      return
+    for _, node in graphlib.iter_graph(list(returned), graph=True):
+      cls = previous.get(type(node))
+      if cls is not None and id(node) not in _HELD:
+        _set_class(node, cls)
 
 
 def _set_class(module: tp.Any, cls: type) -> None:
