@@ -94,7 +94,9 @@ def by_hand(model, x, *, scale=1.0, offset=0.0):
   """Model's output and sown values, from its parameters: {path: [h]}."""
   sown = {}
   for i, block in enumerate(model.blocks):
-    h = (x @ block.linear.kernel[...] + block.linear.bias[...]) * scale
+    y = x @ block.linear.kernel[...]
+    # Explicit: the suite runs with JAX_NUMPY_RANK_PROMOTION=raise too.
+    h = (y + jnp.broadcast_to(block.linear.bias[...], y.shape)) * scale
     h = h + offset
     sown[('blocks', i, 'h')] = [h]
     x = jnp.tanh(h)
