@@ -45,8 +45,6 @@ from jax._src.lax.control_flow import conditionals
 # `jax.config` only reads and updates existing options; defining one that is
 # part of the trace context (so that it keys JAX's caches) has no public API.
 bool_state = config.bool_state
-# The tuple that keys JAX's tracing caches; `jax.config` does not expose it.
-trace_context = config.trace_context
 
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
