@@ -680,12 +680,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if False:\n',
        'a pattern matching no module is refused'),
     _m('taps-class-not-restored', 'taps.py',
-       '    _set_class(module, cls)\n  if not previous',
-       '    pass\n  if not previous',
+       '        _set_class(module, cls)\n    if not previous',
+       '        pass\n    if not previous',
        'the copies get their own class back when the call ends'),
     _m('taps-returned-copies-keep-watching', 'taps.py',
-       '    if cls is not None:\n      _set_class(node, cls)',
-       '    if cls is not None:\n      pass',
+       '      if cls is not None and id(node) not in _HELD:\n'
+       '        _set_class(node, cls)',
+       '      if cls is not None and id(node) not in _HELD:\n'
+       '        pass',
        'a module returned by a tapped call has its own class'),
     _m('compat-replaced-forgotten', COMPAT + 'replaced.py',
        '  return ORIGINALS.get(name)',

@@ -77,11 +77,19 @@ def by_hand(model, x):
 _MARK = '_nnx_capture_paths'
 
 
-def attributes(model) -> dict[tuple, dict[str, tp.Any]]:
-  """Every module's own attributes, by module path, without capture marks."""
+def attributes(model, modules=None) -> dict[tuple, dict[str, tp.Any]]:
+  """Every module's own attributes, by module path, without capture marks.
+
+  While other threads capture the model, pass ``modules`` (listed before
+  they started): a walk of the model would be a Python loop over a module's
+  attributes, which another thread adding or removing the mark of its first
+  or last capture may change under it; ``dict(...)`` copies them at once.
+  """
+  if modules is None:
+    modules = list(nnx.iter_modules(model))
   return {
-      path: {k: v for k, v in vars(m).items() if k != _MARK}
-      for path, m in nnx.iter_modules(model)
+      path: {k: v for k, v in dict(vars(m)).items() if k != _MARK}
+      for path, m in modules
   }
 
 
@@ -349,7 +357,8 @@ class StressTest(ThreadsTestCase):
   def test_blocks_and_captures_in_many_threads(self):
     n_threads, n_calls = 8, 200
     model = self.model
-    before = attributes(model)
+    modules = list(nnx.iter_modules(model))
+    before = attributes(model, modules)
     params = [np.array(v.get_value())
               for _, v in nnx.to_flat_state(nnx.state(model))]
 
@@ -379,7 +388,8 @@ class StressTest(ThreadsTestCase):
           result = call(i, x)
         self.assertCaptured(result, model, x)
         self.assertFalse(hasattr(model, 'h'))
-        self.assertEqual(attributes(model), before, f'thread {t} call {i}')
+        self.assertEqual(attributes(model, modules), before,
+                         f'thread {t} call {i}')
 
     targets = []
     for t in range(n_threads):

@@ -426,7 +426,7 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
       g = jax.custom_jvp(body)
       g.defjvp(lambda p, t: (g(p[0]), 7.0 * t[0]))
     inner = lambda x: capture(g, names=('b',))(x)[0]
-    planted = {'a': (jnp.full(3, 2.0),)}
+    planted = {'a': (jnp.full(3, 2.0, jnp.float32),)}  # X's, also x64
 
     # 'a' reaches the output only through the re-bound primitive: planting
     # it there changes the output (the inner capture once kept 'a' only in

@@ -28,7 +28,7 @@ from flax.nnx.sow import eager
 from flax.nnx.sow import sow
 import sow_testing
 
-X = jnp.array([0.5, -1.0, 2.0])
+X = jnp.array([0.5, -1.0, 2.0], jnp.float32)  # the models' dtype, also x64
 
 
 class EagerTraceTest(absltest.TestCase):

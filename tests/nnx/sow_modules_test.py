@@ -471,14 +471,15 @@ class TapTest(ModulesTestCase):
     self.assertIs(type(self.model), Model)
 
   def test_plant_output_as_hand_edited_model(self):
-    value = jnp.array([0.25, -0.5, 1.0])
+    value = jnp.array([0.25, -0.5, 1.0], X.dtype)  # what the sow has
     name = ('blocks', 0, 'linear', '__call__', 'output')
     tapped = tap(forward, ('blocks', 0, 'linear'), inputs=False)
     got = plant(tapped, {name: (value,)})(self.model, X)
     # The hand-edited model: block 0's linear returns `value` for any input.
     edited = nnx.clone(self.model)
-    edited.blocks[0].linear.kernel[...] = jnp.zeros((3, 3))
-    edited.blocks[0].linear.bias[...] = value
+    linear = edited.blocks[0].linear
+    linear.kernel[...] = jnp.zeros_like(linear.kernel[...])
+    linear.bias[...] = value.astype(linear.bias.dtype)
     with capture_compat.uninstall(), warnings.catch_warnings():
       warnings.simplefilter('ignore', DeprecationWarning)
       want = edited(X)

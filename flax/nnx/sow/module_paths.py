@@ -140,9 +140,15 @@ def innermost_functional() -> Frame | None:
 
 # The attribute of a module that holds its mark.
 _MARK_ATTRIBUTE = '_nnx_capture_paths'
-# Marking reads the mark and writes it back: threads marking the same module
-# (an eager call marks the caller's own) must not lose each other's entries.
-_MARKS_LOCK = threading.Lock()
+# An eager call marks the caller's own modules, which calls in other threads
+# may be marking and walking too. Marking reads the mark and writes it back,
+# and adding or removing the attribute changes the size of the module's
+# `__dict__`, which a walk of it in another thread must not see: so marking,
+# unmarking and this module's walks of modules hold this lock. While any call
+# holds an entry in a module's mark, the attribute stays: what other calls
+# change is its value, never the size of the dictionary that the NNX code
+# inside a running call (an `nnx.jit` splitting the model, say) may walk.
+_MARKS_LOCK = threading.RLock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,10 +201,8 @@ def unmark(
   """Removes ``frame``'s entry from the marks of ``nodes`` and the graph
   nodes they reach; with ``refused``, also the refusing ``__captures__``
   (see :func:`run_in_frame`)."""
-  for _, node in graphlib.iter_graph(list(nodes), graph=True):
-    if refused:
-      _allow_legacy_sows(node)
-    with _MARKS_LOCK:
+  with _MARKS_LOCK:
+    for _, node in graphlib.iter_graph(list(nodes), graph=True):
       mark_ = _mark_of(node)
       if mark_ is None or mark_.path_in(frame.id) is None:
         continue
@@ -207,6 +211,8 @@ def unmark(
         vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
       else:
         del vars(node)[_MARK_ATTRIBUTE]
+        if refused:  # the last call that marked it: no call refuses now
+          _allow_legacy_sows(node)
 
 
 def resolve(
@@ -292,10 +298,11 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   from flax.nnx import module as module_lib
 
   try:
-    return [
-        (tuple(path), module)
-        for path, module in module_lib.iter_modules(root)
-    ]
+    with _MARKS_LOCK:  # see there
+      return [
+          (tuple(path), module)
+          for path, module in module_lib.iter_modules(root)
+      ]
   except Exception:  # pylint: disable=broad-except
     # Not a graph node: nothing to name by path.
     return []
@@ -324,13 +331,14 @@ def modules_of_roots(
   """Every module under ``found``'s roots, each once, at its first path."""
   modules: list[tuple[PathParts, tp.Any]] = []
   seen: set[int] = set()
-  for prefix, root in found:
-    if not _may_hold_modules(root):
-      continue
-    for path, module in modules_of(root):
-      if id(module) not in seen:
-        seen.add(id(module))
-        modules.append(((*prefix, *path), module))
+  with _MARKS_LOCK:  # the walks, see there
+    for prefix, root in found:
+      if not _may_hold_modules(root):
+        continue
+      for path, module in modules_of(root):
+        if id(module) not in seen:
+          seen.add(id(module))
+          modules.append(((*prefix, *path), module))
   return modules
 
 
@@ -393,9 +401,10 @@ _REFUSED_CAPTURES = _RefusedCaptures()
 
 
 def _refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
-  for node in nodes:
-    if getattr(node, '__dict__', None) is not None:
-      vars(node).setdefault(_LEGACY_CAPTURES, _REFUSED_CAPTURES)
+  with _MARKS_LOCK:
+    for node in nodes:
+      if getattr(node, '__dict__', None) is not None:
+        vars(node).setdefault(_LEGACY_CAPTURES, _REFUSED_CAPTURES)
 
 
 def _allow_legacy_sows(node: tp.Any) -> None:
