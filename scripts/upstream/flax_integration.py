@@ -29,8 +29,6 @@ fails the series loudly instead of patching the wrong place.
   emphasis that does not end, and Sphinx warns).
 * :func:`export_sow`: ``flax/nnx/__init__.py`` exports the transform's
   package as ``nnx.sow``.
-* :func:`split_self_in_vmap_test`: ``tests/nnx/module_test.py``'s
-  ``TestCapture.test_vmap`` splits ``self`` in ``pre_run``, not the global.
 * :func:`add_testing_extra`: a package in ``pyproject.toml``'s ``testing``
   extra.
 * :func:`add_ruff_exclude`: a path in ``pyproject.toml``'s ruff ``exclude``.
@@ -418,49 +416,6 @@ def export_sow(text: str, where: str = INIT_PATH) -> str:
       repr(_CAPTURE_EXPORT), where,
   )
   lines.insert(index + 1, SOW_EXPORT)
-  return '\n'.join(lines) + '\n'
-
-
-# ---------------------------------------------------------------------------
-# tests/nnx/module_test.py
-# ---------------------------------------------------------------------------
-
-MODULE_TEST_PATH = 'tests/nnx/module_test.py'
-_GLOBAL_SPLIT = re.compile(r'\bnnx\.split\(model,')
-
-
-def split_self_in_vmap_test(text: str, where: str = MODULE_TEST_PATH) -> str:
-  """``TestCapture.test_vmap``'s ``pre_run`` splits ``self``.
-
-  Its ``pre_run`` method splits the global ``model`` instead of ``self``. The
-  new ``nnx.capture`` runs the call on copies of the modules, as ``nnx.jit``
-  does (which refuses that code the same way): the copy's sows are not the
-  global's. The test means ``self``; with it, the test passes unchanged
-  otherwise.
-  """
-  tree = _parse(text, where)
-  test_class = _one(
-      [n for n in tree.body
-       if isinstance(n, ast.ClassDef) and n.name == 'TestCapture'],
-      'class TestCapture', where,
-  )
-  test = _one(
-      [n for n in test_class.body
-       if isinstance(n, ast.FunctionDef) and n.name == 'test_vmap'],
-      'TestCapture.test_vmap', where,
-  )
-  pre_run = _one(
-      [n for n in ast.walk(test)
-       if isinstance(n, ast.FunctionDef) and n.name == 'pre_run'],
-      'pre_run in TestCapture.test_vmap', where,
-  )
-  lines = text.splitlines()
-  span = range(pre_run.lineno - 1, tp.cast(int, pre_run.end_lineno))
-  index = _one(
-      [i for i in span if _GLOBAL_SPLIT.search(lines[i])],
-      'nnx.split(model, ...) in pre_run', where,
-  )
-  lines[index] = _GLOBAL_SPLIT.sub('nnx.split(self,', lines[index])
   return '\n'.join(lines) + '\n'
 
 

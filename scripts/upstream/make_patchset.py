@@ -300,8 +300,6 @@ def integration(tree: pathlib.Path) -> list[str]:
                   flax_integration.delegate_module)
   written += edit(tree, flax_integration.INIT_PATH,
                   flax_integration.export_sow)
-  written += edit(tree, flax_integration.MODULE_TEST_PATH,
-                  flax_integration.split_self_in_vmap_test)
   written += copy_tests(tree, INTEGRATION_TESTS)
   return written
 
@@ -402,11 +400,6 @@ caller). The helpers only the old `capture` used are removed.
 stays the Module-level API. `capture_compat.install()`, which points a
 released Flax's names at these functions, is not needed here and still
 works.
-
-module_test.py: `TestCapture.test_vmap`'s `pre_run` method split the global
-`model` instead of `self`. Since the call runs on copies (`nnx.jit` refuses
-that code the same way), it now splits `self`, as it means to; the test is
-otherwise unchanged and passes.
 
 Parity tests compare with Flax 0.12.8's `nnx.capture` bitwise on ten real
 models where that implementation exists (the overlay on a released Flax);

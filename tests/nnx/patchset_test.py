@@ -197,21 +197,6 @@ class OtherEditsTest(absltest.TestCase):
     with self.assertRaises(fi.EditError):
       fi.export_sow('from .module import Module as Module\n')
 
-  def test_vmap_test_splits_self(self):
-    text = textwrap.dedent('''\
-        class TestCapture:
-          def test_vmap(self):
-            class Foo:
-              def pre_run(self, x):
-                a, b = nnx.split(model, nnx.Param)
-            model = nnx.split(model, nnx.Param)
-    ''')
-    out = fi.split_self_in_vmap_test(text)
-    self.assertEqual(out, text.replace(
-        'a, b = nnx.split(model,', 'a, b = nnx.split(self,'))
-    with self.assertRaises(fi.EditError):
-      fi.split_self_in_vmap_test(out)
-
   def test_pyproject_lists(self):
     text = textwrap.dedent('''\
         [project.optional-dependencies]
