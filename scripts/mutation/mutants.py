@@ -480,7 +480,13 @@ MUTANTS: tuple[Mutant, ...] = (
     _m('harvest-takes-clobbers', 'harvest.py',
        "        and params['mode'] == 'append'\n",
        '',
-       'an eager capture frees the values a clobber supersedes'),
+       'an eager capture frees the values a clobber supersedes',
+       equivalent='an eager capture no longer stages f (flax.nnx.sow.eager), so'
+       ' sows are taken at staging time only under a trace, where a taken'
+       ' clobber is one more output of the staged program, like the ones the'
+       ' one-call rewrite returns, which XLA drops when nothing reads it; the'
+       ' records, and so the values, are the same (checked with'
+       ' jax.make_jaxpr and jax.jit of a chain of clobbers).'),
     _m('harvest-leaves-shifted', 'harvest.py',
        '  num_outs = len(outs) - harvested.num_leaves\n',
        '  num_outs = len(outs) - harvested.num_leaves - 1\n',

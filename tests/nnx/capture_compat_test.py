@@ -1962,6 +1962,22 @@ class ConcurrencyAndFailureTest(CompatTestCase):
     self.assertCollected(inner_legacy, by_hand(net, 2 * X)[1])
     self.assertEmpty(flat(outer_legacy))
 
+  def test_nested_captures_on_the_same_model_staged(self):
+    # Under nnx.jit both captures are staged: each collects the sows of its
+    # own frame from the one program.
+    net = Net(nnx.Rngs(0))
+
+    def outer(net, x):
+      first = net(x)
+      _, inner_state = nnx.capture(net, nnx.Intermediate)(2 * x)
+      return first, inner_state
+
+    step = nnx.jit(
+        lambda net, x: nnx.capture(outer, nnx.Intermediate)(net, x))
+    (_, inner_state), outer_state = step(net, X)
+    self.assertCollected(outer_state, by_hand(net, X)[1])
+    self.assertCollected(inner_state, by_hand(net, 2 * X)[1])
+
   def test_nested_captures_of_different_types(self):
 
     class Both(nnx.Module):

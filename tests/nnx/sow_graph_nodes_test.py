@@ -319,6 +319,21 @@ class GraphNodesTest(parameterized.TestCase):
     self.assertEqual(nnx.graphdef(model), nnx.graphdef(twin))
     self.assertEqual(model.calls.get_value(), 1)
 
+  def test_hijax_variables_are_ordinary_copies_when_staged(self):
+    # Staged, the call runs on copies whose Hijax Variables are ordinary
+    # ones: Flax 0.12.8's LayerNorm reads `.size`, which a Hijax Variable
+    # does not support under a trace. Eagerly, the model's own.
+    with nnx.var_defaults(hijax=True):
+      model = nnx.Sequential(nnx.Linear(3, 3, rngs=nnx.Rngs(0)),
+                             nnx.LayerNorm(3, rngs=nnx.Rngs(0)))
+    f = lambda m, x: sow(m(x), name='y')
+    expected = model(X)
+    out, collected = jax.jit(lambda x: capture(f)(model, x))(X)
+    sow_testing.assert_close(out, expected)
+    sow_testing.assert_close(collected['y'][0], expected)
+    out, collected = capture(f)(model, X)
+    np.testing.assert_array_equal(out, expected)  # the same operations
+
   def test_an_exception_in_a_staged_call_writes_nothing(self):
     # Under a trace the call runs on copies, written back once it succeeded.
     model = Model(nnx.Rngs(0))
@@ -409,6 +424,25 @@ class ImmutablePytreesTest(parameterized.TestCase):
               self.by_hand(model, X, lo - 0.25 * step, hi + 0.25 * step),
           )
         np.testing.assert_array_equal(lo_hi(model.bounds)[0], lo - 0.5)
+
+  @parameterized.product(kind=tuple(PYTREES), transform=tuple(TRANSFORMS))
+  def test_staged_under_nnx_jit(self, kind, transform):
+    # Staged, the call runs on copies whose new arrays are written back
+    # into the pytree (rebuilt, as it cannot be set), here into nnx.jit's
+    # copy, which nnx.jit writes back into the model.
+    model = Clipped(kind, nnx.Rngs(0))
+    twin = nnx.clone(model)
+    lo, hi = lo_hi(model.bounds)
+    f = TRANSFORMS[transform](lambda m, x: m(x))
+    step = nnx.jit(lambda m, x: capture(f)(m, x))
+    for i in range(2):
+      out, collected = step(model, X)
+      np.testing.assert_array_equal(out, f(twin, X))
+      self.assertLikeTwin(model, twin)
+      sow_testing.assert_close(
+          collected['h'][0],
+          self.by_hand(model, X, lo - 0.25 * i, hi + 0.25 * i),
+      )
 
   @parameterized.parameters(*PYTREES)
   def test_through_scan(self, kind):

@@ -404,6 +404,11 @@ class ModuleSowTest(ModulesTestCase):
     self.assertNotIn('h', vars(model.blocks[0]))
     _, with_overlay = capture(jitted)(model, X)
     self.assertIn(('blocks', 1, 'h'), with_overlay)
+    # The runner traced with the overlay's Module.sow is not reused without
+    # it, where the sows would be Flax's own.
+    with capture_compat.uninstall():
+      with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
+        capture(jitted)(model, X)
 
 
 @absltest.skipUnless(sow_legacy.is_available(), sow_legacy.SKIP_REASON)

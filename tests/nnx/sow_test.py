@@ -569,6 +569,29 @@ class ControlFlowTest(parameterized.TestCase):
     ):
       capture(f)(X)
 
+  def test_a_sown_constant_is_an_array_when_staged(self):
+    # A name predicate is asked about the whole program, so the call is
+    # staged and its jaxpr evaluated, whose sow of a constant has literal
+    # operands: they come back as JAX arrays, as `sow` returns them.
+    out, collected = capture(lambda: sow(3.0, name='c'),
+                             names=lambda name: True)()
+    self.assertIsInstance(out, jax.Array)
+    self.assertIsInstance(collected['c'][0], jax.Array)
+    np.testing.assert_array_equal(out, 3.0)
+
+  def test_a_staged_capture_returns_the_last_clobber_only(self):
+    # Staged, each clobber supersedes the values before it: the program
+    # returns one value for the name, not one per sow.
+    def f(x):
+      for i in range(5):
+        x = sow(x * (i + 1.0), name='c', mode='clobber')
+      return x
+
+    closed = jax.make_jaxpr(capture(f))(X)
+    self.assertLen(closed.jaxpr.outvars, 2)  # out, and the last clobber
+    out, collected = jax.jit(capture(f))(X)
+    np.testing.assert_array_equal(collected['c'][0], out)
+
   def test_fori_loop_with_traced_bounds_is_refused(self):
     def f(x, n):
       return lax.fori_loop(0, n, lambda i, c: sow(c + i, name='dyn'), x)
