@@ -49,7 +49,6 @@ Module = module_lib.Module
 PathParts = frames.PathParts
 State = statelib.State
 Sites = dict[tuple[primitive.Name, type], frames.SiteInfo]
-_NO_VALUE = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +76,19 @@ class _FrameSites:
     )
 
 
+def _sites(records: tp.Iterable[Record]) -> Sites:
+  """What each recorded site of the frame makes of its values, by ``(sow
+  name, Variable type)``: the first of each, in call order. The frame's
+  ``Module.sow``/``perturb`` markers carry it (``SiteInfo``), also inside a
+  jit body traced by an earlier call."""
+  sites: Sites = {}
+  for site, _ in records:
+    info = site.meta
+    assert isinstance(info, frames.SiteInfo), site
+    sites.setdefault((site.name, info.var_type), info)
+  return sites
+
+
 class Call:
   """One call of a compat ``capture``: run or stage, build the States."""
 
@@ -92,63 +104,47 @@ class Call:
     for path, _, var_type, _ in init_entries:
       init_types.setdefault(path, set()).add(var_type)
     frame = frames.Frame(self.var_types, init_types, self.method_outputs)
-    if eager.can_run():
-      out, sites, records = self._run_eagerly(
-          frame, init_entries, root, args, kwargs
-      )
-    else:
-      with tracing.updating():
-        out, sites, records = self._run_staged(
-            frame, init_entries, root, args, kwargs
+    # The init values are not traced: perturbations are planted where their
+    # sites are sown (see `_InitPlanter`), accumulators are applied to the
+    # records after the call.
+    planted = {
+        (frames.sow_name(path, name), var_type): value
+        for path, name, var_type, value in init_entries
+    }
+    scope = Scope(
+        Request(
+            _FrameSites(frame.id),
+            planted=_FrameSites(frame.id, frozenset(planted)) if planted
+            else None,
+        ),
+        _InitPlanter(planted) if planted else None,
+    )
+    with _modes_note():
+      if eager.can_run():
+        out = eager.run(
+            scope, lambda: self._traced(frame)(root, args, kwargs)
         )
-    states = self._states(frame, sites, init_entries, records)
+      else:
+        with tracing.updating():
+          out = self._run_staged(scope, frame, root, args, kwargs)
+    records = scope.records
+    states = self._states(frame, _sites(records), init_entries, records)
     if not self.var_types:
       return out
     if len(self.var_types) == 1:
       return out, states[0]
     return (out, *states)
 
-  def _run_eagerly(self, frame, init_entries, root, args, kwargs):
-    """Runs the call on the caller's objects, recording the frame's sows."""
-    planted = {
-        (frames.sow_name(path, name), var_type): value
-        for path, name, var_type, value in init_entries
-    }
-    request = Request(
-        _FrameSites(frame.id),
-        planted=_FrameSites(frame.id, frozenset(planted)) if planted
-        else None,
-    )
-    scope = Scope(request, _InitPlanter(planted) if planted else None)
-    with _modes_note():
-      out = eager.run(
-          scope, lambda: self._traced(frame)(root, args, kwargs)
-      )
-    records = scope.records
-    sites: Sites = {}
-    for site, _ in records:
-      info = site.meta
-      assert isinstance(info, frames.SiteInfo), site
-      sites.setdefault((site.name, info.var_type), info)
-    return out, sites, records
-
-  def _run_staged(self, frame, init_entries, root, args, kwargs):
-    """Stages the call on copies, evaluates it, writes back."""
-    # The init values are not traced: perturbations are planted when the
-    # staged program is evaluated (see `_InitPlanter`), accumulators are
-    # applied to the records after it.
+  def _run_staged(self, scope, frame, root, args, kwargs):
+    """Stages the call on copies, evaluates it in ``scope``, writes back."""
     prepared = tracing.Prepared(
         self._traced(frame), (root, args, kwargs), {}, paths=False
     )
     jaxpr, outcome = prepared.trace()
-    sites = frame.sites_in(jaxpr.jaxpr)
-    planted = _init_perturbations(sites, init_entries)
-    with _modes_note():
-      records = _interpret(
-          jaxpr, prepared.inputs, _SiteSelection(frozenset(sites)), planted
-      )
-    out = prepared.finish(outcome, records.pop('out'))
-    return out, sites, records['records']
+    out_flat = interpreter.evaluate(
+        jaxpr.jaxpr, jaxpr.consts, prepared.inputs, scope
+    )
+    return prepared.finish(outcome, out_flat)
 
   def _traced(self, frame):
     """The function run: ``call`` on the objects given, inside ``frame``."""
@@ -198,20 +194,6 @@ class Call:
     return states
 
 
-@dataclasses.dataclass(frozen=True)
-class _SiteSelection:
-  """Selects exactly the (name, tag) sites a staged frame collects.
-
-  A :class:`~flax.nnx.sow.selection.Selection` selects by tag and by name
-  separately; a frame knows which name goes with which tag.
-  """
-
-  sites: frozenset[tuple[primitive.Name, type]]
-
-  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
-    return (params['sow_name'], params['tag']) in self.sites
-
-
 class _modes_note:
   """Adds :data:`MODES_NOTE` to a refusal raised while interpreting."""
 
@@ -231,23 +213,6 @@ MODES_NOTE = (
     ' with traced bounds) accepts that if the same name was sown before the'
     ' loop.'
 )
-
-
-def _init_perturbations(sites: Sites, init_entries) -> dict[tuple, tp.Any]:
-  """``init``'s values for the perturbation sites among ``sites``, by
-  ``(sow name, Variable type)``."""
-  values = {
-      (path, name, var_type): value
-      for path, name, var_type, value in init_entries
-  }
-  planted = {}
-  for key, info in sites.items():
-    if info.kind != 'perturb':
-      continue
-    value = values.get((info.path, info.name, info.var_type), _NO_VALUE)
-    if value is not _NO_VALUE:
-      planted[key] = value
-  return planted
 
 
 class _InitPlanter:
@@ -272,13 +237,3 @@ class _InitPlanter:
         site_has='Module.perturb there (as a capture without init returns'
         ' it) has',
     )
-
-
-def _interpret(jaxpr, inputs, selection, planted) -> dict[str, tp.Any]:
-  request = Request(
-      selection,
-      planted=_SiteSelection(sites=frozenset(planted)) if planted else None,
-  )
-  scope = Scope(request, _InitPlanter(planted) if planted else None)
-  out_flat = interpreter.evaluate(jaxpr.jaxpr, jaxpr.consts, inputs, scope)
-  return {'out': out_flat, 'records': scope.records}

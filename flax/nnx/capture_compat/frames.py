@@ -28,7 +28,6 @@ import typing as tp
 from flax.nnx import statelib
 from flax.nnx import variablelib
 from flax.nnx.sow import module_paths as paths_lib
-from flax.nnx.sow import primitive
 
 Variable = variablelib.Variable
 PathParts = paths_lib.PathParts
@@ -104,16 +103,6 @@ class Frame(paths_lib.Frame):
     return var_type in self.var_types or var_type in self.init_types.get(
         path, ()
     )
-
-  def sites_in(self, jaxpr) -> dict[tuple[tp.Any, type], SiteInfo]:
-    """The sites of ``jaxpr`` (at any depth) this frame collects, by
-    ``(sow name, Variable type)``, the first of each in program order."""
-    sites: dict[tuple[tp.Any, type], SiteInfo] = {}
-    for eqn in primitive.sow_equations(jaxpr):
-      info = eqn.params.get('meta')
-      if isinstance(info, SiteInfo) and info.frame == self.id:
-        sites.setdefault((eqn.params['sow_name'], info.var_type), info)
-    return sites
 
 
 def flat_init(init) -> list[tuple[PathParts, tp.Hashable, type, tp.Any]]:

@@ -33,12 +33,20 @@ from flax.nnx.sow.scope import Rule
 from flax.nnx.sow.scope import Scope
 from flax.nnx.sow.sites import Request
 from flax.nnx.sow.sites import describe_names
+from flax.nnx.sow.sites import Site
 from flax.nnx.sow.sites import site_of
 from flax.nnx.sow.sites import where
 
 
 def handle_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):
-  site = scope.here(site_of(eqn))
+  return handle_site(scope, site_of(eqn), invals)
+
+
+def handle_site(scope: Scope, site: Site, invals: list[tp.Any]):
+  """What a handled sow of ``site`` (as its own jaxpr sees it) returns: its
+  planted values, if any, else ``invals``; records them in ``scope``. For a
+  sow equation, and for a sow bound under an eager interpretation."""
+  site = scope.here(site)
   planted = scope.plant(site, invals)
   scope.record(site, invals)
   return invals if planted is None else planted
@@ -124,20 +132,25 @@ def _plan_eqn(
     if request.handles(eqn.params):
       return handle_sow
     return None if request.rebind_unhandled else drop_sow
+  rule = higher_order_rule(eqn.primitive, eqn.params, request)
+  if rule is None and strip and primitive.sow_effect in eqn.effects:
+    return _rules.RULES.get(eqn.primitive)
+  return rule
+
+
+def higher_order_rule(
+    prim: core.Primitive, params: tp.Mapping[str, tp.Any], request: Request
+) -> Rule | None:
+  """The rule of a ``prim`` whose sub-jaxprs (in ``params``) hold a sow that
+  ``request`` handles or drops, or a refusal naming it if it has none;
+  ``None`` if they hold no such sow. For an equation, and for a bind under
+  an eager interpretation."""
   # A loop rather than `any(...)` of a generator: this runs for every
   # equation of every program captured (a quarter less time per equation).
-  for sub in core.jaxprs_in_params(eqn.params):
+  for sub in core.jaxprs_in_params(params):
     if contains(sub, request):
-      return _rules.RULES.get(eqn.primitive, _refuse)
-  if strip and primitive.sow_effect in eqn.effects:
-    return _rules.RULES.get(eqn.primitive)
+      return _rules.RULES.get(prim, _refuse)
   return None
-
-
-def rule_for(prim: core.Primitive) -> Rule:
-  """The rule of a higher-order ``prim`` holding a handled sow, or a
-  refusal naming it."""
-  return _rules.RULES.get(prim, _refuse)
 
 
 def contains(jaxpr: core.Jaxpr, request: Request) -> bool:

@@ -120,12 +120,10 @@ class EagerTrace(jax.core.Trace):
     # `Primitive.bind` made the eval trace current before calling this.
     if prim is primitive.sow_p:
       return self._sow(args, params)
-    request = self.scope.request
-    if _has_jaxprs(params) and any(
-        dispatch.contains(sub, request)
-        for sub in core.jaxprs_in_params(params)
-    ):
-      rule = dispatch.rule_for(prim)
+    rule = None
+    if _has_jaxprs(params):
+      rule = dispatch.higher_order_rule(prim, params, self.scope.request)
+    if rule is not None:
       eqn = _equation(prim, args, params)
       with core.set_current_trace(self.parent):
         return rule(self.scope, eqn, list(args))
@@ -142,16 +140,11 @@ class EagerTrace(jax.core.Trace):
       return prim.bind(*args, **params)
 
   def _sow(self, args, params):
-    request = self.scope.request
-    if not request.handles(params):
+    if not self.scope.request.handles(params):
       return self._forward(primitive.sow_p, args, params)
     leaves = [as_array(a) for a in args]
-    site = self.scope.here(
-        site_at(params, leaves, source_info_util.current())
-    )
-    planted = self.scope.plant(site, leaves)
-    self.scope.record(site, leaves)
-    return leaves if planted is None else planted
+    site = site_at(params, leaves, source_info_util.current())
+    return dispatch.handle_site(self.scope, site, leaves)
 
   def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,
                               symbolic_zeros):

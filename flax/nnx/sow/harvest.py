@@ -140,7 +140,7 @@ def eligible(request: Request) -> bool:
       request.collect
       and request.planted is None
       and not request.fn_names
-      and not callable(getattr(request.selection, 'names', None))
+      and not getattr(request.selection, 'by_predicate', False)
   )
 
 
