@@ -296,7 +296,7 @@ def bench_many_sows(quick: bool) -> list[Row]:
     # object of the process (~0.07 s here), and comes after a fixed number
     # of young ones, which come with the objects a side keeps alive. Capture
     # stages the hand-written program (its sows leave no equation, see
-    # flax/nnx/sow/harvest.py) after a trace of its own, so it keeps about
+    # flax/nnx/sow/transform/staged_sows.py) after a trace of its own, so it keeps about
     # what `jax.jit(f)` keeps; before it did, it kept more, and these rows
     # showed where its extra time went.
     young = [statistics.mean(run.young[i] for run in runs) for i in range(3)]
@@ -782,7 +782,7 @@ def bench_cache(quick: bool) -> list[Row]:
   (an inline ``lambda``), it must keep one runner and compile once.
   """
   import importlib  # pylint: disable=g-import-not-at-top
-  from flax.nnx.sow import interpreter  # pylint: disable=g-import-not-at-top
+  from flax.nnx.sow.transform import interpreter  # pylint: disable=g-import-not-at-top
   capture_lib = importlib.import_module('flax.nnx.sow.capture')
 
   keys = jax.random.split(jax.random.key(0), 4)

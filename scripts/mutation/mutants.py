@@ -481,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "        and params['mode'] == 'append'\n",
        '',
        'an eager capture frees the values a clobber supersedes',
-       equivalent='an eager capture no longer stages f (flax.nnx.sow.eager), so'
+       equivalent='an eager capture no longer stages f (flax.nnx.sow.transform.eager), so'
        ' sows are taken at staging time only under a trace, where a taken'
        ' clobber is one more output of the staged program, like the ones the'
        ' one-call rewrite returns, which XLA drops when nothing reads it; the'

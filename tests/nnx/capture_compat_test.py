@@ -42,7 +42,7 @@ from flax import nnx
 from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import sow
-from flax.nnx.sow import tracing
+from flax.nnx.sow.lift import graph_calls
 import sow_legacy
 import sow_pytree_models
 import sow_testing
@@ -1314,8 +1314,8 @@ class EagerCallTest(CompatTestCase):
     # are found as the call runs: each call collects its own values, and no
     # call is staged.
     trace = self.enter_context(mock.patch.object(
-        tracing.Prepared, 'trace', autospec=True,
-        side_effect=tracing.Prepared.trace,
+        graph_calls.Prepared, 'trace', autospec=True,
+        side_effect=graph_calls.Prepared.trace,
     ))
     model = MethodOutputsTest.Model(nnx.Rngs(0))
     for i in range(3):

@@ -71,7 +71,7 @@ def by_hand(model, x):
 
 
 # The static mark by which a module knows its path while a capture of it
-# runs (flax.nnx.sow.module_paths): an eager capture marks the caller's own
+# runs (flax.nnx.sow.lift.module_paths): an eager capture marks the caller's own
 # modules, so other threads' captures may show theirs; it is no attribute
 # of the model's and is gone once every capture has returned.
 _MARK = '_nnx_capture_paths'

@@ -60,14 +60,14 @@ class CheckStaticTest(absltest.TestCase):
     self.assertIn('skipped', out.getvalue())
 
   def test_parses_mypy(self):
-    out = ('flax/nnx/sow/rules.py:230: error: Incompatible types in '
+    out = ('flax/nnx/sow/transform/rules.py:230: error: Incompatible types in '
            'assignment (expression has type "X", variable has type "Y")  '
            '[assignment]\n'
-           'flax/nnx/sow/rules.py:234: note: Possible overload variants:\n'
+           'flax/nnx/sow/transform/rules.py:234: note: Possible overload variants:\n'
            'Found 1 error in 1 file (checked 119 source files)\n')
     [error] = self.cs._parse(self.cs._MYPY, out, '/tmp/x')
     self.assertEqual(
-        str(error), 'flax/nnx/sow/rules.py:230: assignment: Incompatible '
+        str(error), 'flax/nnx/sow/transform/rules.py:230: assignment: Incompatible '
         'types in assignment (expression has type "X", variable has type '
         '"Y")')
 
@@ -94,12 +94,12 @@ class CheckStaticTest(absltest.TestCase):
         'type annotation \'R\'')
 
   def test_parses_ruff(self):
-    out = ('flax/nnx/sow/capture.py:27:26: F401 [*] `flax.nnx.sow.primitive`'
+    out = ('flax/nnx/sow/capture.py:27:26: F401 [*] `flax.nnx.sow.transform.primitive`'
            ' imported but unused\nFound 1 error.\n')
     [error] = self.cs._parse(self.cs._RUFF, out, '/tmp/x')
     self.assertEqual(
         str(error), 'flax/nnx/sow/capture.py:27: F401: '
-        '`flax.nnx.sow.primitive` imported but unused')
+        '`flax.nnx.sow.transform.primitive` imported but unused')
 
   def test_ours_and_not_ours(self):
     self.assertTrue(self.cs.is_ours('flax/nnx/sow/__init__.py'))

@@ -60,14 +60,14 @@ def _global_state() -> dict[str, object]:
   """What a test could change for the tests after it, by name."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from flax.nnx import module as module_lib  # pylint: disable=g-import-not-at-top
-  from flax.nnx.sow import rules  # pylint: disable=g-import-not-at-top
+  from flax.nnx.sow.transform import interpreter  # pylint: disable=g-import-not-at-top
 
   state = {
       'nnx.capture': nnx.capture,
       'flax.nnx.module.capture': module_lib.capture,
       'nnx.Module.sow': nnx.Module.sow,
       'nnx.Module.perturb': nnx.Module.perturb,
-      'sow rule table': dict(rules.RULES),
+      'sow rule table': dict(interpreter.RULES),
       'sys.getprofile()': sys.getprofile(),
   }
   # In Flax's tree, the first commit of the series adds the transform alone.

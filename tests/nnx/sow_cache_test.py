@@ -36,14 +36,14 @@ import numpy as np
 
 from flax import nnx
 from flax.nnx.sow import capture
-from flax.nnx.sow import dispatch
-from flax.nnx.sow import interpreter
-from flax.nnx.sow import primitive
-from flax.nnx.sow import rules
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.rules import custom_derivatives
+from flax.nnx.sow.transform.rules import loops
 from flax.nnx.sow import sow
-from flax.nnx.sow import staging
-from flax.nnx.sow.selection import Selection
-from flax.nnx.sow.sites import Request
+from flax.nnx.sow.transform import rewrite
+from flax.nnx.sow.transform.selection import Selection
+from flax.nnx.sow.transform.request import Request
 import sow_testing
 
 # The module, not the function of the same name that flax.nnx.sow exports.
@@ -421,9 +421,9 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
   """The caches keyed by jaxprs: a hit, a miss, and no unbounded growth."""
 
   def test_every_weakref_cache_is_bounded(self):
-    for cached in (dispatch.cached_plan, staging.reemittable,
-                   staging.rewrite, interpreter.transform,
-                   rules._scan_body, rules._while_jaxprs, primitive.sow_keys):
+    for cached in (interpreter.cached_plan, rewrite.reemittable,
+                   interpreter.rewritten_call, interpreter.transform,
+                   loops._scan_body, loops._while_jaxprs, primitive.sow_keys):
       with self.subTest(str(cached)):
         self.assertIsNotNone(cached.cache_info().maxsize)
 
@@ -458,13 +458,13 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
     self.assertEqual(_info(interpreter.transform)[1], misses + 1)
 
   @parameterized.named_parameters(
-      ('plan', dispatch.cached_plan),
-      ('reemittable', staging.reemittable),
-      ('rewrite', staging.rewrite),
+      ('plan', interpreter.cached_plan),
+      ('reemittable', rewrite.reemittable),
+      ('rewrite', interpreter.rewritten_call),
       ('transform', interpreter.transform),
       ('sow_keys', primitive.sow_keys),
-      ('scan_body', rules._scan_body),
-      ('while_jaxprs', rules._while_jaxprs),
+      ('scan_body', loops._scan_body),
+      ('while_jaxprs', loops._while_jaxprs),
   )
   def test_fresh_shapes_and_predicates_do_not_grow_it(self, cached):
     # Keyed weakly by jaxprs: entries go with the programs traced per call.
@@ -500,15 +500,15 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
     request = Request(Selection())
     other = Request(Selection(names=frozenset(['other'])))
     for cached, call, call_other in (
-        (dispatch.cached_plan,
-         lambda: dispatch.cached_plan(closed.jaxpr, request, True),
-         lambda: dispatch.cached_plan(closed.jaxpr, other, True)),
-        (staging.rewrite,
-         lambda: staging.rewrite(closed.jaxpr, request, True),
-         lambda: staging.rewrite(closed.jaxpr, request, False)),
-        (staging.reemittable,
-         lambda: staging.reemittable(closed.jaxpr),
-         lambda: staging.reemittable(
+        (interpreter.cached_plan,
+         lambda: interpreter.cached_plan(closed.jaxpr, request, True),
+         lambda: interpreter.cached_plan(closed.jaxpr, other, True)),
+        (interpreter.rewritten_call,
+         lambda: interpreter.rewritten_call(closed.jaxpr, request, True),
+         lambda: interpreter.rewritten_call(closed.jaxpr, request, False)),
+        (rewrite.reemittable,
+         lambda: rewrite.reemittable(closed.jaxpr),
+         lambda: rewrite.reemittable(
              jax.make_jaxpr(lambda x: x * 2)(X).jaxpr)),
     ):
       with self.subTest(str(cached)):
@@ -539,9 +539,9 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
       sow(x, name='w', mode='clobber')  # the value of a zero-trip loop
       return lax.while_loop(while_cond, while_body, (0, x))[1]
 
-    for cached, f, make in ((rules._scan_body, scanned,
+    for cached, f, make in ((loops._scan_body, scanned,
                              lambda n: jnp.ones((2, n))),
-                            (rules._while_jaxprs, looped,
+                            (loops._while_jaxprs, looped,
                              lambda n: jnp.ones(n))):
       with self.subTest(str(cached)):
         capture(f)(make(3))
@@ -574,14 +574,14 @@ class CacheKeyAndBoundTest(parameterized.TestCase):
       calls.append(flags)
       return object()
 
-    memoized = rules._memoize(body)
+    memoized = custom_derivatives._memoize(body)
     first = memoized(True, False)
     self.assertIs(memoized(True, False), first)  # a hit
     self.assertIsNot(memoized(False, False), first)  # a miss
     self.assertEqual(calls, [(True, False), (False, False)])
-    for i in range(3 * rules._MEMO_SIZE):
+    for i in range(3 * custom_derivatives._MEMO_SIZE):
       memoized(i)
-    self.assertLessEqual(memoized.cache_info().currsize, rules._MEMO_SIZE)
+    self.assertLessEqual(memoized.cache_info().currsize, custom_derivatives._MEMO_SIZE)
 
 
 if __name__ == '__main__':

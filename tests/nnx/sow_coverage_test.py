@@ -47,7 +47,7 @@ class CoverageTest(absltest.TestCase):
 
   def test_closed_call_and_call(self):
     from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
-    from flax.nnx.sow import primitive  # pylint: disable=g-import-not-at-top
+    from flax.nnx.sow.transform import primitive  # pylint: disable=g-import-not-at-top
 
     with primitive.harvesting(True):
       body = jax.make_jaxpr(lambda x: sow(x * 2, name='v') + 1)(X)

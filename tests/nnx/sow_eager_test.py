@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Eager interpretation (flax.nnx.sow.eager): a capture is a direct call.
+"""Eager interpretation (flax.nnx.sow.transform.eager): a capture is a direct call.
 
 Oracles: the direct call of the same function (on a clone, for Variable
 updates), values recomputed by hand, and JAX's compile counter.
@@ -24,7 +24,7 @@ import numpy as np
 
 from flax import nnx
 from flax.nnx.sow import capture
-from flax.nnx.sow import eager
+from flax.nnx.sow.transform import eager
 from flax.nnx.sow import sow
 import sow_testing
 

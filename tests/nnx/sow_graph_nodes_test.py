@@ -282,11 +282,11 @@ class GraphNodesTest(parameterized.TestCase):
   def test_fast_graph_node_check_agrees_with_flax(self):
     # Staging answers the check itself for plain arrays; Flax's is the oracle.
     from flax.nnx import graphlib  # pylint: disable=g-import-not-at-top
-    from flax.nnx.sow import tracing  # pylint: disable=g-import-not-at-top
+    from flax.nnx.sow.lift import graph_nodes  # pylint: disable=g-import-not-at-top
 
     def check(values):
       for value in values:
-        self.assertEqual(tracing.is_graph_node(value),
+        self.assertEqual(graph_nodes.is_graph_node(value),
                          graphlib.is_graph_node(value), repr(value))
 
     model = Model(nnx.Rngs(0))
@@ -299,7 +299,7 @@ class GraphNodesTest(parameterized.TestCase):
 
     jax.jit(traced)(X, jax.new_ref(X))
     jax.vmap(traced, in_axes=(0, None))(X, jax.new_ref(X))
-    self.assertTrue(tracing.is_graph_node(jax.new_ref(X)))  # not vacuous
+    self.assertTrue(graph_nodes.is_graph_node(jax.new_ref(X)))  # not vacuous
 
   def test_an_exception_leaves_what_a_direct_call_leaves(self):
     # Eagerly the call is a direct call: the updates made before the error

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Sows collected as they are staged (``flax.nnx.sow.harvest``).
+"""Sows collected as they are staged (``flax.nnx.sow.transform.staged_sows``).
 
 The staged program is checked against the hand-written function that
 returns the same values (no sow left, nothing else added), and the records
@@ -29,12 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture
-from flax.nnx.sow import harvest
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import staged_sows
+from flax.nnx.sow.transform import primitive
 from flax.nnx.sow import sow
-from flax.nnx.sow import tracing
-from flax.nnx.sow.selection import Selection
-from flax.nnx.sow.sites import Request
+from flax.nnx.sow.lift import graph_calls
+from flax.nnx.sow.transform.selection import Selection
+from flax.nnx.sow.transform.request import Request
 
 
 def _primitives(jaxpr) -> list[str]:
@@ -89,18 +89,18 @@ class StagedProgramTest(absltest.TestCase):
       sow(x + 2.0, name='other', tag='b')
       return x
 
-    with tracing.updating():
-      closed, outcome = tracing.Prepared(f, (jnp.ones(2),), {}).trace(request)
+    with graph_calls.updating():
+      closed, outcome = graph_calls.Prepared(f, (jnp.ones(2),), {}).trace(request)
     self.assertEqual([s.site.name for s in outcome.harvested.sows], ['kept'])
     self.assertEqual(outcome.harvested.marked, 1)  # 'other' stays
     self.assertEqual(_primitives(closed.jaxpr).count('sow'), 1)
 
   def test_predicates_and_planting_are_not_taken_at_staging(self):
-    self.assertFalse(harvest.eligible(
+    self.assertFalse(staged_sows.eligible(
         Request(Selection(names=lambda n: True))))
-    self.assertFalse(harvest.eligible(Request(
+    self.assertFalse(staged_sows.eligible(Request(
         Selection(), planted=Selection())))
-    self.assertTrue(harvest.eligible(Request(Selection())))
+    self.assertTrue(staged_sows.eligible(Request(Selection())))
 
 
 def _block(x):

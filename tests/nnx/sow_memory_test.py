@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture, sow
-from flax.nnx.sow import interpreter
-from flax.nnx.sow import primitive
-from flax.nnx.sow import selection
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.sites import Request
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform import selection
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.request import Request
 
 SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
 CHAIN = 12  # intermediates between two observations

@@ -38,7 +38,7 @@ import numpy as np
 from flax.nnx.sow import capture
 from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import primitive
 from flax.nnx.sow import sow
 import sow_testing
 

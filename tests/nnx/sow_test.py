@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of the core transform: sow, capture/sown, perturb.
+"""Tests of the core transform: sow, capture, perturb.
 
 Every expected value is recomputed independently: directly with NumPy or
 jax.numpy outside of any sow machinery, or as an analytic gradient.
@@ -28,13 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture
-from flax.nnx.sow import interpreter
+from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import primitive
 from flax.nnx.sow import sow
 from flax.nnx.sow import sow_p
-from flax.nnx.sow import sown
+
 import sow_testing
 
 X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
@@ -89,7 +89,7 @@ class ProposalExamplesTest(absltest.TestCase):
     def loss(x):
       return jnp.sum(perturb(x, name='grad_x') ** 2)
 
-    grad, collected = sown(jax.grad(loss))(X)
+    grad, collected = capture(jax.grad(loss))(X)
     np.testing.assert_array_equal(collected['grad_x'][0], 2 * np.asarray(X))
     np.testing.assert_array_equal(grad, 2 * np.asarray(X))
 

@@ -19,7 +19,7 @@ wrapping the methods of their classes. This module keeps its exact signature
 and conventions but builds it on :mod:`flax.nnx.sow`:
 
 * ``capture`` stages the call on copies of its graph nodes
-  (:func:`flax.nnx.sow.tracing.staged`), so modules are never mutated, not even
+  (:func:`flax.nnx.sow.lift.graph_calls.staged`), so modules are never mutated, not even
   structurally or transiently, and threads never see each other's values;
 * inside it, ``Module.sow(T, 'n', v)`` is the functional
   ``sow(v, name=(*path, 'n'), tag=T)``, where ``path`` is the module's path
@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 import threading
 import types
@@ -83,6 +84,10 @@ from flax.nnx.capture_compat import replaced
 from flax.nnx.capture_compat.module_methods import keep_last
 from flax.nnx.capture_compat.module_methods import perturb
 from flax.nnx.capture_compat.module_methods import sow
+from flax.nnx.sow.transform import sites
+
+# An equation's location names the user's code, not this layer's.
+sites.skip_frames_in(os.path.dirname(os.path.abspath(__file__)))
 
 Module = module_lib.Module
 Variable = variablelib.Variable
@@ -141,7 +146,7 @@ def capture(
   Outside any JAX trace the call is eager, as in Flax 0.12.8: ``fn`` runs on
   the caller's modules, its Python on every call, and its Variable updates
   (batch statistics, RNG counters...) are made in place; the sows are
-  recorded as they are bound (:mod:`flax.nnx.sow.eager`), and jitted
+  recorded as they are bound (:mod:`flax.nnx.sow.transform.eager`), and jitted
   functions inside keep their compiled programs. Under a JAX or NNX
   transform it is staged on copies, as under ``nnx.jit``, and only their
   Variable updates are written back. Unlike Flax 0.12.8's, it writes no

@@ -16,7 +16,7 @@ States.
 
 Outside any JAX trace the call is eager, as in Flax 0.12.8: the function runs
 on the caller's modules, its Python on every call, and the sows of the
-capture's frame are recorded as they are bound (:mod:`flax.nnx.sow.eager`);
+capture's frame are recorded as they are bound (:mod:`flax.nnx.sow.transform.eager`);
 jitted functions inside keep the programs JAX compiled for them. Under a JAX
 trace (``nnx.jit`` around the capture, say) the call is staged to a jaxpr on
 copies of its graph nodes and interpreted there; the enclosing trace is what
@@ -33,17 +33,17 @@ from flax.nnx import statelib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import method_outputs as method_outputs_lib
-from flax.nnx.sow import eager
-from flax.nnx.sow import interpreter
-from flax.nnx.sow import module_paths as paths_lib
-from flax.nnx.sow import primitive
-from flax.nnx.sow import tracing
+from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.lift import taps
+from flax.nnx.sow.transform import planting
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.lift import graph_calls
 from flax.nnx.sow.capture import group as group_records
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.sites import Record
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
-from flax.nnx.sow.sites import check_entry
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.sites import Record
+from flax.nnx.sow.transform.request import Request
+from flax.nnx.sow.transform.sites import Site
 
 Module = module_lib.Module
 PathParts = frames.PathParts
@@ -125,7 +125,7 @@ class Call:
             scope, lambda: self._traced(frame)(root, args, kwargs)
         )
       else:
-        with tracing.updating():
+        with graph_calls.updating():
           out = self._run_staged(scope, frame, root, args, kwargs)
     records = scope.records
     states = self._states(frame, _sites(records), init_entries, records)
@@ -137,7 +137,7 @@ class Call:
 
   def _run_staged(self, scope, frame, root, args, kwargs):
     """Stages the call on copies, evaluates it in ``scope``, writes back."""
-    prepared = tracing.Prepared(
+    prepared = graph_calls.Prepared(
         self._traced(frame), (root, args, kwargs), {}, paths=False
     )
     jaxpr, outcome = prepared.trace()
@@ -152,7 +152,7 @@ class Call:
     def traced(root, args, kwargs):
       if self.method_outputs is not None:
         frame.taps = [method_outputs_lib.tap_spec(self.method_outputs)]
-      return paths_lib.run_in_frame(
+      return taps.run_in_frame(
           frame, frames.module_paths(root),
           lambda: self.call(root, *args, **kwargs),
       )
@@ -230,9 +230,8 @@ class _InitPlanter:
 
   def take(self, site: Site, leaves=None) -> list[tp.Any]:
     del leaves  # the same value at every execution
-    return check_entry(
-        site,
-        self.values[(site.name, site.tag)],
+    return planting.check_value(
+        self.values[(site.name, site.tag)], site.tree, site.avals,
         where=f'nnx.capture: the init perturbation {site.name!r}',
         site_has='Module.perturb there (as a capture without init returns'
         ' it) has',

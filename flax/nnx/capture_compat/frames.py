@@ -15,7 +15,7 @@
 
 The path machinery (frames on a thread-local stack, path marks on module
 copies, resolving a module to its frame) is the sow transform's own
-(:mod:`flax.nnx.sow.module_paths`); a compat frame collects only its Variable
+(:mod:`flax.nnx.sow.lift.module_paths`); a compat frame collects only its Variable
 types (and ``init``'s), whose sites become the States ``capture`` returns.
 """
 
@@ -27,7 +27,7 @@ import typing as tp
 
 from flax.nnx import statelib
 from flax.nnx import variablelib
-from flax.nnx.sow import module_paths as paths_lib
+from flax.nnx.sow.lift import module_paths as paths_lib
 
 Variable = variablelib.Variable
 PathParts = paths_lib.PathParts
@@ -62,7 +62,7 @@ class Frame(paths_lib.Frame):
   """One active compat ``capture``: the types it collects.
 
   Everything in it is static and outlives the trace: the module copies know
-  their paths themselves (see :class:`~flax.nnx.sow.module_paths.PathMark`),
+  their paths themselves (see :class:`~flax.nnx.sow.lift.module_paths.PathMark`),
   and the sow markers what each site is (:class:`SiteInfo`).
   """
 

@@ -15,7 +15,7 @@
 
 Flax 0.12.8 wraps the methods of the captured modules' classes while the
 capture runs, which every other instance of those classes (in other threads)
-sees too. Here it is a tap (:mod:`flax.nnx.sow.taps`) of every module of the
+sees too. Here it is a tap (:mod:`flax.nnx.sow.lift.taps`) of every module of the
 capture, on the public methods (and ``__call__``) each class defines itself,
 that sows what they return as ``Module.sow(T, method, result)`` would: only
 the module copies the capture runs on (private to it) change class, for the
@@ -34,8 +34,8 @@ import typing as tp
 
 from flax.nnx import module as module_lib
 from flax.nnx.capture_compat import module_methods
-from flax.nnx.sow import primitive
-from flax.nnx.sow import taps
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.lift import taps
 
 Module = module_lib.Module
 

@@ -33,8 +33,8 @@ from flax.nnx import module as module_lib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import replaced
-from flax.nnx.sow import module_paths as paths_lib
-from flax.nnx.sow import primitive
+from flax.nnx.sow.lift import module_paths as paths_lib
+from flax.nnx.sow.transform import primitive
 
 Module = module_lib.Module
 Variable = variablelib.Variable
@@ -86,7 +86,7 @@ def sow(
   in call order. Inside a functional ``flax.nnx.sow`` ``capture``, ``plant``
   or ``perturb`` staging, sows ``value`` under ``(*path, name)`` with
   ``path`` from the staged call's root (see
-  :mod:`flax.nnx.sow.module_paths`) and returns ``True``; ``reduce_fn`` and
+  :mod:`flax.nnx.sow.lift.module_paths`) and returns ``True``; ``reduce_fn`` and
   ``init_fn`` do not apply there: every value is returned, in call order.
   Outside any capture, behaves exactly as in Flax 0.12.8: stores the reduced
   value in a ``variable_type`` attribute named ``name`` and warns that this

@@ -18,38 +18,43 @@
 injects values at sow sites; ``tap`` sows the inputs and outputs of submodule
 calls by module path.
 
-Design. ``sow_p`` is an identity primitive (``primitive``); what gives it a
-meaning is an interpretation of the program that holds it, driven by one
-table of rules, one per higher-order primitive (``rules``; ``dispatch``
-decides which equation needs one, and refuses, naming it, a higher-order
-primitive without a rule). The program reaches the table in one of two
-ways:
+Layout, in three layers; each imports only from those below it:
 
-* Eagerly (outside any JAX trace), at the trace level (``eager``): ``f``
-  runs as a direct call under a JAX trace that records each ``sow_p`` bind as
-  it happens and hands each higher-order primitive holding a handled sow
-  (``jit``, ``scan``, ``cond``, ``while``, ``remat``, ``shard_map``, custom
-  derivative calls) to its rule; the sub-jaxpr a rule transforms is cached
-  by the sub-jaxpr JAX hands over, and JAX reuses the jaxpr of an inner
-  ``jax.jit`` across calls, so it compiles once. ``f``'s Python runs on every
-  call, as ``f`` itself would, at about its own cost; no trace of ``f`` is
-  made or reused.
-* Under a JAX trace, at the jaxpr level (``tracing``, ``harvest``,
-  ``interpreter``, ``staging``): ``f`` is staged to a jaxpr on copies of its
-  graph nodes, the sows staged into that trace are taken as they are staged,
-  and the rest of the jaxpr is interpreted equation by equation under the
-  enclosing trace (or rewritten once, under ``jit``); the enclosing trace is
-  what JAX caches.
+* ``transform/``, in plain JAX (nothing there imports Flax NNX): the identity
+  primitive ``sow_p`` (``primitive``), the requests, site filters and sites
+  an interpretation works with (``request``, ``selection``, ``sites``), its
+  records (``scope``) and planted values (``planting``), and the interpreter
+  (``interpreter``) with its table of rules, one per higher-order primitive,
+  registered by the modules of ``rules/``. ``interpreter.evaluate`` is the one
+  way in for a jaxpr; its fast paths (``rewrite``: one call under ``jit``;
+  ``staged_sows``: sows collected as they are staged) sit behind it. Eagerly
+  (outside any JAX trace), ``eager`` runs ``f`` as a direct call under a
+  trace that hands each sow and each higher-order primitive holding one to
+  the same handling and the same rules.
+* ``lift/``, on Flax NNX: a call of ``f`` over graph nodes staged on copies
+  and written back (``graph_calls``, ``write_back``), the module paths that
+  name ``Module.sow`` sites (``module_paths``) and the taps of submodule
+  calls (``taps``).
+* This package: the public API (``capture``, ``plant``, ``perturb``, ``tap``,
+  ``sow``). ``flax.nnx.capture_compat``, Flax's own ``nnx.capture`` and
+  ``Module.sow`` on this transform, sits above and nothing here imports it.
 
-Both use the same sites and requests (``sites``, ``selection``), the same
-records (``scope``) and the same rules; ``module_paths`` and ``taps`` name and
-tap the modules of a call in either.
+``capture`` is the one name of the capturing transform (the proposal's
+example calls it ``sown``; a second name for one function is one more thing
+to learn, so it is gone).
 """
 
+import os as _os
+
 from flax.nnx.sow.capture import capture as capture
-from flax.nnx.sow.capture import sown as sown
 from flax.nnx.sow.perturb import perturb as perturb
 from flax.nnx.sow.plant import plant as plant
-from flax.nnx.sow.primitive import sow as sow
-from flax.nnx.sow.primitive import sow_p as sow_p
-from flax.nnx.sow.taps import tap as tap
+from flax.nnx.sow.tap import tap as tap
+from flax.nnx.sow.transform import sites as _sites
+from flax.nnx.sow.transform.primitive import sow as sow
+from flax.nnx.sow.transform.primitive import sow_p as sow_p
+
+# An equation's location names the user's code, not this package's.
+_sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
+
+__all__ = ['capture', 'perturb', 'plant', 'sow', 'sow_p', 'tap']

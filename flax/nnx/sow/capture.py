@@ -23,17 +23,19 @@ import weakref
 import jax
 
 from flax.nnx import variablelib
-from flax.nnx.sow import _jax
-from flax.nnx.sow import eager
-from flax.nnx.sow import harvest
-from flax.nnx.sow import module_paths
-from flax.nnx.sow import primitive
-from flax.nnx.sow import tracing
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.selection import NameFilter, Selection
-from flax.nnx.sow.sites import Record
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import staged_sows
+from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.lift import graph_calls
+from flax.nnx.sow.lift import graph_nodes
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.selection import NameFilter, Selection
+from flax.nnx.sow.transform.sites import Record
+from flax.nnx.sow.transform.request import Request
+from flax.nnx.sow.transform.sites import Site
 
 P = tp.ParamSpec('P')
 R = tp.TypeVar('R')
@@ -75,11 +77,11 @@ def capture(
   Selected sows are consumed; the others stay in the program, so an enclosing
   ``capture`` sees them. ``Module.sow(T, 'h', v)`` of a module among the
   arguments is sown as ``(*path, 'h')`` with tag ``T``, ``path`` being the
-  module's path (see :mod:`flax.nnx.sow.module_paths` for the naming), and
+  module's path (see :mod:`flax.nnx.sow.lift.module_paths` for the naming), and
   :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
 
   Outside any JAX trace, the call is a direct call of ``f`` (see
-  :mod:`flax.nnx.sow.eager`): its Python runs on every call, it reads the
+  :mod:`flax.nnx.sow.transform.eager`): its Python runs on every call, it reads the
   values of its globals and closures as they are then, its values are
   concrete, and it updates its graph-node arguments in place; the sows are
   recorded as they are bound, and a ``jax.jit`` inside keeps its compiled
@@ -139,7 +141,6 @@ def capture(
   return captured
 
 
-sown = capture
 
 
 _JIT_FUNCTION = type(jax.jit(lambda: None))
@@ -219,16 +220,15 @@ class _CompiledRunners:
     """The (name, tag) of the sows of this call of the jitted function."""
     f = self.f()
     assert f is not None  # the caller holds it
-    if not any(map(tracing.is_graph_node, jax.tree_util.tree_leaves(
-        (args, kwargs), is_leaf=tracing.is_graph_node))):
+    if not graph_nodes.holds_graph_nodes((args, kwargs)):
       # No module to name by path: the jitted function's own trace, which
       # JAX caches, is the program the capture runs.
       with primitive.harvesting(True):  # as a capture traces it
         return primitive.sow_keys(f.trace(*args, **kwargs).jaxpr.jaxpr)
     # Staged as a capture stages it (graph nodes copied, module copies
     # marked with their paths), so that Module.sow sites are sows here too.
-    with tracing.updating():
-      jaxpr, _ = tracing.Prepared(f, args, kwargs).trace()
+    with graph_calls.updating():
+      jaxpr, _ = graph_calls.Prepared(f, args, kwargs).trace()
     return primitive.sow_keys(jaxpr.jaxpr)
 
   def _add(self, key: tuple[Selection, tp.Any]):
@@ -387,7 +387,7 @@ def _call_eagerly(f, selection, args, kwargs):
   """A direct call of ``f`` whose sows are recorded as they run (see
   :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
   scope = Scope(Request(selection))
-  out = eager.run(scope, lambda: tracing.call_directly(f, args, kwargs))
+  out = eager.run(scope, lambda: graph_calls.call_directly(f, args, kwargs))
   return out, collect(scope.records)
 
 
@@ -396,16 +396,17 @@ def _call_staged(f, selection, args, kwargs):
   (a ``jit`` around the capture, say): the trace is made once per call."""
   request = Request(selection)
   # The sows staged into the capture's own trace are taken as they are
-  # staged (see `harvest`), unless names are chosen by a predicate, which
+  # staged (see `staged_sows`), unless names are chosen by a predicate, which
   # is asked about the names of the whole program.
-  collecting = request if harvest.eligible(request) else None
-  with tracing.staged(f, args, kwargs, collecting) as staged:
+  collecting = request if staged_sows.eligible(request) else None
+  with graph_calls.staged(f, args, kwargs, collecting) as staged:
     selection = selection.resolve(
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
     )
     scope = Scope(Request(selection))
-    out_flat = harvest.evaluate(
-        staged.jaxpr, staged.inputs, staged.harvested, scope
+    out_flat = interpreter.evaluate(
+        staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope,
+        staged.harvested,
     )
     return staged.unflatten_out(out_flat), collect(scope.records)
 

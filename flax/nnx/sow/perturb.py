@@ -21,7 +21,7 @@ import typing as tp
 import jax
 import jax.numpy as jnp
 
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import primitive
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

@@ -19,18 +19,17 @@ import collections
 import functools
 import typing as tp
 
-from flax.nnx.sow import interpreter
-from flax.nnx.sow import intervene
-from flax.nnx.sow import primitive
-from flax.nnx.sow import tracing
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.selection import Selection
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
-from flax.nnx.sow.sites import check_entry
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import planting
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.lift import graph_calls
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.selection import Selection
+from flax.nnx.sow.transform.request import Request
+from flax.nnx.sow.transform.sites import Site
 
 Values = tp.Mapping[
-    primitive.Name, tp.Union[tp.Sequence[tp.Any], intervene.Fn]
+    primitive.Name, tp.Union[tp.Sequence[tp.Any], planting.Fn]
 ]
 P = tp.ParamSpec('P')
 R = tp.TypeVar('R')
@@ -111,10 +110,10 @@ def plant(
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
-    with tracing.staged(f, args, kwargs) as staged:
+    with graph_calls.staged(f, args, kwargs) as staged:
       # Per call: what it transforms holds the tracers the functions close
       # over.
-      fns = intervene.Functions({name: values[name] for name in fn_names})
+      fns = planting.Functions({name: values[name] for name in fn_names})
       planter = _ValuesPlanter(values, fns)
       scope = Scope(request, planter, fns)
       out_flat = interpreter.evaluate(
@@ -147,14 +146,14 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
   return checked
 
 
-class _ValuesPlanter(intervene.Counting):
+class _ValuesPlanter(planting.Counting):
   """Hands out the user's values, one entry per sow, checking each, or what
   their functions compute."""
 
   def __init__(
       self,
       values: dict[primitive.Name, tp.Any],
-      fns: intervene.Functions,
+      fns: planting.Functions,
   ):
     super().__init__(dict.fromkeys(fns.fns, 0), fns)
     self.values = values
@@ -174,8 +173,9 @@ class _ValuesPlanter(intervene.Counting):
           f' function sows {site.name!r} more often.'
       )
     self.used[site.name] += 1
-    return check_entry(
-        site, entries[index], where=f'plant: values[{site.name!r}][{index}]'
+    return planting.check_value(
+        entries[index], site.tree, site.avals,
+        where=f'plant: values[{site.name!r}][{index}]',
     )
 
   def check_all_used(self, tag: tp.Hashable):

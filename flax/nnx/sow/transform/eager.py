@@ -22,7 +22,7 @@ made of ``f`` and none is reused across calls. What makes the sows visible is
 * every first-order primitive is handed to JAX's eager evaluation as it is
   (so it costs what it costs in ``f`` itself);
 * a ``sow`` the request handles is recorded (or planted) where it is bound,
-  in the :class:`~flax.nnx.sow.scope.Scope` of the call;
+  in the :class:`~flax.nnx.sow.transform.scope.Scope` of the call;
 * a higher-order primitive (``jit``, ``scan``, ``cond``, ``while``,
   ``remat``, ``custom_jvp``/``custom_vjp`` calls inside a jaxpr,
   ``shard_map``) whose sub-jaxprs hold a handled sow goes to its rule in the
@@ -61,12 +61,12 @@ import jax.core
 import jax.extend.core as core
 import jax.extend.source_info_util as source_info_util
 
-from flax.nnx.sow import _jax
-from flax.nnx.sow import dispatch
-from flax.nnx.sow import primitive
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.scope import as_array
-from flax.nnx.sow.sites import site_at
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.scope import as_array
+from flax.nnx.sow.transform.sites import site_at
 
 
 def can_run() -> bool:
@@ -122,7 +122,7 @@ class EagerTrace(jax.core.Trace):
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
-      rule = dispatch.higher_order_rule(prim, params, self.scope.request)
+      rule = interpreter.higher_order_rule(prim, params, self.scope.request)
     if rule is not None:
       eqn = _equation(prim, args, params)
       with core.set_current_trace(self.parent):
@@ -144,7 +144,7 @@ class EagerTrace(jax.core.Trace):
       return self._forward(primitive.sow_p, args, params)
     leaves = [as_array(a) for a in args]
     site = site_at(params, leaves, source_info_util.current())
-    return dispatch.handle_site(self.scope, site, leaves)
+    return interpreter.handle_site(self.scope, site, leaves)
 
   def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,
                               symbolic_zeros):

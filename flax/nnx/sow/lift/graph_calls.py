@@ -65,33 +65,17 @@ import jax.extend.core
 
 from flax.nnx import graphlib
 from flax.nnx import variablelib
-from flax.nnx.sow import harvest
-from flax.nnx.sow import module_paths
-from flax.nnx.sow import primitive
-from flax.nnx.sow import taps
-from flax.nnx.sow import write_back
+from flax.nnx.sow.transform import staged_sows
+from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.lift import graph_nodes
+from flax.nnx.sow.lift import taps
+from flax.nnx.sow.lift import write_back
 
 
 def _is_traced(leaf: tp.Any) -> bool:
   # Array references are traced too: the jaxpr then reads and writes them.
   return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)
-
-
-def is_graph_node(leaf: tp.Any) -> bool:
-  """``graphlib.is_graph_node``, answered at once for a plain array.
-
-  Flax's check goes through ``isinstance`` on abstract classes and builds
-  the abstract value of every array (to find array references), which costs
-  more than the rest of staging it. A concrete JAX or NumPy array is never a
-  graph node nor a reference; a traced one is a reference only if its type
-  says so.
-  """
-  if primitive.is_array(leaf) and (
-      not isinstance(leaf, jax.core.Tracer)
-      or type(jax.typeof(leaf)) is jax.core.ShapedArray
-  ):
-    return False
-  return graphlib.is_graph_node(leaf)
 
 
 def _split_callable(f):
@@ -193,7 +177,7 @@ class _Outcome:
   # Graph write-back (structure changed, or new nodes referencing inputs).
   graph_graphdef: tp.Any = None
   graph_state: _Packed | None = None
-  # The sows collected as they were staged (`harvest.Harvested`), if asked.
+  # The sows collected as they were staged (`staged_sows.Harvested`), if asked.
   harvested: tp.Any = None
 
 
@@ -205,7 +189,7 @@ class StagedCall:
     jaxpr: the closed jaxpr of the call, over ``inputs``.
     inputs: the traced (array) leaves of the arguments, in order.
     harvested: the sows collected as they were staged
-      (``harvest.Harvested``), whose leaves are the last outputs of
+      (``staged_sows.Harvested``), whose leaves are the last outputs of
       ``jaxpr``; ``None`` unless the call was staged to collect them.
   """
 
@@ -273,9 +257,9 @@ class Prepared:
     # sites by module path (nnx.capture runs in its own frame instead).
     self.paths = paths
     self.leaves, self.treedef = jax.tree_util.tree_flatten(
-        (callable_node, args, kwargs), is_leaf=is_graph_node
+        (callable_node, args, kwargs), is_leaf=graph_nodes.is_graph_node
     )
-    is_node = [is_graph_node(leaf) for leaf in self.leaves]
+    is_node = [graph_nodes.is_graph_node(leaf) for leaf in self.leaves]
     self.node_pos = [i for i, node in enumerate(is_node) if node]
     self.nodes = [self.leaves[i] for i in self.node_pos]
 
@@ -358,7 +342,7 @@ class Prepared:
       return _after_call(out, copies, self.graph, graphdef, values_in, outcome)
 
     def collecting_f(*input_values):
-      with harvest.collecting(collect) as taking:
+      with staged_sows.collecting(collect) as taking:
         outputs = flat_f(*input_values)
         outcome.harvested = taking.finish()
         return outputs + taking.leaves()
@@ -444,7 +428,7 @@ def _call_in_frame(call, node, args, kwargs, has_nodes: bool):
   if has_nodes:  # else no argument can hold a module: no walk
     roots = module_paths.roots(node, args, kwargs)
     modules = module_paths.modules_of_roots(roots)
-  return module_paths.run_in_frame(
+  return taps.run_in_frame(
       module_paths.Frame(), modules,
       lambda: call(node, *args, **kwargs),
   )

@@ -27,12 +27,12 @@ import jax
 import jax.core
 import jax.extend.core as core
 
-from flax.nnx.sow import intervene
-from flax.nnx.sow import primitive
-from flax.nnx.sow.sites import Record
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
-from flax.nnx.sow.sites import vmaps_of
+from flax.nnx.sow.transform import planting
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.sites import Record
+from flax.nnx.sow.transform.request import Request
+from flax.nnx.sow.transform.sites import Site
+from flax.nnx.sow.transform.sites import vmaps_of
 
 
 class Planter(tp.Protocol):
@@ -47,7 +47,7 @@ class Planter(tp.Protocol):
 class FnPlanter(Planter, tp.Protocol):
   """A planter of ``Request.fn_names``: it counts their executions."""
 
-  def counter(self, name: primitive.Name) -> intervene.Counter:
+  def counter(self, name: primitive.Name) -> planting.Counter:
     """The occurrence counter of a name planted by a function."""
 
 
@@ -58,7 +58,7 @@ class Scope:
       self,
       request: Request,
       planter: Planter | None = None,
-      fns: intervene.Functions | None = None,
+      fns: planting.Functions | None = None,
   ):
     self.request = request
     self.planter = planter
@@ -145,7 +145,7 @@ class Scope:
         live.append((i, record))
     return live
 
-  def counter(self, name: primitive.Name) -> intervene.Counter:
+  def counter(self, name: primitive.Name) -> planting.Counter:
     """The occurrence counter of ``name``, planted by a function."""
     return tp.cast(FnPlanter, self.planter).counter(name)
 
@@ -167,11 +167,6 @@ class Scope:
       if record is not None and record[0].name == name:
         return record
     return None
-
-
-# A rule for a higher-order primitive: (scope, equation, input values) ->
-# output values; it records into the scope.
-Rule = tp.Callable[[Scope, core.JaxprEqn, list[tp.Any]], list[tp.Any]]
 
 
 def as_array(value: tp.Any) -> tp.Any:

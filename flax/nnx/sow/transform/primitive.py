@@ -62,7 +62,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
-from flax.nnx.sow import _jax
+from flax.nnx.sow.transform import _jax
 
 Name = tp.Union[str, tuple[tp.Union[str, int], ...]]
 
@@ -277,7 +277,7 @@ def check_name(name: tp.Any, *, where: str) -> Name:
   if isinstance(name, str):
     return name
   if isinstance(name, tuple) and name:
-    parts = [_name_part(part) for part in name]
+    parts = [name_part(part) for part in name]
     checked = [part for part in parts if part is not None]
     if len(checked) == len(parts):
       return tuple(checked)
@@ -287,7 +287,7 @@ def check_name(name: tp.Any, *, where: str) -> Name:
   )
 
 
-def _name_part(part: tp.Any) -> str | int | None:
+def name_part(part: tp.Any) -> str | int | None:
   """``part`` as a name component, or ``None`` if it cannot be one."""
   if isinstance(part, str):
     return part
@@ -346,7 +346,7 @@ def is_sowable(value: tp.Any) -> bool:
   Example::
 
     >>> import jax.numpy as jnp
-    >>> from flax.nnx.sow import primitive
+    >>> from flax.nnx.sow.transform import primitive
     >>> primitive.is_sowable({'a': jnp.ones(2), 'b': 3.0})
     True
     >>> primitive.is_sowable(['not an array'])

@@ -42,8 +42,9 @@ import jax
 import numpy as np
 
 from flax.nnx import graphlib
-from flax.nnx.sow import module_paths
-from flax.nnx.sow import primitive
+from flax.nnx.sow.lift import graph_nodes
+from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import primitive
 
 PathParts = module_paths.PathParts
 Pattern = tuple[tp.Union[str, int], ...]
@@ -97,116 +98,6 @@ def _matches(pattern: Pattern, path: PathParts) -> bool:
   )
 
 
-# ---------------------------------------------------------------------------
-# tap
-# ---------------------------------------------------------------------------
-
-
-def tap(
-    f: tp.Callable[..., tp.Any],
-    *patterns: Pattern,
-    methods: tp.Sequence[str] = ('__call__',),
-    inputs: bool = True,
-    outputs: bool = True,
-    tag: tp.Hashable = None,
-) -> tp.Callable[..., tp.Any]:
-  """Returns ``f`` with the calls of the modules at ``patterns`` sown.
-
-  Inside a functional :func:`~flax.nnx.sow.capture`, :func:`plant` or
-  :func:`perturb` staging, each listed method of each module of ``f``'s
-  arguments whose path matches a pattern sows the array leaves of its
-  ``(args, kwargs)`` as ``(*path, method, 'inputs')`` and uses the sown
-  value as its inputs, and sows the array leaves of its result as ``(*path,
-  method, 'output')`` and returns the sown value; other leaves are ``None``
-  in the sown value. So ``plant`` can replace a submodule's inputs or
-  output. Module paths follow the naming of ``Module.sow`` sites (see
-  :mod:`flax.nnx.sow.module_paths`). Neither the model nor its classes are
-  changed: only the private copies the staging runs on. Outside any staging,
-  ``tap(f)`` just calls ``f``.
-
-  A pattern is a tuple of path components (``str`` or ``int``); ``'*'``
-  matches exactly one component, and ``()`` the root module.
-
-  Example::
-
-    >>> import jax.numpy as jnp
-    >>> from flax import nnx
-    >>> from flax.nnx.sow import capture, plant, tap
-    >>> class Block(nnx.Module):
-    ...   def __init__(self, rngs):
-    ...     self.linear = nnx.Linear(2, 2, rngs=rngs)
-    ...   def __call__(self, x):
-    ...     return nnx.relu(self.linear(x))
-    >>> class Model(nnx.Module):
-    ...   def __init__(self, rngs):
-    ...     self.blocks = nnx.List([Block(rngs), Block(rngs)])
-    ...   def __call__(self, x):
-    ...     for block in self.blocks:
-    ...       x = block(x)
-    ...     return x
-    >>> model = Model(nnx.Rngs(0))
-    >>> tapped = tap(Model.__call__, ('blocks', '*', 'linear'), inputs=False)
-    >>> out, collected = capture(tapped)(model, jnp.ones(2))
-    >>> for name in collected:
-    ...   print(name)
-    ('blocks', 0, 'linear', '__call__', 'output')
-    ('blocks', 1, 'linear', '__call__', 'output')
-    >>> output = ('blocks', 1, 'linear', '__call__', 'output')
-    >>> plant(tapped, {output: (jnp.zeros(2),)})(model, jnp.ones(2))
-    Array([0., 0.], dtype=float32)
-
-  Args:
-    f: the function to run; a Module or a bound method of one is staged as
-      itself (its modules are named from it).
-    *patterns: the module paths to tap.
-    methods: the method names to watch on the matching modules.
-    inputs: sow the inputs of those calls.
-    outputs: sow their outputs.
-    tag: the tag of the sows.
-
-  Returns:
-    A function with ``f``'s signature.
-  """
-  if not callable(f):
-    raise TypeError(
-        f'tap: expected a callable, got {f!r} of type {type(f).__name__}.'
-    )
-  if not patterns:
-    raise TypeError('tap: give at least one module path pattern.')
-  if isinstance(methods, str):
-    methods = (methods,)
-  for method in methods:
-    if not isinstance(method, str):
-      raise TypeError(
-          f'tap: methods must be method names, got {method!r}.'
-      )
-  spec = TapSpec(
-      patterns=tuple(_check_pattern(p) for p in patterns),
-      methods=tuple(methods),
-      inputs=bool(inputs),
-      outputs=bool(outputs),
-      tag=primitive.check_static(tag, what='tag', where='tap'),
-  )
-  return Tapped(f, spec)
-
-
-def _check_pattern(pattern: tp.Any) -> Pattern:
-  if isinstance(pattern, tuple):
-    parts = []
-    for part in pattern:
-      if isinstance(part, (np.integer,)):
-        part = int(part)
-      if isinstance(part, bool) or not isinstance(part, (str, int)):
-        break
-      parts.append(part)
-    else:
-      return tuple(parts)
-  raise TypeError(
-      'tap: a pattern is a tuple of module path components (str or int,'
-      f" '*' for any one component), got {pattern!r}."
-  )
-
-
 class Tapped:
   """``tap``'s result: calls ``f`` with its modules' calls sown.
 
@@ -237,7 +128,7 @@ class Tapped:
       out = call()
       return out
     finally:
-      restore(watched, _graph_nodes(out))
+      restore(watched, graph_nodes.graph_nodes_in(out))
       popped = frame.taps.pop()
       assert popped is self.spec
 
@@ -246,7 +137,7 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
   """The modules of ``reach`` with a path in ``frame`` matching ``spec``."""
   candidates = []
   seen: set[int] = set()
-  for node in _graph_nodes(reach):
+  for node in graph_nodes.graph_nodes_in(reach):
     for _, module in module_paths.modules_of(node):
       path = frame.path_of(module)
       if path is not None and id(module) not in seen:
@@ -274,16 +165,6 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
         )
   unique = {id(m): (p, m) for p, m in matched}
   return list(unique.values())
-
-
-def _graph_nodes(tree: tp.Any) -> list[tp.Any]:
-  return [
-      leaf
-      for leaf in jax.tree_util.tree_leaves(
-          tree, is_leaf=graphlib.is_graph_node
-      )
-      if graphlib.is_graph_node(leaf)
-  ]
 
 
 def watch_for(frame, modules) -> list[tuple[tp.Any, type]]:
@@ -516,3 +397,39 @@ def _set_class(module: tp.Any, cls: type) -> None:
   # Not through the module's __setattr__, which would record `__class__` as
   # an attribute of the module.
   object.__setattr__(module, '__class__', cls)
+
+
+def run_in_frame(
+    frame: module_paths.Frame,
+    modules: list[tuple[module_paths.PathParts, tp.Any]],
+    call: tp.Callable[[], tp.Any],
+) -> tp.Any:
+  """Runs ``call()`` with ``modules`` marked in ``frame``.
+
+  The marks, and the frame's taps' watching classes, are removed when the
+  call ends, also on error, from the modules and from the graph nodes the
+  call returns (a module built from a marked one carries its mark). In a
+  functional frame, while ``Module.sow`` is Flax 0.12.8's own, a
+  ``Module.sow`` of these modules raises an error naming
+  ``capture_compat.install()`` (see :class:`_RefusedCaptures`).
+  """
+  frame.modules = modules
+  frame.module_paths = [path for path, _ in modules]
+  for path, module in modules:
+    module_paths.mark(module, frame, path)
+  refusing = frame.functional and module_paths.legacy_sow_methods()
+  if refusing:
+    module_paths.refuse_legacy_sows(module for _, module in modules)
+  module_paths.FRAMES.stack.append(frame)
+  out = None
+  watched = watch_for(frame, modules)
+  try:
+    out = call()
+    return out
+  finally:
+    returned = graph_nodes.graph_nodes_in(out)
+    restore(watched, returned)
+    popped = module_paths.FRAMES.stack.pop()
+    assert popped is frame
+    module_paths.unmark([m for _, m in modules] + returned, frame, refusing)
+    frame.modules = []

@@ -15,7 +15,7 @@
 
 A staged call (``capture``, ``plant``, ``perturb``, ``nnx.capture``) runs its
 function on copies of the graph nodes of its arguments (see
-:mod:`flax.nnx.sow.tracing`). ``Module.sow`` on a copy, or on a copy of it
+:mod:`flax.nnx.sow.lift.graph_calls`). ``Module.sow`` on a copy, or on a copy of it
 that an NNX or JAX transform made inside the call, must find the module's
 path: this module keeps, per thread, a stack of active calls (frames), marks
 each copy with its path in its frame, and resolves a module to its frame and
@@ -66,6 +66,8 @@ import typing as tp
 import jax
 
 from flax.nnx import graphlib
+from flax.nnx.sow.lift import graph_nodes
+from flax.nnx.sow.transform import primitive
 
 PathParts = tuple[tp.Hashable, ...]
 
@@ -86,7 +88,7 @@ class Frame:
     id: identifies the frame in the marks of its module copies.
     modules: ``(path, module copy)`` while the call runs.
     module_paths: their paths, kept after the call.
-    taps: the active taps (see :mod:`flax.nnx.sow.taps`), innermost last.
+    taps: the active taps (see :mod:`flax.nnx.sow.lift.taps`), innermost last.
   """
 
   functional = True
@@ -259,12 +261,8 @@ def sow_name(path: PathParts, name: str) -> tuple[str | int, ...]:
   """The sow name of ``Module.sow(T, name, ...)`` at ``path``."""
   parts: list[str | int] = []
   for part in (*path, name):
-    if isinstance(part, str) or (
-        isinstance(part, int) and not isinstance(part, bool)
-    ):
-      parts.append(part)
-    else:
-      parts.append(repr(part))
+    checked = primitive.name_part(part)
+    parts.append(repr(part) if checked is None else checked)
   return tuple(parts)
 
 
@@ -333,22 +331,13 @@ def modules_of_roots(
   seen: set[int] = set()
   with _MARKS_LOCK:  # the walks, see there
     for prefix, root in found:
-      if not _may_hold_modules(root):
+      if not graph_nodes.holds_graph_nodes(root):
         continue
       for path, module in modules_of(root):
         if id(module) not in seen:
           seen.add(id(module))
           modules.append(((*prefix, *path), module))
   return modules
-
-
-def _may_hold_modules(value: tp.Any) -> bool:
-  return any(
-      graphlib.is_graph_node(leaf)
-      for leaf in jax.tree_util.tree_leaves(
-          value, is_leaf=graphlib.is_graph_node
-      )
-  )
 
 
 # ---------------------------------------------------------------------------
@@ -400,7 +389,7 @@ class _RefusedCaptures:
 _REFUSED_CAPTURES = _RefusedCaptures()
 
 
-def _refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
+def refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
   with _MARKS_LOCK:
     for node in nodes:
       if getattr(node, '__dict__', None) is not None:
@@ -412,48 +401,3 @@ def _allow_legacy_sows(node: tp.Any) -> None:
   if (attributes is not None
       and attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES):
     del attributes[_LEGACY_CAPTURES]
-
-
-def run_in_frame(
-    frame: Frame,
-    modules: list[tuple[PathParts, tp.Any]],
-    call: tp.Callable[[], tp.Any],
-) -> tp.Any:
-  """Runs ``call()`` with ``modules`` marked in ``frame``.
-
-  The marks, and the frame's taps' watching classes, are removed when the
-  call ends, also on error, from the modules and from the graph nodes the
-  call returns (a module built from a marked one carries its mark). In a
-  functional frame, while ``Module.sow`` is Flax 0.12.8's own, a
-  ``Module.sow`` of these modules raises an error naming
-  ``capture_compat.install()`` (see :class:`_RefusedCaptures`).
-  """
-  # Imported here: taps imports this module.
-  from flax.nnx.sow import taps  # pylint: disable=g-import-not-at-top
-
-  frame.modules = modules
-  frame.module_paths = [path for path, _ in modules]
-  for path, module in modules:
-    mark(module, frame, path)
-  refusing = frame.functional and legacy_sow_methods()
-  if refusing:
-    _refuse_legacy_sows(module for _, module in modules)
-  FRAMES.stack.append(frame)
-  out = None
-  watched = taps.watch_for(frame, modules)
-  try:
-    out = call()
-    return out
-  finally:
-    returned = [
-        leaf
-        for leaf in jax.tree_util.tree_leaves(
-            out, is_leaf=graphlib.is_graph_node
-        )
-        if graphlib.is_graph_node(leaf)
-    ]
-    taps.restore(watched, returned)
-    popped = FRAMES.stack.pop()
-    assert popped is frame
-    unmark([m for _, m in modules] + returned, frame, refusing)
-    frame.modules = []

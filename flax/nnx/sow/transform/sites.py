@@ -31,59 +31,8 @@ import jax.extend.core as core
 import jax.extend.source_info_util as source_info_util
 import numpy as np
 
-from flax.nnx.sow import _jax
-from flax.nnx.sow import primitive
-from flax.nnx.sow.selection import SiteFilter
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-  """What an interpretation does; hashable, so part of every cache key.
-
-  Attributes:
-    selection: the sows this interpretation may handle.
-    collect: record the values of the selected sows (``capture``).
-    planted: the selected sows that take planted values (``plant``), or
-      ``None``.
-    rebind_unhandled: re-bind the sows it does not handle, so that an
-      enclosing interpretation still sees them; ``False`` drops them.
-    refuse_unread: planting into a sow whose result the program never reads
-      is an error (``plant``); ``nnx.capture`` plants ``init`` perturbations
-      wherever legacy added them, read or not.
-    fn_names: the planted names whose values a function computes from the
-      sown value (``plant(f, {name: fn})``), in a fixed order; the functions
-      themselves are per call (``Scope.fns``).
-    remove: handle the selected sows by removing them, recording and
-      planting nothing (see ``removing``).
-  """
-
-  selection: SiteFilter
-  collect: bool = True
-  planted: SiteFilter | None = None
-  rebind_unhandled: bool = True
-  refuse_unread: bool = False
-  fn_names: tuple[primitive.Name, ...] = ()
-  remove: bool = False
-
-  def handles(self, params: dict[str, tp.Any]) -> bool:
-    return self.selection.matches(params) and (
-        self.collect or self.remove or self.plants(params)
-    )
-
-  def removing(self) -> Request:
-    """The request that removes the sows this one selects and keeps the
-    others: for a body whose selected sows are taken elsewhere (a custom
-    rule's), while an enclosing interpretation still sees the others."""
-    return Request(
-        self.selection,
-        collect=False,
-        rebind_unhandled=self.rebind_unhandled,
-        remove=True,
-    )
-
-  def plants(self, params: tp.Mapping[str, tp.Any]) -> bool:
-    """Whether a selected sow with these ``params`` takes a planted value."""
-    return self.planted is not None and self.planted.matches(params)
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import primitive
 
 
 Aval = tuple[tuple[int, ...], np.dtype]
@@ -207,40 +156,6 @@ def site_at(
   )
 
 
-def check_entry(
-    site: Site,
-    entry: tp.Any,
-    *,
-    where: str,
-    site_has: str = 'the sow has',
-) -> list[jax.Array]:
-  """The leaves of ``entry``, a value planted at ``site``, checked against it.
-
-  Raises:
-    ValueError: ``entry`` has another structure, shape or dtype than the
-      values sown at ``site``; the message starts with ``where`` and says
-      what ``site_has``.
-  """
-  leaves, tree = jax.tree_util.tree_flatten(entry)
-  if tree != site.tree:
-    raise ValueError(
-        f'{where} has structure {tree}, but {site_has} structure'
-        f' {site.tree}.'
-    )
-  checked = []
-  for leaf, (shape, dtype) in zip(leaves, site.avals):
-    leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
-    got_shape, got_dtype = aval_of(leaf)
-    if (got_shape, got_dtype) != (shape, dtype):
-      raise ValueError(
-          f'{where} has a leaf of {np.dtype(got_dtype).name}'
-          f'{list(got_shape)}, but {site_has}'
-          f' {np.dtype(dtype).name}{list(shape)}.'
-      )
-    checked.append(leaf)
-  return checked
-
-
 # One executed sow site: its site and its flat leaf values.
 Record = tuple[Site, list[tp.Any]]
 
@@ -261,16 +176,24 @@ def describe_names(names: tp.Iterable[tp.Any]) -> str:
   return ', '.join(sorted(map(repr, names))) or '(none)'
 
 
-# This package's files: an equation's location skips them (a sow is bound
-# by `primitive.sow`, a module's sow by `Module.sow`), to name user code.
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_COMPAT_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), 'capture_compat')
+# The files of the library whose frames an equation's location skips (a sow
+# is bound by `primitive.sow`, a module's sow by `Module.sow`), to name user
+# code: this package's, and those each layer above adds (`skip_frames_in`).
+_LIBRARY_DIRS: list[str] = [os.path.dirname(os.path.abspath(__file__))]
+
+
+def skip_frames_in(directory: str) -> None:
+  """Makes ``where`` skip the frames of files under ``directory`` too."""
+  directory = os.path.abspath(directory)
+  if directory not in _LIBRARY_DIRS:
+    _LIBRARY_DIRS.append(directory)
 
 
 def where(eqn: core.JaxprEqn) -> str:
   """Where ``eqn`` was traced: the first frame outside JAX and this
-  package."""
+  library."""
+  dirs = tuple(_LIBRARY_DIRS)
   for frame in _jax.user_frames(eqn.source_info.traceback):
-    if not frame.file_name.startswith((_PACKAGE_DIR, _COMPAT_DIR)):
+    if not frame.file_name.startswith(dirs):
       return f'{frame.file_name}:{frame.start_line} ({frame.function_name})'
   return source_info_util.summarize(eqn.source_info)

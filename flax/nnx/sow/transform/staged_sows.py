@@ -42,13 +42,11 @@ import typing as tp
 
 import jax.extend.core as core
 
-from flax.nnx.sow import _jax
-from flax.nnx.sow import interpreter
-from flax.nnx.sow import primitive
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
-from flax.nnx.sow.sites import site_at
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.request import Request
+from flax.nnx.sow.transform.sites import Site
+from flax.nnx.sow.transform.sites import site_at
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,29 +231,3 @@ def materialize(
       debug_info=debug,
   )
   return core.ClosedJaxpr(rebuilt, closed.consts)
-
-
-def evaluate(
-    closed: core.ClosedJaxpr,
-    inputs: tp.Sequence[tp.Any],
-    harvested: Harvested | None,
-    scope: Scope,
-) -> list[tp.Any]:
-  """Evaluates a jaxpr staged with ``harvested`` (or ``None``) in ``scope``,
-  which records every sow in program order; returns the jaxpr's outputs
-  without those of the collected sows."""
-  if harvested is None or not harvested.sows:
-    return interpreter.evaluate(closed.jaxpr, closed.consts, inputs, scope)
-  if harvested.marked:
-    closed = materialize(closed, harvested)
-    return interpreter.evaluate(closed.jaxpr, closed.consts, inputs, scope)
-  outs = interpreter.evaluate_unmarked(
-      closed.jaxpr, closed.consts, inputs, scope
-  )
-  num_outs = len(outs) - harvested.num_leaves
-  leaves = iter(outs[num_outs:])
-  for sow in harvested.sows:
-    site = scope.here(sow.site)
-    scope.record(site, [next(leaves) for _ in range(site.num_leaves)])
-  return outs[:num_outs]
-

@@ -17,7 +17,7 @@ Under a staging trace, ``evaluate`` copies the equations that need no rule
 as they are (``reemittable``, ``reemit``), and a jaxpr whose handled sows
 are all first-order equations of its own is rewritten once (cached) into a
 jaxpr that returns the sown values as extra outputs, staged as one
-``closed_call`` (``rewrite``, ``emit_rewritten``), which XLA inlines.
+``closed_call`` (``rewrite_jaxpr``, ``emit_rewritten``), which XLA inlines.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ import jax.core
 import jax.extend.core as core
 import jax.extend.source_info_util as source_info_util
 
-from flax.nnx.sow import _jax
-from flax.nnx.sow import dispatch
-from flax.nnx.sow import primitive
-from flax.nnx.sow.scope import Scope
-from flax.nnx.sow.sites import Request
-from flax.nnx.sow.sites import Site
-from flax.nnx.sow.sites import site_of
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.scope import Scope
+from flax.nnx.sow.transform.sites import Site
+from flax.nnx.sow.transform.sites import site_of
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
@@ -95,24 +93,28 @@ class Rewritten:
   sites: tuple[Site, ...]
 
 
-@_jax.weakref_lru_cache(trace_context_in_key=False)
-def rewrite(
-    jaxpr: core.Jaxpr, request: Request, strip: bool
+def rewrite_jaxpr(
+    jaxpr: core.Jaxpr, sows: tp.Sequence[bool | None], strip: bool
 ) -> Rewritten | None:
   """``jaxpr`` with its handled sows removed and their inputs returned.
 
   The common case of a staged capture: every handled sow is a first-order
   equation of ``jaxpr`` itself. Staging ``evaluate`` would then only copy
   the equations, one tracer at a time; instead, they are copied once into a
-  new jaxpr, staged as a single ``closed_call`` (which XLA inlines). Returns
-  ``None`` where equations need more than that: a rule, planting, Hijax
-  types, or effects that refer to inputs by position.
+  new jaxpr, staged as a single ``closed_call`` (which XLA inlines).
+
+  Args:
+    jaxpr: a jaxpr without Hijax equations, into which nothing is planted.
+    sows: per equation, from the interpreter's plan: ``True`` for a sow it
+      records, ``False`` for one it drops, ``None`` for an equation bound as
+      it is.
+    strip: whether no capture is tracing (a re-bound sow then loses its
+      effect).
+
+  Returns:
+    The rewritten call, or ``None`` where an equation refers to inputs by
+    position through its effects, or nothing is recorded.
   """
-  if request.planted is not None or jaxpr.is_high:
-    # A jaxpr with a Hijax equation is marked ``is_high`` (JAX lowers a
-    # jaxpr by that mark alone), so no equation needs checking for it.
-    return None
-  rules = dispatch.cached_plan(jaxpr, request, strip)
   substitute: dict[core.Var, jax.core.Atom] = {}
 
   def read(atom):
@@ -130,14 +132,12 @@ def rewrite(
   eqns: list[core.JaxprEqn] = []
   sites: list[Site] = []
   sown: list[jax.core.Atom] = []
-  for eqn, rule in zip(jaxpr.eqns, rules):
-    if rule is not None:
-      if rule is not dispatch.handle_sow and rule is not dispatch.drop_sow:
-        return None
+  for eqn, recorded in zip(jaxpr.eqns, sows, strict=True):
+    if recorded is not None:
       invars = (
           list(map(read, eqn.invars)) if reads_removed(eqn) else eqn.invars
       )
-      if rule is dispatch.handle_sow:
+      if recorded:
         sites.append(site_of(eqn))
         sown.extend(invars)
       substitute.update(zip(eqn.outvars, invars))

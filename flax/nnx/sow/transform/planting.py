@@ -42,7 +42,8 @@ import jax.extend.core as core
 import jax.numpy as jnp
 import numpy as np
 
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.sites import aval_of
 
 Fn = tp.Callable[[tp.Any, tp.Any], tp.Any]
 
@@ -156,7 +157,11 @@ class Functions:
     def one(*value_leaves):
       value = jax.tree_util.tree_unflatten(site.tree, value_leaves)
       new = fn(value, index)
-      return _check(site, example, new)
+      return check_value(
+          new, site.tree, example,
+          where=f'plant: the function planted at {site.name!r}',
+          returned=True,
+      )
 
     mapped = one
     for _ in range(n):
@@ -164,25 +169,50 @@ class Functions:
     return list(mapped(*leaves))
 
 
-def _check(site, example, new: tp.Any) -> list[tp.Any]:
-  where = f'plant: the function planted at {site.name!r}'
-  leaves, tree = jax.tree_util.tree_flatten(new)
-  if tree != site.tree:
+def check_value(
+    value: tp.Any,
+    tree: tp.Any,
+    avals: tp.Sequence[tuple[tuple[int, ...], tp.Any]],
+    *,
+    where: str,
+    site_has: str = 'the sow has',
+    returned: bool = False,
+) -> list[jax.Array]:
+  """The leaves of ``value``, planted where a sow of ``tree`` and ``avals``
+  is, checked against them: the one check of every planted value.
+
+  Args:
+    value: a planted value (or what a planted function returned).
+    tree: the tree structure the sow has.
+    avals: the (shape, dtype) of each of its leaves.
+    where: what ``value`` is, to start the message with.
+    site_has: who has ``tree`` and ``avals``, for the message.
+    returned: ``value`` is what a planted function returned.
+
+  Raises:
+    ValueError: ``value`` has another structure, shape or dtype.
+  """
+  has = 'returned a value of' if returned else 'has'
+  has_leaf = 'returned a leaf of' if returned else 'has a leaf of'
+  advice = (
+      '; it must return a value like the one it receives.'
+      if returned else '.'
+  )
+  leaves, got_tree = jax.tree_util.tree_flatten(value)
+  if got_tree != tree:
     raise ValueError(
-        f'{where} returned a value of structure {tree}, but the sow has'
-        f' structure {site.tree}; it must return a value like the one it'
-        ' receives.'
+        f'{where} {has} structure {got_tree}, but {site_has} structure'
+        f' {tree}{advice}'
     )
   checked = []
-  for leaf, (shape, dtype) in zip(leaves, example):
+  for leaf, (shape, dtype) in zip(leaves, avals):
     leaf = leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf)
-    aval = jax.typeof(leaf)
-    got = (tuple(aval.shape), np.dtype(aval.dtype))
-    if got != (tuple(shape), np.dtype(dtype)):
+    got_shape, got_dtype = aval_of(leaf)
+    if (got_shape, got_dtype) != (tuple(shape), np.dtype(dtype)):
       raise ValueError(
-          f'{where} returned a leaf of {got[1].name}{list(got[0])}, but the'
-          f' sow has {np.dtype(dtype).name}{list(shape)}; it must return a'
-          ' value like the one it receives.'
+          f'{where} {has_leaf} {np.dtype(got_dtype).name}'
+          f'{list(got_shape)}, but {site_has}'
+          f' {np.dtype(dtype).name}{list(shape)}{advice}'
       )
     checked.append(leaf)
   return checked

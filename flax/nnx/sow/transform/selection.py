@@ -11,14 +11,18 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Which sows a ``capture`` consumes: by tag and by name."""
+"""Which sows an interpretation handles: the site filters.
+
+``Selection`` is the one users build (by tag and by name); the others narrow
+a filter for a rule or a sub-interpretation.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import typing as tp
 
-from flax.nnx.sow import primitive
+from flax.nnx.sow.transform import primitive
 
 NameFilter = tp.Union[
     None, str, tp.Collection[primitive.Name], tp.Callable[[tp.Any], bool]
@@ -105,3 +109,26 @@ def _name_filter(names: NameFilter, *, where: str):
       f'{where}: names must be None, a name, a collection of names or a'
       f' predicate, got {names!r} of type {type(names).__name__}.'
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class Excluding:
+  """The sows of ``selection`` not named in ``names``."""
+
+  selection: SiteFilter
+  names: frozenset
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return params['sow_name'] not in self.names and self.selection.matches(
+        params
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Appends:
+  """The sows of ``selection`` with mode ``'append'``."""
+
+  selection: SiteFilter
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return params['mode'] == 'append' and self.selection.matches(params)

@@ -1,0 +1,22 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The transform over jaxprs, in plain JAX: nothing here imports Flax NNX.
+
+``primitive`` defines ``sow_p``; ``interpreter`` evaluates a jaxpr for a
+``request.Request`` with a rule per higher-order primitive, registered by
+the modules of ``rules``, which this package imports so that the table is
+complete wherever a jaxpr is evaluated.
+"""
+
+from flax.nnx.sow.transform import rules as rules
