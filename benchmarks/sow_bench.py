@@ -20,7 +20,8 @@ them), and each side's figure is the median of its repeats after a warm-up.
 Run from the repository root:
 python benchmarks/sow_bench.py [--quick] [--only ITEMS] [--publish]
     [--models_from PATH]
-(``--publish`` also puts the table into the README and the main guide).
+(``--publish`` also puts the table into the main guide; the README quotes
+no figure, it links to the results file).
 
 Item 7 runs Flax's examples/gemma from a checkout of google/flax at
 ``PATH/flax`` (the layout of ``tests/nnx/sow_external_models.py``), given by
@@ -987,7 +988,7 @@ def merge(existing: str, rows: list[Row], items: str, quick: bool) -> str:
                     *table]) + '\n'
 
 
-PUBLISHED_IN = ('README.md', 'docs_nnx/guides/sow_transform.md')
+PUBLISHED_IN = ('docs_nnx/guides/sow_transform.md',)
 ALL_ITEMS = '123456789'
 _START, _END = '<!-- bench-table:start -->', '<!-- bench-table:end -->'
 

@@ -40,12 +40,14 @@ lines and configuration (the checkout's ``pyproject.toml``):
 * ``whitespace``: pre-commit-hooks' ``trailing-whitespace``, on the same
   Python files.
 
-The tools live in their own venv (``--venv``, default ``$STATIC_VENV`` or
-``/work/static-venv``), created on demand with ``python -m venv`` from this
-interpreter, holding the tool versions above and Flax's runtime dependencies
-(with jax pinned as this project pins it), plus IPython and tensorboard,
-which Flax's CI has through its extras (without them the baseline has
-import errors); the project's own venv is not touched.
+The tools live in their own venv: ``--venv=DIR`` (a relative path is taken
+from the current directory), else ``$STATIC_VENV``, else ``build/static-venv``
+at this repository's root (``build/`` is ignored by git). It is created on
+demand with ``python -m venv`` from this interpreter, holding the tool
+versions above and Flax's runtime dependencies (with jax pinned as this
+project pins it), plus IPython and tensorboard, which Flax's CI has through
+its extras (without them the baseline has import errors); the project's own
+venv is not touched.
 
 Copying the checkout and pytype's first run take about 35 minutes on two
 cores; ``--workdir=DIR`` keeps the copy and pytype's cache (``.pytype/``)
@@ -55,7 +57,7 @@ Usage, from the repository root::
 
   python scripts/upstream/check_static.py --flax=/path/to/flax
   python scripts/upstream/check_static.py --flax=PATH --tools=mypy,ruff
-  python scripts/upstream/check_static.py --flax=PATH --workdir=/tmp/fs
+  python scripts/upstream/check_static.py --flax=PATH --workdir=build/flax-copy
   # the upstream series: PATCHED (a copy of PATH with it applied) replaces
   # the tree after the baseline; the files it adds or changes are "ours"
   python scripts/upstream/check_static.py --flax=PATH --patched=PATCHED \
@@ -88,7 +90,8 @@ import typing as tp
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 OUR_PATHS = ('flax/nnx/sow', 'flax/nnx/capture_compat')
-DEFAULT_VENV = '/work/static-venv'
+# Under the repository's build/ (ignored by git), as --out is.
+DEFAULT_VENV = os.path.join(REPO, 'build', 'static-venv')
 TOOLS = ('mypy', 'pytype', 'ruff', 'pyupgrade', 'whitespace')
 
 # What the tools' venv holds. mypy and pytype are unpinned in Flax's CI (it
@@ -506,7 +509,7 @@ def parse_args(argv: tp.Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument(
       '--venv', default=os.environ.get('STATIC_VENV', DEFAULT_VENV),
       help='the tools venv, created if missing (default: $STATIC_VENV or '
-      f'{DEFAULT_VENV})')
+      'build/static-venv in this repository)')
   parser.add_argument('--tools', default=','.join(TOOLS),
                       help=f'comma-separated subset of {",".join(TOOLS)}')
   parser.add_argument('--pytype-scope', choices=('all', 'ours'),
@@ -531,6 +534,9 @@ def parse_args(argv: tp.Sequence[str] | None = None) -> argparse.Namespace:
                       'checkout reuses its pytype cache (minutes, not half '
                       'an hour)')
   args = parser.parse_args(argv)
+  # The tools run from the checkout's copy: the venv's path must not depend
+  # on the working directory.
+  args.venv = os.path.abspath(args.venv)
   args.tools = [t.strip() for t in args.tools.split(',') if t.strip()]
   args.pytype_files = [f for f in args.pytype_files.split(',') if f]
   unknown = set(args.tools) - set(TOOLS)

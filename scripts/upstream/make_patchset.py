@@ -120,7 +120,7 @@ NOT_SHIPPED = (
     'sow_bench_test.py',        # benchmarks/sow_bench.py
     'interventions_bench_test.py',  # benchmarks/interventions_gemma.py
     'migrate_sow_real_test.py',  # the codemod on checkouts of other repos
-    'readme_test.py',           # this repository's README
+    'readme_test.py',           # this repository's README, CONTRIBUTING
     'flax_docs_test.py',        # scripts/upstream/flax_docs.py
     'patchset_test.py',         # this script and flax_integration.py
 )

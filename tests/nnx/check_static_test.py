@@ -27,6 +27,7 @@ import os
 import pathlib
 import sys
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -58,6 +59,25 @@ class CheckStaticTest(absltest.TestCase):
                            '/nonexistent/venv'])
     self.assertEqual(code, 0)
     self.assertIn('skipped', out.getvalue())
+
+  def test_default_venv_is_under_the_ignored_build_directory(self):
+    # Nothing machine-specific: the default follows the repository.
+    default = pathlib.Path(self.cs.DEFAULT_VENV)
+    self.assertEqual(default, ROOT / 'build' / 'static-venv')
+    ignored = (ROOT / '.gitignore').read_text().split()
+    self.assertIn('build/', ignored)
+    with mock.patch.dict(os.environ):
+      os.environ.pop('STATIC_VENV', None)
+      args = self.cs.parse_args(['--flax', 'x'])
+    self.assertEqual(args.venv, str(default))
+
+  def test_venv_from_the_environment_or_the_command_line(self):
+    with mock.patch.dict(os.environ, {'STATIC_VENV': '/elsewhere/venv'}):
+      self.assertEqual(self.cs.parse_args([]).venv, '/elsewhere/venv')
+    # Relative to where it is run, made absolute: the tools run from the
+    # checkout's copy.
+    args = self.cs.parse_args(['--venv', 'tools-venv'])
+    self.assertEqual(args.venv, os.path.join(os.getcwd(), 'tools-venv'))
 
   def test_parses_mypy(self):
     out = ('flax/nnx/sow/transform/rules.py:230: error: Incompatible types in '

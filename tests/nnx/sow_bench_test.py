@@ -95,8 +95,16 @@ class SowBenchTest(absltest.TestCase):
       with open(os.path.join(root, name), 'w') as f:
         f.write(f'before\n{sow_bench._START}\nold table\n'
                 f'{sow_bench._END}\nafter\n')
+    # The README quotes no figure: publishing leaves it alone, markers or
+    # not.
+    self.assertNotIn('README.md', sow_bench.PUBLISHED_IN)
+    readme = f'# title\n{sow_bench._START}\nold table\n{sow_bench._END}\n'
+    with open(os.path.join(root, 'README.md'), 'w') as f:
+      f.write(readme)
     self.enter_context_root(root)
     sow_bench.publish(text)
+    with open(os.path.join(root, 'README.md')) as f:
+      self.assertEqual(f.read(), readme)
     for name in sow_bench.PUBLISHED_IN:
       with open(os.path.join(root, name)) as f:
         content = f.read()
