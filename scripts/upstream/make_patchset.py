@@ -92,6 +92,7 @@ TRANSFORM_TESTS = (
     'sow_reliability_test.py',
     'sow_sharding_test.py',
     'sow_intervene_test.py',
+    'sow_layers_test.py',
 )
 INTEGRATION_TESTS = (
     'capture_compat_test.py',

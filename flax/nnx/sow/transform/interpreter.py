@@ -428,10 +428,6 @@ class Transformed:
   def num_sown_leaves(self) -> int:
     return sum(site.num_leaves for site in self.sites)
 
-  @property
-  def num_planted_leaves(self) -> int:
-    return sum(site.num_leaves for site in self.planted_sites)
-
   def fn_inputs(self, scope: Scope) -> list[tp.Any]:
     """The arguments after the planted leaves: start indices, hoisted."""
     starts = [
