@@ -68,6 +68,7 @@ import jax
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform import thread_stack
 
 PathParts = tuple[tp.Hashable, ...]
 
@@ -120,13 +121,8 @@ class Frame:
     return None if mark_ is None else mark_.path_in(self.id)
 
 
-class _FrameStack(threading.local):
-
-  def __init__(self):
-    self.stack: list[Frame] = []
-
-
-FRAMES = _FrameStack()
+# The frames of the calls running on this thread, innermost last.
+FRAMES: thread_stack.ThreadStack[Frame] = thread_stack.ThreadStack()
 
 
 def innermost_functional() -> Frame | None:

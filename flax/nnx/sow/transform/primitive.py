@@ -52,7 +52,6 @@ follow the effect through every cache and nesting.
 from __future__ import annotations
 
 import contextlib
-import threading
 import typing as tp
 
 import jax
@@ -63,6 +62,7 @@ from jax.interpreters import batching
 from jax.interpreters import mlir
 
 from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import thread_stack
 
 Name = tp.Union[str, tuple[tp.Union[str, int], ...]]
 
@@ -105,15 +105,8 @@ harvesting = _jax.bool_state(
 )
 
 
-class _Refusals(threading.local):
-  # Why sows bound now cannot be collected, innermost last (see `refusing`).
-  reasons: list[str]
-
-  def __init__(self):
-    self.reasons = []
-
-
-_REFUSALS = _Refusals()
+# Why sows bound now cannot be collected, innermost last (see `refusing`).
+_REFUSALS: thread_stack.ThreadStack[str] = thread_stack.ThreadStack()
 
 
 @contextlib.contextmanager
@@ -122,11 +115,8 @@ def refusing(reason: str) -> tp.Iterator[None]:
   ``NotImplementedError`` with ``reason``: for code that JAX runs where no
   capture can see its sows (an eager ``shard_map``), so that none is lost
   silently."""
-  _REFUSALS.reasons.append(reason)
-  try:
+  with _REFUSALS.pushed(reason):
     yield
-  finally:
-    _REFUSALS.reasons.pop()
 
 
 class _SowPrimitive(jex_core.Primitive):
@@ -137,10 +127,10 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
-    if _REFUSALS.reasons:
+    if _REFUSALS.stack:
       raise NotImplementedError(
           f'capture: the sow {params["sow_name"]!r} cannot be collected:'
-          f' {_REFUSALS.reasons[-1]}'
+          f' {_REFUSALS.stack[-1]}'
       )
     # Such a cond binds its branches' sows under a batch trace: a sow bound
     # straight into a jaxpr (the common case while capturing) is in none, and

@@ -37,13 +37,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import threading
 import typing as tp
 
 import jax.extend.core as core
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform import thread_stack
 from flax.nnx.sow.transform.request import Request
 from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import site_at
@@ -119,15 +119,8 @@ class _Harvest:
     return Harvested(sows, marked=len(marked))
 
 
-class _Local(threading.local):
-  # The harvests of the traces being staged on this thread, innermost last.
-  stack: list[_Harvest]
-
-  def __init__(self):
-    self.stack = []
-
-
-_LOCAL = _Local()
+# The harvests of the traces being staged on this thread, innermost last.
+_LOCAL: thread_stack.ThreadStack[_Harvest] = thread_stack.ThreadStack()
 
 
 def eligible(request: Request) -> bool:
@@ -152,11 +145,8 @@ def collecting(
   if type(trace) is not _jax.DynamicJaxprTrace:
     raise AssertionError(f'collecting: not staging, but under {trace}')
   harvest = _Harvest(request, trace)
-  _LOCAL.stack.append(harvest)
-  try:
+  with _LOCAL.pushed(harvest):
     yield harvest
-  finally:
-    _LOCAL.stack.pop()
 
 
 def _stage_sow(trace, source_info, *tracers, **params):
