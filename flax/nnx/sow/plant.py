@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import typing as tp
 
@@ -26,7 +25,6 @@ from flax.nnx.sow.lift import graph_calls
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.selection import Selection
 from flax.nnx.sow.transform.request import Request
-from flax.nnx.sow.transform.sites import Site
 
 Values = tp.Mapping[
     primitive.Name, tp.Union[tp.Sequence[tp.Any], planting.Fn]
@@ -114,7 +112,7 @@ def plant(
       # Per call: what it transforms holds the tracers the functions close
       # over.
       fns = planting.Functions({name: values[name] for name in fn_names})
-      planter = _ValuesPlanter(values, fns)
+      planter = planting.ValuesPlanter(values, fns)
       scope = Scope(request, planter, fns)
       out_flat = interpreter.evaluate(
           staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
@@ -144,53 +142,3 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
       )
     checked[name] = tuple(entries)
   return checked
-
-
-class _ValuesPlanter(planting.Counting):
-  """Hands out the user's values, one entry per sow, checking each, or what
-  their functions compute."""
-
-  def __init__(
-      self,
-      values: dict[primitive.Name, tp.Any],
-      fns: planting.Functions,
-  ):
-    super().__init__(dict.fromkeys(fns.fns, 0), fns)
-    self.values = values
-    self.used: collections.Counter = collections.Counter()
-
-  def take(
-      self, site: Site, leaves: tp.Sequence[tp.Any] | None
-  ) -> list[tp.Any]:
-    computed = self.computed(site, leaves)
-    if computed is not None:
-      return computed
-    entries = self.values[site.name]
-    index = self.used[site.name]
-    if index >= len(entries):
-      raise ValueError(
-          f'plant: values[{site.name!r}] has {len(entries)} entries but the'
-          f' function sows {site.name!r} more often.'
-      )
-    self.used[site.name] += 1
-    return planting.check_value(
-        entries[index], site.tree, site.avals,
-        where=f'plant: values[{site.name!r}][{index}]',
-    )
-
-  def check_all_used(self, tag: tp.Hashable):
-    for name, entries in self.values.items():
-      used = self.used[name]
-      if name in self.counters:
-        used = int(self.counters[name].seen)
-        entries = None
-      if used == 0:
-        with_tag = '' if tag is None else f' with tag={tag!r}'
-        raise ValueError(
-            f'plant: the function never sows {name!r}{with_tag}.'
-        )
-      if entries is not None and used != len(entries):
-        raise ValueError(
-            f'plant: values[{name!r}] has {len(entries)} entries but the'
-            f' function sows {name!r} {used} time{"" if used == 1 else "s"}.'
-        )

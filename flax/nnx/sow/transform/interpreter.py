@@ -446,32 +446,6 @@ class Transformed:
       scope.counter(name).advance(total, end)
 
 
-class _InputPlanter(planting.Counting):
-  """Hands out planted leaves that arrive as extra jaxpr inputs, and the
-  values the functions of ``fns`` compute, counting from input indices."""
-
-  def __init__(
-      self,
-      leaves: tp.Sequence[tp.Any],
-      starts: dict[primitive.Name, tp.Any],
-      fns: planting.Functions | None,
-  ):
-    super().__init__(starts, fns)
-    self.leaves = list(leaves)
-    self.sites: list[Site] = []
-
-  def take(self, site: Site, leaves: tp.Sequence[tp.Any] | None):
-    computed = self.computed(site, leaves)
-    if computed is not None:
-      return computed
-    self.sites.append(site)
-    taken, self.leaves = (
-        self.leaves[: site.num_leaves],
-        self.leaves[site.num_leaves :],
-    )
-    return taken
-
-
 def transform(
     closed: core.ClosedJaxpr,
     request: Request,
@@ -507,7 +481,7 @@ def _transform(
 
   def body(*args):
     n, m = len(closed.in_avals), len(planted_avals)
-    planter = _InputPlanter(
+    planter = planting.InputPlanter(
         args[n : n + m], dict(zip(fn_names, args[n + m :])), fns
     )
     scope = Scope(request, planter, fns)

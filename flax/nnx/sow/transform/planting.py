@@ -11,7 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Value-transforming plants: ``plant(f, {name: fn})``.
+"""What is planted at sow sites: the planters, the one check of a planted
+value (``check_value``), and value-transforming plants.
+
+A ``Scope`` asks its planter for the leaves to plant at each execution of a
+site: ``ValuesPlanter`` hands out the user's values (``plant(f, values)``),
+``InputPlanter`` the leaves a transformed sub-jaxpr takes as extra inputs;
+both compute the values of planted functions (``Counting``).
+
+Value-transforming plants, ``plant(f, {name: fn})``:
 
 At each execution of a sow named ``name``, ``fn(value, index)`` replaces the
 sown value; ``index`` counts the executions of that name in the order they
@@ -35,6 +43,7 @@ tracers of that call.
 
 from __future__ import annotations
 
+import collections
 import typing as tp
 
 import jax
@@ -43,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import aval_of
 
 Fn = tp.Callable[[tp.Any, tp.Any], tp.Any]
@@ -237,3 +247,82 @@ def hoist_tracers(
       [c for c, t in zip(consts, is_tracer) if not t],
       [c for c, t in zip(consts, is_tracer) if t],
   )
+
+
+# The planters: what each ``Scope`` asks for the values a site plants.
+
+
+class InputPlanter(Counting):
+  """Hands out planted leaves that arrive as extra jaxpr inputs, and the
+  values the functions of ``fns`` compute, counting from input indices."""
+
+  def __init__(
+      self,
+      leaves: tp.Sequence[tp.Any],
+      starts: dict[primitive.Name, tp.Any],
+      fns: Functions | None,
+  ):
+    super().__init__(starts, fns)
+    self.leaves = list(leaves)
+    self.sites: list[Site] = []
+
+  def take(self, site: Site, leaves: tp.Sequence[tp.Any] | None):
+    computed = self.computed(site, leaves)
+    if computed is not None:
+      return computed
+    self.sites.append(site)
+    taken, self.leaves = (
+        self.leaves[: site.num_leaves],
+        self.leaves[site.num_leaves :],
+    )
+    return taken
+
+
+class ValuesPlanter(Counting):
+  """Hands out the user's values, one entry per sow, checking each, or what
+  their functions compute."""
+
+  def __init__(
+      self,
+      values: dict[primitive.Name, tp.Any],
+      fns: Functions,
+  ):
+    super().__init__(dict.fromkeys(fns.fns, 0), fns)
+    self.values = values
+    self.used: collections.Counter = collections.Counter()
+
+  def take(
+      self, site: Site, leaves: tp.Sequence[tp.Any] | None
+  ) -> list[tp.Any]:
+    computed = self.computed(site, leaves)
+    if computed is not None:
+      return computed
+    entries = self.values[site.name]
+    index = self.used[site.name]
+    if index >= len(entries):
+      raise ValueError(
+          f'plant: values[{site.name!r}] has {len(entries)} entries but the'
+          f' function sows {site.name!r} more often.'
+      )
+    self.used[site.name] += 1
+    return check_value(
+        entries[index], site.tree, site.avals,
+        where=f'plant: values[{site.name!r}][{index}]',
+    )
+
+  def check_all_used(self, tag: tp.Hashable):
+    for name, entries in self.values.items():
+      used = self.used[name]
+      if name in self.counters:
+        used = int(self.counters[name].seen)
+        entries = None
+      if used == 0:
+        with_tag = '' if tag is None else f' with tag={tag!r}'
+        raise ValueError(
+            f'plant: the function never sows {name!r}{with_tag}.'
+        )
+      if entries is not None and used != len(entries):
+        raise ValueError(
+            f'plant: values[{name!r}] has {len(entries)} entries but the'
+            f' function sows {name!r} {used} time{"" if used == 1 else "s"}.'
+        )
