@@ -165,11 +165,13 @@ class ReadmeTest(absltest.TestCase):
           listed.add(f'{folder}/{name}')
           with self.subTest(folder=folder, name=name):
             self.assertTrue(os.path.exists(os.path.join(ROOT, folder, name)))
-    # At least every module at the top of each package.
-    for folder in ('flax/nnx/sow', 'flax/nnx/capture_compat'):
-      for name in os.listdir(os.path.join(ROOT, folder)):
-        if name.endswith('.py') and name != '__init__.py':
-          self.assertIn(f'{folder}/{name}', listed)
+    # Every module of every package and sub-package.
+    for package in ('flax/nnx/sow', 'flax/nnx/capture_compat'):
+      for folder, _, names in os.walk(os.path.join(ROOT, package)):
+        folder = os.path.relpath(folder, ROOT)
+        for name in names:
+          if name.endswith('.py') and name != '__init__.py':
+            self.assertIn(f'{folder}/{name}', listed)
 
   def test_contributing_has_the_maintainers_material(self):
     text = _read(CONTRIBUTING)
