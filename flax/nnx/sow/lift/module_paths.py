@@ -63,7 +63,6 @@ import dataclasses
 import threading
 import typing as tp
 
-import jax
 
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes

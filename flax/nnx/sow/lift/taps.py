@@ -39,7 +39,6 @@ import typing as tp
 import weakref
 
 import jax
-import numpy as np
 
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes

@@ -362,7 +362,7 @@ def rewritten_call(
     # A jaxpr with a Hijax equation is marked ``is_high`` (JAX lowers a
     # jaxpr by that mark alone), so no equation needs checking for it.
     return None
-  sows = []
+  sows: list[bool | None] = []
   for rule in cached_plan(jaxpr, request, strip):
     if rule is None:
       sows.append(None)
