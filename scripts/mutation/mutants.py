@@ -327,7 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
        'a planted function returning a wrong value is told what it must'
        ' return'),
     # -- transform/interpreter.py ------------------------------------------
-    _m('interpreter-planter-wrong-site', 'transform/interpreter.py',
+    _m('interpreter-planter-wrong-site', 'transform/planting.py',
        '        self.leaves[: site.num_leaves],\n'
        '        self.leaves[site.num_leaves :],',
        '        self.leaves[len(self.leaves) - site.num_leaves :],\n'
@@ -743,7 +743,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '      planter.check_all_used(tag)\n',
        '',
        'plant refuses values for names the function never sows'),
-    _m('plant-too-few-entries', 'plant.py',
+    _m('plant-too-few-entries', 'transform/planting.py',
        '    if index >= len(entries):\n      raise ValueError(',
        '    if index > len(entries):\n      raise ValueError(',
        'too few planted entries are refused, naming the sow'),
@@ -751,10 +751,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "  selection = Selection.make(tag=tag, names=None, where='plant')",
        "  selection = Selection.make(tag=None, names=None, where='plant')",
        'plant(f, values, tag=...) plants only sows with that tag'),
-    _m('plant-fn-never-sown-unchecked', 'plant.py',
+    _m('plant-fn-never-sown-unchecked', 'transform/planting.py',
        '        used = int(self.counters[name].seen)',
        '        used = 1',
        'a fn-planted name the function never sows raises'),
+    # -- transform/thread_stack.py -----------------
+    _m('thread-stack-innermost-first', 'transform/thread_stack.py',
+       '    self.stack.append(item)',
+       '    self.stack.insert(0, item)',
+       'the innermost capture, frame or refusal is the last one pushed'),
     # -- perturb.py --------------------------------------------------------
     _m('perturb-bwd-not-sown', 'perturb.py',
        '  return (primitive.sow(cotangent, name=name, tag=tag),)',
