@@ -19,8 +19,9 @@ wrapping the methods of their classes. This module keeps its exact signature
 and conventions but builds it on :mod:`flax.nnx.sow`:
 
 * ``capture`` stages the call on copies of its graph nodes
-  (:func:`flax.nnx.sow.lift.graph_calls.staged`), so modules are never mutated, not even
-  structurally or transiently, and threads never see each other's values;
+  (:func:`flax.nnx.sow.lift.graph_calls.staged`), so modules are never
+  mutated, not even structurally or transiently, and threads never see each
+  other's values;
 * inside it, ``Module.sow(T, 'n', v)`` is the functional
   ``sow(v, name=(*path, 'n'), tag=T)``, where ``path`` is the module's path
   from the captured module as :func:`nnx.iter_modules` gives it, and

@@ -16,11 +16,11 @@ States.
 
 Outside any JAX trace the call is eager, as in Flax 0.12.8: the function runs
 on the caller's modules, its Python on every call, and the sows of the
-capture's frame are recorded as they are bound (:mod:`flax.nnx.sow.transform.eager`);
-jitted functions inside keep the programs JAX compiled for them. Under a JAX
-trace (``nnx.jit`` around the capture, say) the call is staged to a jaxpr on
-copies of its graph nodes and interpreted there; the enclosing trace is what
-JAX caches.
+capture's frame are recorded as they are bound
+(:mod:`flax.nnx.sow.transform.eager`); jitted functions inside keep the
+programs JAX compiled for them. Under a JAX trace (``nnx.jit`` around the
+capture, say) the call is staged to a jaxpr on copies of its graph nodes and
+interpreted there; the enclosing trace is what JAX caches.
 """
 
 from __future__ import annotations

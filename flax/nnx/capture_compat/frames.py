@@ -15,8 +15,9 @@
 
 The path machinery (frames on a thread-local stack, path marks on module
 copies, resolving a module to its frame) is the sow transform's own
-(:mod:`flax.nnx.sow.lift.module_paths`); a compat frame collects only its Variable
-types (and ``init``'s), whose sites become the States ``capture`` returns.
+(:mod:`flax.nnx.sow.lift.module_paths`); a compat frame collects only its
+Variable types (and ``init``'s), whose sites become the States ``capture``
+returns.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class Frame(paths_lib.Frame):
   """One active compat ``capture``: the types it collects.
 
   Everything in it is static and outlives the trace: the module copies know
-  their paths themselves (see :class:`~flax.nnx.sow.lift.module_paths.PathMark`),
-  and the sow markers what each site is (:class:`SiteInfo`).
+  their paths themselves (see
+  :class:`~flax.nnx.sow.lift.module_paths.PathMark`), and the sow markers
+  what each site is (:class:`SiteInfo`).
   """
 
   functional = False

@@ -15,8 +15,8 @@
 
 Flax 0.12.8 wraps the methods of the captured modules' classes while the
 capture runs, which every other instance of those classes (in other threads)
-sees too. Here it is a tap (:mod:`flax.nnx.sow.lift.taps`) of every module of the
-capture, on the public methods (and ``__call__``) each class defines itself,
+sees too. Here it is a tap (:mod:`flax.nnx.sow.lift.taps`) of every module of
+the capture, on the public methods (and ``__call__``) each class defines itself,
 that sows what they return as ``Module.sow(T, method, result)`` would: only
 the module copies the capture runs on (private to it) change class, for the
 duration of the call; the classes themselves, and every other instance, are

@@ -81,8 +81,8 @@ def capture(
   :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
 
   Outside any JAX trace, the call is a direct call of ``f`` (see
-  :mod:`flax.nnx.sow.transform.eager`): its Python runs on every call, it reads the
-  values of its globals and closures as they are then, its values are
+  :mod:`flax.nnx.sow.transform.eager`): its Python runs on every call, it
+  reads the values of its globals and closures as they are then, its values are
   concrete, and it updates its graph-node arguments in place; the sows are
   recorded as they are bound, and a ``jax.jit`` inside keeps its compiled
   program. Under a JAX trace (``jax.jit(capture(f))``, ``jax.grad``...),

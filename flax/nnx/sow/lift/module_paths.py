@@ -15,8 +15,8 @@
 
 A staged call (``capture``, ``plant``, ``perturb``, ``nnx.capture``) runs its
 function on copies of the graph nodes of its arguments (see
-:mod:`flax.nnx.sow.lift.graph_calls`). ``Module.sow`` on a copy, or on a copy of it
-that an NNX or JAX transform made inside the call, must find the module's
+:mod:`flax.nnx.sow.lift.graph_calls`). ``Module.sow`` on a copy, or on a copy
+of it that an NNX or JAX transform made inside the call, must find the module's
 path: this module keeps, per thread, a stack of active calls (frames), marks
 each copy with its path in its frame, and resolves a module to its frame and
 path.

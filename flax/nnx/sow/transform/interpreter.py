@@ -430,10 +430,7 @@ class Transformed:
 
   def fn_inputs(self, scope: Scope) -> list[tp.Any]:
     """The arguments after the planted leaves: start indices, hoisted."""
-    starts = [
-        planting.as_index(scope.counter(name).index) for name in self.fn_names
-    ]
-    return [*starts, *self.hoisted]
+    return [*scope.start_indices(self.fn_names), *self.hoisted]
 
   def fn_finish(
       self, scope: Scope, ends: tp.Sequence[tp.Any], times: int | None = 1

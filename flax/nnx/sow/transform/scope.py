@@ -149,6 +149,13 @@ class Scope:
     """The occurrence counter of ``name``, planted by a function."""
     return tp.cast(FnPlanter, self.planter).counter(name)
 
+  def start_indices(
+      self, names: tp.Sequence[primitive.Name]
+  ) -> list[jax.Array]:
+    """Where the occurrences of each of ``names`` (planted by functions)
+    start here: the int32 inputs a sub-jaxpr that sows them takes."""
+    return [planting.as_index(self.counter(name).index) for name in names]
+
   def plant(
       self, site: Site, leaves: tp.Sequence[tp.Any] | None = None
   ) -> list[tp.Any] | None:

@@ -20,6 +20,8 @@ primitive without a rule is refused by the plan with an error naming it.
 
 from flax.nnx.sow.transform.rules import calls as calls
 from flax.nnx.sow.transform.rules import cond as cond
-from flax.nnx.sow.transform.rules import custom_derivatives as custom_derivatives
+from flax.nnx.sow.transform.rules import (
+    custom_derivatives as custom_derivatives,
+)
 from flax.nnx.sow.transform.rules import loops as loops
 from flax.nnx.sow.transform.rules import shard_map as shard_map

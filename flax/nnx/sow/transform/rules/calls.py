@@ -38,7 +38,10 @@ def _jit(scope: Scope, eqn, invals):
   eager ``capture(jax.jit(f))`` runs compiled code and compiles only once.
   """
   t = support.transformed(scope, eqn.params['jaxpr'])
-  planted = [*support.take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
+  planted = [
+      *support.take_planted(scope, eqn, t.planted_sites),
+      *t.fn_inputs(scope),
+  ]
   n_in, n_out = len(planted), t.num_sown_leaves + len(t.fn_names)
   p = eqn.params
   outs = interpreter.bind(
@@ -74,7 +77,10 @@ def _remat(scope: Scope, eqn, invals):
   """Re-binds ``checkpoint`` with a body that also returns sown leaves."""
   p = eqn.params
   t = support.transformed(scope, _jax.close_jaxpr(p['jaxpr']))
-  planted = [*support.take_planted(scope, eqn, t.planted_sites), *t.fn_inputs(scope)]
+  planted = [
+      *support.take_planted(scope, eqn, t.planted_sites),
+      *t.fn_inputs(scope),
+  ]
   consts = t.jaxpr.consts
   prevent_cse = p['prevent_cse']
   if isinstance(prevent_cse, tuple):

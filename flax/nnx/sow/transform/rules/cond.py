@@ -24,7 +24,6 @@ import jax.numpy as jnp
 from jax.extend.core import primitives as prims
 
 from flax.nnx.sow.transform import interpreter
-from flax.nnx.sow.transform import planting
 from flax.nnx.sow.transform.rules import support
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.sites import where
@@ -58,7 +57,7 @@ def _cond(scope: Scope, eqn, invals):
       _cond_branch(b, fn_names, i, hoisted_avals)
       for i, b in enumerate(branches)
   )
-  starts = [planting.as_index(scope.counter(n).index) for n in fn_names]
+  starts = scope.start_indices(fn_names)
   outs = interpreter.bind(
       eqn, [*invals, *planted, *starts, *hoisted], branches=jaxprs
   )

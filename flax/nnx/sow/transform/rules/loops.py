@@ -64,7 +64,7 @@ def _scan(scope: Scope, eqn, invals):
       len(hoisted)
   )
   consts, carry, xs = support.split(invals, n_consts, n_carry)
-  starts = t.fn_inputs(scope)[:n_fns]
+  starts = scope.start_indices(t.fn_names)
   outs = interpreter.bind(
       eqn,
       [*consts, *hoisted, *carry, *starts,
@@ -179,10 +179,10 @@ def _while(scope: Scope, eqn, invals):
   if t.planted_sites:
     raise NotImplementedError(
         f'plant: a while_loop (at {where(eqn)}) sows'
-        f' {support.describe_sites(t.planted_sites)}; its trip count is only known'
-        ' at run time, so a tuple of values cannot be planted there. Plant'
-        ' a function instead (plant(f, {name: fn})), or use lax.scan or a'
-        ' fori_loop with static bounds.'
+        f' {support.describe_sites(t.planted_sites)}; its trip count is only'
+        ' known at run time, so a tuple of values cannot be planted there.'
+        ' Plant a function instead (plant(f, {name: fn})), or use lax.scan or'
+        ' a fori_loop with static bounds.'
     )
   init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
   # The clobber carries and then the occurrence indices go after the
@@ -194,7 +194,7 @@ def _while(scope: Scope, eqn, invals):
   )
   n_cond = p['cond_nconsts']
   consts, carry = support.split(invals, n_cond + p['body_nconsts'])
-  starts = t.fn_inputs(scope)[:n_fns]
+  starts = scope.start_indices(t.fn_names)
   outs = interpreter.bind(
       eqn,
       [*consts, *t.hoisted, *carry, *init, *starts],
@@ -243,8 +243,8 @@ def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:
     raise NotImplementedError(
         f'capture: a while_loop (at {where(eqn)}) clobbers'
         f' {site.name!r} but may run zero times, and {problem}. The loop'
-        f' sows {support.describe_sites([site])}; a zero-trip loop has no true value'
-        ' to return, so sow a value like it before the loop, e.g.'
+        f' sows {support.describe_sites([site])}; a zero-trip loop has no true'
+        ' value to return, so sow a value like it before the loop, e.g.'
         ' sow(init, name=..., mode=\'clobber\').'
     )
   return list(prior[1])
