@@ -311,8 +311,8 @@ def _refuse_hijax_arguments(name: str, args, kwargs) -> None:
   """Raises if a Hijax Variable reaches a jitted function captured as is.
 
   The jitted function receives copies of the graph nodes with ordinary
-  Variables (see ``tracing``), and ``jax.jit`` drops their updates: rather
-  than lose them silently, refuse.
+  Variables (see ``lift.graph_calls``), and ``jax.jit`` drops their updates:
+  rather than lose them silently, refuse.
   """
   hijax = [
       leaf

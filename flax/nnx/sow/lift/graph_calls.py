@@ -301,10 +301,10 @@ class Prepared:
 
     The jaxpr returns the array leaves of ``f``'s result, followed by the
     updated state of the graph nodes; the outcome says how to use them.
-    With ``collect`` (an ``interpreter.Request``), the sows it handles that
-    are staged into this trace are collected as they are staged
-    (:mod:`.harvest`): their leaves follow, and ``outcome.harvested`` says
-    what they are.
+    With ``collect`` (a ``Request``), the sows it handles that are staged
+    into this trace are collected as they are staged
+    (:mod:`flax.nnx.sow.transform.staged_sows`): their leaves follow, and
+    ``outcome.harvested`` says what they are.
     """
     outcome = _Outcome()
     leaves, arg_traced = self.leaves, self.arg_traced

@@ -59,7 +59,7 @@ eval_trace = core.eval_trace
 DynamicJaxprTrace = pe.DynamicJaxprTrace
 # Per-primitive hooks of that trace: the rule receives the trace itself, so a
 # capture can take the sows staged into its own trace without emitting them
-# (see `harvest`). Only partial_eval has the table.
+# (see `staged_sows`). Only partial_eval has the table.
 custom_staging_rules = pe.custom_staging_rules
 
 
