@@ -63,10 +63,10 @@ from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import planting
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import rewrite
+from flax.nnx.sow.transform import selection as selection_lib
 from flax.nnx.sow.transform import staged_sows
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.scope import as_array
-from flax.nnx.sow.transform import selection as selection_lib
 from flax.nnx.sow.transform.request import Request
 from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import describe_names
