@@ -412,6 +412,25 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
     self.assertEqual(list(outer), ['outer'])
     self.assertLen(outer['outer'], 1)
 
+  def test_unselected_sows_inside_are_seen_once_under_jit(self):
+    # Staged, the body evaluated in place is rewritten as one call that
+    # drops the sows the inner capture does not select: it records none.
+    @jax.custom_vjp
+    def f(x):
+      sow(x, name='inner', tag='a')
+      return sow(x * 2, name='outer', tag='b')
+
+    f.defvjp(lambda x: (f(x), None), lambda _, g: (g,))
+    out, inner = jax.jit(capture(f, tag='a'))(X)
+    self.assertEqual(list(inner), ['inner'])
+    np.testing.assert_array_equal(inner['inner'][0], X)
+    np.testing.assert_array_equal(out, X * 2)
+    (_, inner), outer = jax.jit(capture(capture(f, tag='a')))(X)
+    self.assertEqual(list(inner), ['inner'])
+    self.assertEqual(list(outer), ['outer'])
+    self.assertLen(outer['outer'], 1)
+    np.testing.assert_array_equal(outer['outer'][0], X * 2)
+
 
   @parameterized.parameters('custom_vjp', 'custom_jvp')
   def test_plant_reaches_a_sow_an_inner_capture_leaves(self, kind):

@@ -445,6 +445,40 @@ class ImmutablePytreesTest(parameterized.TestCase):
       )
 
   @parameterized.parameters(*PYTREES)
+  def test_nested_pytrees_staged_under_nnx_jit(self, kind):
+    # A leaf of an immutable pytree inside another one: the outermost is
+    # rebuilt and set on the module (the inner one cannot be set in it).
+    class Nested(nnx.Module):
+
+      def __init__(self):
+        self.bounds = nnx.data((
+            PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)),
+            jnp.ones(3),
+        ))
+
+      def __call__(self, x):
+        bounds, scale = self.bounds
+        lo, hi = lo_hi(bounds)
+        h = sow(clip(x, lo, hi) * scale, name='h')
+        self.bounds = nnx.data(
+            (PYTREES[kind](lo - 0.25, hi + 0.25), scale * 2)
+        )
+        return h
+
+    model, twin = Nested(), Nested()
+    step = nnx.jit(lambda m, x: capture(m)(x))
+    for i in range(2):
+      out, collected = step(model, X)
+      np.testing.assert_array_equal(out, twin(X))  # a direct call
+      self.assertSameState(model, twin)
+      self.assertIs(type(model.bounds[0]), type(twin.bounds[0]))
+      # By hand: clipped to the bounds widened i times, scaled by 2^i.
+      by_hand = np.clip(X, -0.5 - 0.25 * i, 0.5 + 0.25 * i) * 2.0 ** i
+      sow_testing.assert_close(collected['h'][0], by_hand)
+    np.testing.assert_array_equal(lo_hi(model.bounds[0])[0], jnp.full(3, -1.0))
+    np.testing.assert_array_equal(model.bounds[1], jnp.full(3, 4.0))
+
+  @parameterized.parameters(*PYTREES)
   def test_through_scan(self, kind):
     @nnx.vmap(in_axes=0, out_axes=0)
     def make_layers(key):

@@ -469,6 +469,16 @@ class TapTest(ModulesTestCase):
     assert_close(out, hs[-1])
     self.assert_untouched(self.model, *before)
 
+  def test_one_method_named_by_a_str(self):
+    # methods='__call__' is that method, not the letters of its name.
+    tapped = tap(
+        forward, ('blocks', 1), methods='__call__', inputs=False, tag='tap'
+    )
+    _, collected = capture(tapped, tag='tap')(self.model, X)
+    _, hs = model_oracle(self.model, X)
+    self.assertEqual(list(collected), [('blocks', 1, '__call__', 'output')])
+    assert_close(collected[('blocks', 1, '__call__', 'output')][0], hs[1])
+
   def test_root_pattern_and_tapped_module(self):
     _, collected = capture(tap(self.model, (), inputs=False))(X)
     _, hs = model_oracle(self.model, X)
@@ -564,6 +574,12 @@ class TapTest(ModulesTestCase):
   def test_bad_patterns_and_methods_are_refused(self):
     with self.assertRaisesRegex(TypeError, 'a pattern is a tuple'):
       tap(forward, 'blocks')
+    # A part must be a str or an int: not a bool (True == 1 would match
+    # block 1) nor a float.
+    for part in (True, 1.0, None):
+      with self.subTest(part=part):
+        with self.assertRaisesRegex(TypeError, 'a pattern is a tuple'):
+          tap(forward, ('blocks', part))
     with self.assertRaisesRegex(TypeError, "no method 'attend'"):
       capture(tap(forward, ('blocks', 0), methods=('attend',)))(
           self.model, X)

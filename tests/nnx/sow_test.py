@@ -862,6 +862,29 @@ class CompositionTest(parameterized.TestCase):
     for k in range(4):
       np.testing.assert_array_equal(collected['s'][0][k], xs * 2.0 ** (k + 1))
 
+  def test_scan_of_vmap_of_jit_puts_the_loop_axis_first(self):
+    # The vmap batches the jit equation of each step (its name stack reads
+    # vmap(), the sow inside does not): the vmap is inside the loop all the
+    # same, so the loop axis comes first.
+    double = jax.vmap(jax.jit(lambda v: sow(v * 2, name='s')))
+
+    def f(x):  # x: (5, 3), mapped inside each step
+      return lax.scan(lambda c, _: (double(c), None), x, None, length=4)[0]
+
+    xs = jnp.stack([X, X + 1, X + 2, X + 3, X + 4])
+    for wrap in (lambda g: g, jax.jit):
+      _, collected = wrap(capture(f))(xs)
+      self.assertEqual(collected['s'][0].shape, (4, 5, 3))
+      for k in range(4):
+        np.testing.assert_array_equal(
+            collected['s'][0][k], xs * 2.0 ** (k + 1)
+        )
+    # Planted values have that layout too: the carry after the last step is
+    # what was planted at step 3, ones for example 2 only.
+    marked = jnp.zeros((4, 5, 3), jnp.float32).at[3, 2].set(1.0)
+    out = plant(f, {'s': (marked,)})(xs)
+    np.testing.assert_array_equal(out, marked[3])
+
   def test_nested_loops_and_vmaps_nest_their_axes(self):
     # scan(length 2) > vmap(batch 5) > scan(length 3): axes (2, 5, 3, ...).
     def inner(x):
