@@ -11,12 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Sow sites, and the requests that select them.
+"""Sow sites: what one sow is, as one scope of a program sees it.
 
-A ``Site`` is the static description of one sow as one scope of a program
-sees it: its parameters, the shapes of its leaves, and the vmaps around it.
-A ``Request`` says what an interpretation does with the sites it selects:
-record their values (``capture``), replace them (``plant``), or drop them.
+A ``Site`` is the static description of one sow: its parameters, the shapes
+of its leaves, and the vmaps around it; a ``Record`` pairs a site with its
+values. ``where`` names the user's line that sowed it. What an
+interpretation does with the sites it selects is its ``Request``
+(``request.py``).
 """
 
 from __future__ import annotations
