@@ -58,7 +58,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from flax.nnx.sow import capture, plant, tap  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, 'tests', 'nnx'))
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'nnx', 'sow'))  # the test helpers
 import sow_testing  # noqa: E402  (the suite's compile counter)
 
 CHECKOUT_ENV = 'FLAX_CHECKOUT'
@@ -120,7 +120,7 @@ def measure(fn: tp.Callable[..., tp.Any], first: tuple, later: tuple,
 
 def load_gemma(checkout: str):
   """examples/gemma's modules, imported from ``checkout``."""
-  tests = os.path.join(ROOT, 'tests', 'nnx')  # the parity suite's loader
+  tests = os.path.join(ROOT, 'tests', 'nnx', 'sow')  # the parity suite's loader
   if tests not in sys.path:
     sys.path.insert(0, tests)
   import sow_external_models as external  # pylint: disable=g-import-not-at-top

@@ -24,7 +24,7 @@ python benchmarks/sow_bench.py [--quick] [--only ITEMS] [--publish]
 no figure, it links to the results file).
 
 Item 7 runs Flax's examples/gemma from a checkout of google/flax at
-``PATH/flax`` (the layout of ``tests/nnx/sow_external_models.py``), given by
+``PATH/flax`` (the layout of ``tests/nnx/sow/sow_external_models.py``), given by
 ``--models_from PATH`` or the environment variable ``FLAX_SOW_MODELS_FROM``;
 without it, it is skipped. ``--only`` runs some items and replaces only
 their rows in the results file, keeping the others. Item 8 (cache
@@ -696,7 +696,7 @@ def _small_gemma(item: str, models_from: tp.Optional[str]):
   if not models_from:
     print(f'[{item}] skipped: no --models_from PATH or {MODELS_FROM_ENV}')
     return None
-  tests = os.path.join(ROOT, 'tests', 'nnx')  # the loader of the parity suite
+  tests = os.path.join(ROOT, 'tests', 'nnx', 'sow')  # the parity suite's loader
   if tests not in sys.path:
     sys.path.insert(0, tests)
   import sow_external_models as external  # pylint: disable=g-import-not-at-top

@@ -29,9 +29,10 @@ upstream patch series) and returns the paths it changed or added:
   ``nnx.capture`` (:mod:`intermediates_guide`);
 * ``CHANGELOG.md`` gets an entry under vNext.
 
-Paths of our tests (``tests/nnx/NAME``) become their place in Flax's tree
-(``tests/nnx/sow/NAME``); a path of a test that does not ship with the
-series is refused, as a link that would not resolve is. The pairs are
+Paths of our tests and test folders (``tests/...``) become their place in
+Flax's tree (``make_patchset.flax_path``: all below ``tests/nnx/sow/``); a
+path of a test that does not ship with the series is refused, as a link that
+would not resolve is. The pairs are
 written without outputs; ``guide_outputs.py`` executes them in the patched
 tree and stores the outputs, as Flax keeps its guides. All of them run in
 Flax (``docs_nnx/conf.py`` is not edited): the comparisons with Flax 0.12.8's
@@ -80,10 +81,9 @@ OMIT = re.compile(
 MARKER = re.compile(r'<!-- upstream:\w+ -->')
 LINK = re.compile(r'\[([^\]]+)\]\(([^)\s]+)\)')
 FENCED = re.compile(r'(^```.*?^```$)', re.M | re.S)
-# Where our tests are in this repository and in Flax's tree.
-OUR_TESTS = 'tests/nnx/'
-FLAX_TESTS = 'tests/nnx/sow/'
-TEST_PATH = re.compile(r'\btests/nnx/(\w+\.py)\b')
+# A path of a test file or a test folder of ours.
+TEST_PATH = re.compile(
+    r'\btests/(?:\w+/)*\w+\.py\b|\btests/(?:\w+/)+(?![\w.])')
 
 
 # Titled by the package: the page's file name, the other pages' style, would
@@ -165,19 +165,25 @@ def flax_text(text: str, where: pathlib.Path) -> str:
 
 
 def flax_test_paths(
-    text: str, shipped: tp.Collection[str], where: pathlib.Path
+    text: str, shipped: tp.Mapping[str, str], where: pathlib.Path
 ) -> str:
-  """``tests/nnx/NAME`` as ``tests/nnx/sow/NAME``, where the series puts our
-  tests; ``shipped`` names the test files that go with it."""
+  """Paths of our tests (``tests/...``, a file or a folder) as their place in
+  Flax's tree; ``shipped`` maps the test files that go with the series to
+  theirs."""
 
   def path(match: re.Match[str]) -> str:
-    name = match.group(1)
-    if name not in shipped:
-      raise ValueError(
-          f'{where}: {match.group(0)} does not ship with the series; wrap'
-          ' the passage in <!-- upstream:omit --> ... <!-- upstream:end -->'
-      )
-    return FLAX_TESTS + name
+    name = match.group(0)
+    if name in shipped:
+      return shipped[name]
+    if name.endswith('/'):
+      inside = sorted(f for f in shipped if f.startswith(name))
+      if inside:
+        ours, flax = inside[0], shipped[inside[0]]
+        return flax[:len(flax) - len(ours) + len(name)]
+    raise ValueError(
+        f'{where}: {name} does not ship with the series; wrap the passage in'
+        ' <!-- upstream:omit --> ... <!-- upstream:end -->'
+    )
 
   return TEST_PATH.sub(path, text)
 
@@ -269,16 +275,13 @@ def add_changelog_entry(checkout: pathlib.Path) -> pathlib.Path:
 # --- all of it --------------------------------------------------------------
 
 
-def shipped_tests(ours: pathlib.Path) -> set[str]:
-  """Our test files that go with the series (``make_patchset.py``)."""
+def shipped_tests(ours: pathlib.Path) -> dict[str, str]:
+  """Our test files that go with the series (``make_patchset.py``), each
+  with its place in Flax's tree."""
   import make_patchset  # pylint: disable=g-import-not-at-top
 
-  shipped = set()
-  for names in (make_patchset.TRANSFORM_TESTS,
-                make_patchset.INTEGRATION_TESTS, make_patchset.DOCS_TESTS,
-                make_patchset.CODEMOD_TESTS):
-    shipped.update(n for n in names if (ours / OUR_TESTS / n).is_file())
-  return shipped
+  del ours  # make_patchset's own repository
+  return {f: make_patchset.flax_path(f) for f in make_patchset.shipped_tests()}
 
 
 def apply_docs(checkout: pathlib.Path, ours: pathlib.Path) -> list[str]:

@@ -34,9 +34,12 @@ clone of it, on its ``HEAD``, and written to ``OUTDIR`` by
    tree of the three commits before (``guide_outputs.py``): the migration
    guide runs the codemod, so the docs come after it.
 
-Our tests go to ``tests/nnx/sow/``: a directory without ``__init__.py``, as
-Flax's ``tests/nnx/nn/``, so that their helpers import as they do here and
-their ``conftest.py`` (the global-state guard) covers only them. Apply the
+Our tests go to ``tests/nnx/sow/`` (the groups of
+``tests/nnx/sow/sow_layout.py``: the transform's keep their path, the compat
+layer's, the codemod's and the guides' go below it): directories without
+``__init__.py``, as Flax's ``tests/nnx/nn/``, so that their helpers import
+as they do here and their ``conftest.py`` (the global-state guard) covers
+only them. Apply the
 series with ``git am OUTDIR/*.patch``; ``check_patchset.sh`` applies and
 tests it. Commits are dated as this repository's ``HEAD``, so the same
 inputs give the same series.
@@ -52,6 +55,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -66,65 +70,53 @@ sys.path.insert(0, str(HERE))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
 import flax_integration  # noqa: E402
 
-# Where our tests go in Flax's tree.
-FLAX_TESTS = 'tests/nnx/sow'
-OUR_TESTS = 'tests/nnx'
+def _load_layout():
+  """``tests/nnx/sow/sow_layout.py``: where each group of our tests goes."""
+  path = REPO / 'tests' / 'nnx' / 'sow' / 'sow_layout.py'
+  spec = importlib.util.spec_from_file_location('_sow_layout', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
-# Each test file of ours, by the commit it goes with. Every file of
-# tests/nnx must be listed, here or in NOT_SHIPPED, so that a new test is
-# never silently left out; a listed file that this tree lacks is skipped
-# (the lists cover the branches being merged).
+
+# Where each group of our tests is here and goes in Flax's tree (the
+# transform's keep their path, tests/nnx/sow; the others go below it).
+LAYOUT = _load_layout()
+FLAX_TESTS = LAYOUT.GROUPS['sow'][1]
+N, C = 'tests/nnx/sow', 'tests/nnx/capture_compat'
+
+# Our test files and folders, by the commit they go with. Every file under
+# tests/ must be listed, here or in NOT_SHIPPED, so that a new test is never
+# silently left out; a listed path that this tree lacks is skipped (the
+# lists cover the branches being merged).
 TRANSFORM_TESTS = (
-    'conftest.py',
-    'sow_layout.py',
-    'sow_testing.py',
-    'sow_pytree_models.py',
-    'sow_fuzz_programs.py',
-    'sow_test.py',
-    'sow_eager_test.py',
-    'sow_beyond_test.py',
-    'sow_cache_test.py',
-    'sow_memory_test.py',
-    'sow_harvest_test.py',
-    'sow_coverage_test.py',
-    'sow_fuzz_test.py',
-    'sow_graph_nodes_test.py',
-    'sow_reliability_test.py',
-    'sow_sharding_test.py',
-    'sow_intervene_test.py',
-    'sow_layers_test.py',
+    f'{N}/conftest.py',
+    f'{N}/sow_layout.py',
+    f'{N}/sow_testing.py',
+    f'{N}/sow_pytree_models.py',
+    f'{N}/sow_fuzz_programs.py',
+    f'{N}/transform',
+    f'{N}/lift',
+    f'{N}/api',
+    f'{N}/layers_test.py',
+    f'{N}/bad_inputs_test.py',
+    f'{N}/concurrency_and_leaks_test.py',
+    f'{N}/differential_fuzz_test.py',
 )
 INTEGRATION_TESTS = (
-    'capture_compat_test.py',
-    'capture_compat_vmap_test.py',
-    'capture_eager_test.py',
-    'capture_compat_threads_test.py',
-    'sow_semantics_test.py',
-    'sow_multiprocess_test.py',
-    'sow_multiprocess_worker.py',
-    'sow_doctest_test.py',
-    'sow_legacy.py',
-    'sow_external_models.py',
-    'sow_parity_test.py',
-    'sow_modules_test.py',
-    # Its last test plants through a Module.sow site and a tap.
-    'sow_plant_unread_test.py',
+    f'{N}/compat_testing.py',
+    f'{N}/sow_legacy.py',
+    f'{N}/sow_external_models.py',
+    f'{N}/sow_multiprocess_worker.py',
+    f'{N}/docstrings_test.py',
+    C,
 )
-DOCS_TESTS = ('guides_test.py',)
-CODEMOD_TESTS = (
-    'migrate_sow_test.py', 'migrate_sow_readers_test.py', 'testdata/migrate_sow'
-)
-# This repository's own tooling and acceptance runs, not Flax's.
-NOT_SHIPPED = (
-    'check_static_test.py',     # scripts/upstream/check_static.py
-    'mutation_table_test.py',   # scripts/mutation
-    'sow_bench_test.py',        # benchmarks/sow_bench.py
-    'interventions_bench_test.py',  # benchmarks/interventions_gemma.py
-    'migrate_sow_real_test.py',  # the codemod on checkouts of other repos
-    'readme_test.py',           # this repository's README, CONTRIBUTING
-    'flax_docs_test.py',        # scripts/upstream/flax_docs.py
-    'patchset_test.py',         # this script and flax_integration.py
-)
+DOCS_TESTS = (f'{N}/sow_guides.py', 'tests/docs')
+CODEMOD_TESTS = ('tests/migrate',)
+# This repository's own: the conftest.py that shares the helpers with its
+# test folders, and the tests of its tooling and acceptance runs.
+NOT_SHIPPED = ('tests/conftest.py', 'tests/tooling')
+
 CODEMOD = 'scripts/migrate'
 CODEMOD_FILES = ('migrate_sow.py', 'sow_migrate')
 
@@ -242,12 +234,38 @@ def copy_ours(source: pathlib.Path, target: pathlib.Path) -> list[str]:
   return [str(p) for p in written]
 
 
+def files_under(relative: str) -> list[str]:
+  """The files of ours at ``relative`` (a file, or a folder's files)."""
+  path = REPO / relative
+  if path.is_file():
+    return [relative]
+  return sorted(
+      str(p.relative_to(REPO)) for p in path.rglob('*')
+      if p.is_file() and '__pycache__' not in p.parts
+      and p.suffix not in ('.pyc', '.pyo')
+  )
+
+
+def flax_path(relative: str) -> str:
+  """Where a test file of ours goes in Flax's tree (``sow_layout.GROUPS``)."""
+  for ours, flax in LAYOUT.GROUPS.values():
+    if relative.startswith(ours + '/'):
+      return flax + relative[len(ours):]
+  raise PatchsetError(f'{relative}: in no group of sow_layout.GROUPS')
+
+
+def shipped_tests() -> list[str]:
+  """Every test file of ours that goes with the series, as here."""
+  return [f for names in (TRANSFORM_TESTS, INTEGRATION_TESTS, DOCS_TESTS,
+                          CODEMOD_TESTS)
+          for name in names for f in files_under(name)]
+
+
 def copy_tests(tree: pathlib.Path, names: tp.Sequence[str]) -> list[str]:
   written = []
   for name in names:
-    if not (REPO / OUR_TESTS / name).exists():
-      continue
-    written += copy_ours(REPO / OUR_TESTS / name, tree / FLAX_TESTS / name)
+    for relative in files_under(name):
+      written += copy_ours(REPO / relative, tree / flax_path(relative))
   return written
 
 
@@ -262,24 +280,19 @@ def edit(tree: pathlib.Path, relative: str,
 
 
 def check_tests_classified() -> None:
-  """Every file of our tests/nnx goes with a commit or is named as ours."""
-  listed = {
-      *TRANSFORM_TESTS, *INTEGRATION_TESTS, *DOCS_TESTS, *CODEMOD_TESTS,
-      *NOT_SHIPPED, 'testdata',
-  }
-  present = {
-      p.name for p in (REPO / OUR_TESTS).iterdir()
-      if p.name != '__pycache__'
-  }
-  unlisted = sorted(present - listed)
+  """Every file under tests/ goes with a commit or is named as not shipped."""
+  shipped = shipped_tests()
+  ours = {f for name in NOT_SHIPPED for f in files_under(name)}
+  twice = sorted({f for f in shipped if shipped.count(f) > 1} | (
+      ours & set(shipped)))
+  if twice:
+    raise PatchsetError(f'{twice}: listed twice in make_patchset.py')
+  unlisted = sorted(set(files_under('tests')) - set(shipped) - ours)
   if unlisted:
     raise PatchsetError(
-        f'{OUR_TESTS}: {unlisted} are not assigned to a commit; list them'
-        ' in make_patchset.py (a commit, or NOT_SHIPPED)'
+        f'{unlisted} are not assigned to a commit; list them in'
+        ' make_patchset.py (a commit, or NOT_SHIPPED)'
     )
-  extra = {p.name for p in (REPO / OUR_TESTS / 'testdata').iterdir()}
-  if extra - {'migrate_sow'}:
-    raise PatchsetError(f'{OUR_TESTS}/testdata: unassigned {sorted(extra)}')
 
 
 def transform(tree: pathlib.Path) -> list[str]:
@@ -340,7 +353,7 @@ def codemod(tree: pathlib.Path) -> list[str]:
       lambda text: flax_integration.add_ruff_exclude(
           flax_integration.add_testing_extra(
               text, 'libcst', 'scripts/migrate: the sow codemod and its tests'),
-          f'{FLAX_TESTS}/testdata/',
+          f'{flax_path("tests/migrate/testdata")}/',
           "the codemod's input and expected files, kept as written"),
   )
   return written
@@ -418,8 +431,8 @@ untouched.
 
 It is outside the flax package because it needs libcst, which Flax does
 not depend on; libcst is added to the `testing` extra so that its tests
-(tests/nnx/sow/migrate_sow_test.py) run in CI. Without libcst they skip.
-Its input and expected files (tests/nnx/sow/testdata/) are excluded from
+(tests/nnx/sow/migrate/) run in CI. Without libcst they skip. Its input
+and expected files (tests/nnx/sow/migrate/testdata/) are excluded from
 ruff: they keep the imports the code they stand for has.'''),
     Commit(
         'docs', docs,
@@ -441,9 +454,9 @@ extracting_intermediates explained `nnx.capture` by printing the
 `__captures__` attribute it used to install on every module, which no
 longer exists: those cells are rewritten for the new implementation.
 
-tests/nnx/sow/guides_test.py executes these guides (and only these) and
-checks that the coverage table and the bad-input catalogue list exactly
-the tested cases.'''),
+tests/nnx/sow/docs/ executes these guides (and only these), a test file
+per guide, and checks that the coverage table and the bad-input catalogue
+list exactly the tested cases.'''),
 )
 
 

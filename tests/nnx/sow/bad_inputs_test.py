@@ -1,0 +1,299 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every bad input gets the exact error of ``CASES``, which the guide
+docs_nnx/guides/sow_bad_inputs.md shows (its test checks that it lists
+exactly these cases and errors).
+"""
+
+import re
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+from flax.nnx.sow import capture
+from flax.nnx.sow import perturb
+from flax.nnx.sow import plant
+from flax.nnx.sow import sow
+from flax.nnx.sow.transform import primitive
+
+
+X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
+
+
+@jax.custom_vjp
+def _sowing_sin(v):
+  sow(v * 3.0, name='h')
+  return jnp.sin(v)
+
+
+def _sowing_sin_fwd(v):
+  sow(v, name='fwd_only')
+  return _sowing_sin(v), None
+
+
+_sowing_sin.defvjp(_sowing_sin_fwd, lambda _, ct: (ct,))
+
+
+def _while_append(x):
+  return lax.while_loop(lambda c: c[0] < 5.0, lambda c: sow(c + 1.0,
+                                                            name='step'), x)
+
+
+def _while_no_prior(x):
+  return lax.while_loop(lambda c: c[0] < 5.0,
+                        lambda c: sow(c + 1.0, name='c', mode='clobber'), x)
+
+
+def _while_prior_mismatch(x):
+  sow(x[:2], name='c', mode='clobber')
+  return _while_no_prior(x)
+
+
+def _h(x):
+  return sow(jnp.sin(x), name='h') + 1.0
+
+
+def _cond(true_fun, false_fun):
+  return lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x)
+
+
+CASES = {
+    'name_int': (
+        lambda: sow(X, name=3),
+        'TypeError: sow(name=3): name must be a str or a non-empty tuple of'
+        ' str/int, got 3 of type int.'),
+    'name_empty_tuple': (
+        lambda: sow(X, name=()),
+        'TypeError: sow(name=()): name must be a str or a non-empty tuple of'
+        ' str/int, got () of type tuple.'),
+    'name_float_part': (
+        lambda: sow(X, name=('layer', 1.5)),
+        "TypeError: sow(name=('layer', 1.5)): name must be a str or a"
+        " non-empty tuple of str/int, got ('layer', 1.5) of type tuple."),
+    'name_bool_part': (
+        lambda: sow(X, name=('layer', True)),
+        "TypeError: sow(name=('layer', True)): name must be a str or a"
+        " non-empty tuple of str/int, got ('layer', True) of type tuple."),
+    'name_list': (
+        lambda: sow(X, name=['h']),
+        "TypeError: sow(name=['h']): name must be a str or a non-empty tuple"
+        " of str/int, got ['h'] of type list."),
+    'tag_unhashable': (
+        lambda: sow(X, name='h', tag=['t']),
+        "TypeError: sow(name='h'): tag must be hashable (it is static), got"
+        " ['t'] of type list."),
+    'mode_unknown': (
+        lambda: sow(X, name='h', mode='stack'),
+        "ValueError: sow(name='h'): mode must be one of ('append', 'clobber'),"
+        " got 'stack'."),
+    'leaf_str': (
+        lambda: sow({'x': X, 'label': 'hello'}, name='h'),
+        "TypeError: sow(name='h'): every leaf must be an array or a Python"
+        " number, got 'hello' of type str at value['label']."),
+    'leaf_function': (
+        lambda: sow({'f': len}, name='h'),
+        "TypeError: sow(name='h'): every leaf must be an array or a Python"
+        " number, got <built-in function len> of type"
+        " builtin_function_or_method at value['f']."),
+    'perturb_integer': (
+        lambda: perturb(jnp.arange(3, dtype=jnp.int32), name='g'),
+        "TypeError: perturb(name='g'): only floating-point values have"
+        ' gradients, got dtype int32 at value.'),
+    'capture_not_callable': (
+        lambda: capture(3),
+        'TypeError: capture: expected a callable, got 3 of type int.'),
+    'capture_names_type': (
+        lambda: capture(_h, names=3),
+        'TypeError: capture: names must be None, a name, a collection of'
+        ' names or a predicate, got 3 of type int.'),
+    'capture_names_element': (
+        lambda: capture(_h, names=[1.5]),
+        'TypeError: capture: name must be a str or a non-empty tuple of'
+        ' str/int, got 1.5 of type float.'),
+    'capture_tag_unhashable': (
+        lambda: capture(_h, tag={'t'}),
+        "TypeError: capture: tag must be hashable (it is static), got {'t'}"
+        ' of type set.'),
+    'plant_not_callable': (
+        lambda: plant(3, {}),
+        'TypeError: plant: expected a callable, got 3 of type int.'),
+    'plant_values_not_mapping': (
+        lambda: plant(_h, [X]),
+        'TypeError: plant: values must map names to tuples of values (the'
+        ' shape capture returns), got list.'),
+    'plant_entries_not_tuple': (
+        lambda: plant(_h, {'h': X}),
+        "TypeError: plant: values['h'] must be a tuple with one value per"
+        ' sow or a function fn(value, index), got ArrayImpl.'),
+    'plant_bad_name': (
+        lambda: plant(_h, {3: (X,)}),
+        'TypeError: plant: name must be a str or a non-empty tuple of'
+        ' str/int, got 3 of type int.'),
+    'plant_structure': (
+        lambda: plant(_h, {'h': ((X,),)})(X),
+        "ValueError: plant: values['h'][0] has structure PyTreeDef((*,)), but"
+        ' the sow has structure PyTreeDef(*).'),
+    'plant_shape': (
+        lambda: plant(_h, {'h': (jnp.zeros(4, jnp.float32),)})(X),
+        "ValueError: plant: values['h'][0] has a leaf of float32[4], but the"
+        ' sow has float32[3].'),
+    'plant_dtype': (
+        lambda: plant(_h, {'h': (jnp.zeros(3, jnp.int32),)})(X),
+        "ValueError: plant: values['h'][0] has a leaf of int32[3], but the"
+        ' sow has float32[3].'),
+    'plant_too_many': (
+        lambda: plant(_h, {'h': (X, X)})(X),
+        "ValueError: plant: values['h'] has 2 entries but the function sows"
+        " 'h' 1 time."),
+    'plant_too_few': (
+        lambda: plant(lambda x: _h(_h(x)), {'h': (X,)})(X),
+        "ValueError: plant: values['h'] has 1 entries but the function sows"
+        " 'h' more often."),
+    'plant_never_sown': (
+        lambda: plant(_h, {'nope': (X,)})(X),
+        "ValueError: plant: the function never sows 'nope'."),
+    'plant_clobber': (
+        lambda: plant(lambda x: sow(x, name='c', mode='clobber'),
+                      {'c': (X,)})(X),
+        "ValueError: plant: 'c' is sown with mode='clobber', so capture keeps"
+        ' only its last value and there is no value per sow to plant; sow it'
+        " with mode='append' to plant it."),
+    'plant_shard_map': (
+        lambda: plant(jax.pmap(lambda x: sow(x * 2.0, name='v')),
+                      {'v': (X[:1],)})(X[:1]),
+        'NotImplementedError: plant: planting into a shard_map is not'
+        ' supported yet; plant outside the shard_map or capture only.'),
+    'cond_names_differ': (
+        lambda: capture(_cond(lambda v: sow(v, name='a'),
+                              lambda v: sow(v, name='b')))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'b' (append, PyTreeDef(*), float32[3])\n"
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_one_branch_sows': (
+        lambda: capture(_cond(lambda v: sow(v, name='a'), lambda v: v))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        '  branch 0 sows nothing\n'
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_shapes_differ': (
+        lambda: capture(_cond(lambda v: (sow(v, name='a'), v)[1],
+                              lambda v: (sow(v[:2], name='a'), v)[1]))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'a' (append, PyTreeDef(*), float32[2])\n"
+        "  branch 1 sows 'a' (append, PyTreeDef(*), float32[3])"),
+    'cond_modes_differ': (
+        lambda: capture(_cond(lambda v: sow(v, name='a', mode='clobber'),
+                              lambda v: sow(v, name='a')))(X),
+        'ValueError: capture: the branches of a cond/switch (at <location>)'
+        ' must sow the same names, modes, structures, shapes and dtypes in'
+        ' the same order:\n'
+        "  branch 0 sows 'a' (append, PyTreeDef(*), float32[3])\n"
+        "  branch 1 sows 'a' (clobber, PyTreeDef(*), float32[3])"),
+    'vmap_of_cond_with_batched_index': (
+        lambda: capture(jax.vmap(_cond(lambda v: sow(v, name='b'),
+                                       lambda v: sow(-v, name='b'))))(
+                                           jnp.stack([X, -X])),
+        'NotImplementedError: capture: jax.vmap of a cond/switch whose index'
+        ' depends on the mapped inputs runs every branch on every example, so'
+        " its sows ('b') cannot tell which branch an example took. Use"
+        ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
+        ' outside the cond.'),
+    'while_append': (
+        lambda: capture(_while_append)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) sows'
+        " 'step' with mode='append'; its trip count is only known at run"
+        ' time, so appended values cannot have a static shape. Use'
+        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
+        ' with static bounds, or move the sows out.'),
+    'fori_loop_traced_bounds_append': (
+        lambda: jax.jit(capture(lambda x, n: lax.fori_loop(
+            0, n, lambda i, c: sow(c + 1.0, name='step'), x)))(
+                X, jnp.int32(3)),
+        'NotImplementedError: capture: a while_loop (at <location>) sows'
+        " 'step' with mode='append'; its trip count is only known at run"
+        ' time, so appended values cannot have a static shape. Use'
+        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
+        ' with static bounds, or move the sows out.'),
+    'while_clobber_without_prior': (
+        lambda: capture(_while_no_prior)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) clobbers'
+        " 'c' but may run zero times, and nothing was sown under that name"
+        ' before the loop (in the same function body). The loop sows'
+        " 'c' (clobber, PyTreeDef(*), float32[3]); a zero-trip loop has no"
+        ' true value to return, so sow a value like it before the loop, e.g.'
+        " sow(init, name=..., mode='clobber')."),
+    'while_clobber_prior_mismatch': (
+        lambda: capture(_while_prior_mismatch)(X),
+        'NotImplementedError: capture: a while_loop (at <location>) clobbers'
+        " 'c' but may run zero times, and the value sown under that name"
+        " before the loop, 'c' (clobber, PyTreeDef(*), float32[2]), differs"
+        ' from it in structure, shapes or dtypes. The loop sows'
+        " 'c' (clobber, PyTreeDef(*), float32[3]); a zero-trip loop has no"
+        ' true value to return, so sow a value like it before the loop, e.g.'
+        " sow(init, name=..., mode='clobber')."),
+    'while_condition_sows': (
+        lambda: capture(lambda x: lax.while_loop(
+            lambda c: sow(c, name='c')[0] < 5.0, lambda c: c + 1.0, x))(X),
+        'NotImplementedError: capture: the condition of a while_loop (at'
+        ' <location>) sows; move the sows into the body or out of the'
+        ' loop.'),
+    'unsupported_primitive': (
+        lambda: capture(lambda b: lax.custom_linear_solve(
+            lambda v: sow(v * 2.0, name='mv'), b, lambda mv, r: r / 2.0,
+            symmetric=True))(X),
+        "NotImplementedError: capture: the higher-order primitive"
+        " 'custom_linear_solve' (at <location>) contains sows 'mv' and has"
+        ' no capture rule; move the sows out of it or exclude them with'
+        ' capture(..., tag=..., names=...).'),
+    'derivative_rule_sows': (
+        lambda: jax.grad(
+            lambda v: jnp.sum(capture(_sowing_sin)(v)[0]))(X),
+        "NotImplementedError: capture: the forward rule of the"
+        " 'custom_vjp_call' (at <location>) sows 'fwd_only', which its"
+        ' function does not; under differentiation inside a capture such a'
+        ' sow cannot be collected. Sow it in the function instead.'),
+}
+
+_LOCATION = re.compile(r'\(at [^\n]*?:\d+(?::\d+)? \([^()\n]*\)\)')
+
+
+def error_text(thunk) -> str:
+  """``'Type: message'`` of the error ``thunk`` raises, locations elided."""
+  try:
+    thunk()
+  except Exception as e:  # pylint: disable=broad-except
+    return _LOCATION.sub('(at <location>)', f'{type(e).__name__}: {e}')
+  raise AssertionError('no error raised')
+
+
+class BadInputTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(case, case) for case in CASES])
+  def test_bad_input(self, case):
+    thunk, expected = CASES[case]
+    self.assertEqual(error_text(thunk), expected)
+    # A refused call leaves nothing behind.
+    self.assertFalse(primitive.harvesting.value)
+
+
+if __name__ == '__main__':
+  absltest.main()

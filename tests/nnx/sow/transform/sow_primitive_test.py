@@ -1,0 +1,191 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The ``sow`` primitive: an identity that leaves a named marker.
+
+It returns its value, checks its name, tag and leaves, and outside a capture
+changes nothing under JAX's transformations (no effect, no HLO); while a
+capture traces, its marker survives dead-code elimination. Every expected
+value is recomputed independently, outside any sow machinery.
+"""
+
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import export
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import sow
+from flax.nnx.sow import sow_p
+from flax.nnx.sow.transform import primitive
+
+
+X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
+
+
+def count_sows(jaxpr) -> int:
+  """Number of sow equations in a jaxpr, at any depth."""
+  n = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is sow_p:
+      n += 1
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      n += count_sows(sub)
+  return n
+
+
+def harvest_jaxpr(f, *args):
+  """The jaxpr `capture` sees for f: traced while harvesting."""
+  with primitive.harvesting(True):
+    return jax.make_jaxpr(f)(*args).jaxpr
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Pair:
+  a: jax.Array
+  b: jax.Array
+
+
+def _custom_jvp_identity_rule(f):
+  g = jax.custom_jvp(f)
+  g.defjvp(lambda p, t: (g(*p), jnp.cos(p[0]) * t[0]))
+  return g
+
+
+def _custom_vjp_identity_rule(f):
+  g = jax.custom_vjp(f)
+  g.defvjp(lambda x: (g(x), x), lambda x, ct: (jnp.cos(x) * ct,))
+  return g
+
+
+class PrimitiveTest(parameterized.TestCase):
+
+  def test_sow_is_identity_and_returns_the_pytree(self):
+    value = {'a': X, 'b': (jnp.ones(2), Pair(jnp.zeros(1), X * 2))}
+    out = sow(value, name='v')
+    self.assertEqual(
+        jax.tree_util.tree_structure(out), jax.tree_util.tree_structure(value)
+    )
+    for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(value)):
+      self.assertIs(got, want)
+
+  def test_python_numbers_become_arrays(self):
+    out = sow({'i': 3, 'f': 1.5, 'b': True}, name='n')
+    self.assertEqual(out['i'].dtype, jnp.asarray(3).dtype)
+    self.assertEqual(out['f'].dtype, jnp.asarray(1.5).dtype)
+    self.assertEqual(out['b'].dtype, jnp.bool_)
+
+  @parameterized.named_parameters(
+      ('int', 3),
+      ('empty_tuple', ()),
+      ('float_in_tuple', ('a', 1.5)),
+      ('bool_in_tuple', ('a', True)),
+      ('list', ['a']),
+      ('none', None),
+  )
+  def test_bad_name(self, name):
+    with self.assertRaisesRegex(TypeError, r'sow\(name=.*name must be'):
+      sow(X, name=name)
+
+  def test_a_jaxpr_with_sows_prints(self):
+    # JAX's jaxpr printer reads a `name` parameter as a function's name (a
+    # str): the sow's name is not passed under that key.
+    def f(x):
+      x = sow(x, name=('block', 0, 'h'), tag='features')
+      return sow(2 * x, name='out')
+
+    text = str(jax.make_jaxpr(f)(X))
+    self.assertIn("sow_name=('block', 0, 'h')", text)
+    self.assertIn('sow_name=out', text)
+
+  def test_unhashable_tag(self):
+    with self.assertRaisesRegex(TypeError, r"sow\(name='t'\): tag must be"):
+      sow(X, name='t', tag=['x'])
+
+  @parameterized.named_parameters(
+      ('str', 'hello'), ('object', object()), ('function', len)
+  )
+  def test_non_array_leaf(self, leaf):
+    with self.assertRaisesRegex(
+        TypeError, r"sow\(name='bad'\): every leaf .* at value\['x'\]"
+    ):
+      sow({'x': leaf}, name='bad')
+
+  def test_identity_under_plain_transforms(self):
+    def with_sow(x):
+      h = sow(jnp.sin(x), name='h')
+      sow(jnp.sum(h), name='bare')
+      return jnp.cos(h) * x
+
+    def without_sow(x):
+      return jnp.cos(jnp.sin(x)) * x
+
+    xs = jnp.stack([X, X + 1.0])
+    checks = {
+        'jit': lambda f: jax.jit(f)(X),
+        'grad': lambda f: jax.grad(lambda x: jnp.sum(f(x)))(X),
+        'vmap': lambda f: jax.vmap(f)(xs),
+        'scan': lambda f: lax.scan(lambda c, x: (c, f(x)), 0.0, xs)[1],
+        'checkpoint': lambda f: jax.grad(
+            lambda x: jnp.sum(jax.checkpoint(f)(x))
+        )(X),
+        'export': lambda f: export.export(jax.jit(f))(X).call(X),
+    }
+    for name, run in checks.items():
+      with self.subTest(name):
+        np.testing.assert_array_equal(run(with_sow), run(without_sow))
+
+  def test_no_effect_and_no_hlo_outside_capture(self):
+    def with_sow(x):
+      sow(x * 3, name='bare')
+      return jnp.sin(sow(x, name='x'))
+
+    def without_sow(x):
+      return jnp.sin(x)
+
+    self.assertEqual(jax.make_jaxpr(with_sow)(X).effects, set())
+    hlo = lambda f: jax.jit(f).lower(X).as_text().split('\n', 1)[1]
+    self.assertEqual(hlo(with_sow), hlo(without_sow))
+    self.assertNotIn('token', hlo(with_sow))
+
+  @parameterized.named_parameters(
+      ('top', lambda f: f),
+      ('jit', jax.jit),
+      ('scan', lambda f: lambda x: lax.scan(lambda c, _: (f(c), None), x,
+                                            None, length=2)[0]),
+      ('cond', lambda f: lambda x: lax.cond(True, f, lambda y: y, x)),
+      ('checkpoint', jax.checkpoint),
+      ('custom_jvp', lambda f: _custom_jvp_identity_rule(f)),
+      ('custom_vjp', lambda f: _custom_vjp_identity_rule(f)),
+  )
+  def test_bare_sow_survives_dce_while_harvesting(self, wrap):
+    def f(x):
+      sow(x * 3.0, name='bare')  # result unused
+      return jnp.sin(x)
+
+    g = wrap(f)
+    grad_of_g = jax.grad(lambda x: jnp.sum(g(x)))
+    self.assertGreaterEqual(count_sows(harvest_jaxpr(g, X)), 1)
+    self.assertGreaterEqual(count_sows(harvest_jaxpr(grad_of_g, X)), 1)
+    self.assertGreaterEqual(
+        count_sows(harvest_jaxpr(jax.jit(grad_of_g), X)), 1
+    )
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,344 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The upstream patch series' edits of Flax's files, and the series itself.
+
+The edits (``scripts/upstream/flax_integration.py``) run on small
+hand-written files shaped as Flax's, whose expected results are written out
+here; the whole series (``make_patchset.py``) runs on ``$FLAX_CHECKOUT`` if
+it is set (a clean git clone of google/flax), else that test skips. Of
+``check_patchset.py``, the reading of Sphinx's output is tested here on
+text shaped as Sphinx 6.2 writes it.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+import sow_layout
+
+_SYS_PATH = list(sys.path)
+sys.path.insert(0, os.path.join(sow_layout.ROOT, 'scripts', 'upstream'))
+import check_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
+import flax_integration as fi  # pylint: disable=g-import-not-at-top,wrong-import-position
+import make_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path[:] = _SYS_PATH
+
+MODULE = textwrap.dedent('''\
+    from __future__ import annotations
+
+    import inspect
+
+    import jax
+
+    from flax.nnx import (
+      graphlib,
+      pytreelib,
+    )
+    from flax.nnx.statelib import split_state, State
+    import functools as ft
+    from collections.abc import MutableMapping
+
+    tuple_reduce = lambda xs, x: xs + (x,)
+
+
+    class Module:
+
+      def sow(self, variable_type, name, value, reduce_fn=tuple_reduce,
+              init_fn=None):
+        """Sows."""
+        if hasattr(self, '__captures__'):
+          return jax.tree.map(lambda x: x, value)
+        return True
+
+      def perturb(self, name, value, variable_type=None):
+        """Perturbs."""
+        return value
+
+      def other(self):
+        return inspect.signature(self.other), graphlib
+
+    def capture(fn, *var_types, init: State | None = None,
+                method_outputs=None):
+        """Captures."""
+        _add_capturing(type(fn))
+        return split_state(_extract_captures(fn), *var_types)
+
+    # Collects.
+    def _extract_captures(module):
+      return pytreelib.data(module)
+
+
+    def _collect_state_by_path(state):
+      return isinstance(state, MutableMapping)
+
+    def _navigate_to_path(state, path):
+      return _collect_state_by_path(state)
+
+    def _add_capturing(cls):
+      return ft.wraps(cls)
+
+    def _remove_capturing(cls):
+      return _navigate_to_path(cls, ())
+''')
+
+
+class DelegateModuleTest(absltest.TestCase):
+
+  def test_bodies_delegate_dead_code_and_imports_go(self):
+    out = fi.delegate_module(MODULE)
+    self.assertEqual(out, textwrap.dedent('''\
+        from __future__ import annotations
+
+        import inspect
+
+        from flax.nnx import (
+          graphlib,
+        )
+        from flax.nnx.statelib import State
+
+        tuple_reduce = lambda xs, x: xs + (x,)
+
+
+        class Module:
+
+          def sow(self, variable_type, name, value, reduce_fn=tuple_reduce,
+                  init_fn=None):
+            """Sows."""
+            # Implemented on the sow transform (flax.nnx.sow), by the package that
+            # implements `capture`; imported here because it imports this module.
+            from flax.nnx.capture_compat import module_methods
+
+            return module_methods.sow(
+                self, variable_type, name, value, reduce_fn, init_fn
+            )
+
+          def perturb(self, name, value, variable_type=None):
+            """Perturbs."""
+            # Implemented on the sow transform, as `sow` is.
+            from flax.nnx.capture_compat import module_methods
+
+            return module_methods.perturb(self, name, value, variable_type)
+
+          def other(self):
+            return inspect.signature(self.other), graphlib
+
+        def capture(fn, *var_types, init: State | None = None,
+                    method_outputs=None):
+            """Captures."""
+            # The call is staged on copies of the modules, as `nnx.jit` does, and
+            # interpreted by the sow transform (flax.nnx.sow); imported here because
+            # that package imports this module.
+            from flax.nnx import capture_compat
+
+            return capture_compat.capture(
+                fn, *var_types, init=init, method_outputs=method_outputs
+            )
+    '''))
+
+  def test_refuses_what_it_does_not_expect(self):
+    cases = {
+        'no sow': MODULE.replace('def sow(', 'def sow_(', 1),
+        'other signature': MODULE.replace('init_fn=None)', 'init=None)'),
+        'no docstring': MODULE.replace('"""Perturbs."""\n', ''),
+        'two captures': MODULE + '\ndef capture(fn):\n  """Again."""\n  pass\n',
+        'helper still used': MODULE.replace(
+            'return inspect.signature', 'return _add_capturing, inspect'),
+        'missing helper': MODULE.replace('_remove_capturing', '_remove_it'),
+        'already delegating': fi.delegate_module(MODULE),
+    }
+    for case, text in cases.items():
+      with self.subTest(case):
+        with self.assertRaises(fi.EditError):
+          fi.delegate_module(text)
+
+
+class OtherEditsTest(absltest.TestCase):
+
+  def test_capture_returns_quoted(self):
+    text = MODULE.replace('"""Captures."""', '"""Captures.\n\n    Returns:\n'
+                          '      a tuple of (result, *intermediates) where\n'
+                          '    """')
+    out = fi.quote_capture_returns(text)
+    self.assertEqual(out, text.replace('(result, *intermediates)',
+                                       '``(result, *intermediates)``'))
+    with self.assertRaisesRegex(fi.EditError, 'quoted already'):
+      fi.quote_capture_returns(out)
+    with self.assertRaisesRegex(fi.EditError, 'in the docstring of capture'):
+      fi.quote_capture_returns(MODULE)
+
+  def test_export_sow_after_capture(self):
+    text = ('from .module import Module as Module\n'
+            'from .module import capture as capture\n'
+            'from .module import view as view\n')
+    self.assertEqual(
+        fi.export_sow(text),
+        'from .module import Module as Module\n'
+        'from .module import capture as capture\n'
+        'from . import sow as sow\n'
+        'from .module import view as view\n')
+    with self.assertRaises(fi.EditError):
+      fi.export_sow(fi.export_sow(text))
+    with self.assertRaises(fi.EditError):
+      fi.export_sow('from .module import Module as Module\n')
+
+  def test_pyproject_lists(self):
+    text = textwrap.dedent('''\
+        [project.optional-dependencies]
+        testing = [
+            "clu",
+            "pytest",
+        ]
+        docs = [
+            "sphinx",
+        ]
+
+        [tool.ruff]
+        # Exclude directories.
+        exclude = [
+          "__init__.py",
+          "examples/",
+        ]
+    ''')
+    out = fi.add_ruff_exclude(
+        fi.add_testing_extra(text, 'hypothesis', 'why'), 'tests/x/', 'data')
+    self.assertEqual(out, text.replace(
+        '    "pytest",\n', '    "pytest",\n    "hypothesis",  # why\n'
+    ).replace('  "examples/",\n', '  "examples/",\n  "tests/x/",  # data\n'))
+    with self.assertRaises(fi.EditError):
+      fi.add_testing_extra(out, 'Hypothesis>=6', 'again')
+    with self.assertRaises(fi.EditError):
+      fi.add_ruff_exclude(out, 'tests/x/', 'again')
+
+
+class MakePatchsetTest(absltest.TestCase):
+
+  def test_every_test_file_goes_with_a_commit_or_is_ours(self):
+    make_patchset.check_tests_classified()
+
+  def test_refuses_a_plain_copy(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      with self.assertRaisesRegex(make_patchset.PatchsetError,
+                                  'not the root of a git work tree'):
+        make_patchset.check_checkout(pathlib.Path(tmp))
+
+  def test_series_applies_with_git_am(self):
+    checkout = os.environ.get('FLAX_CHECKOUT')
+    if not checkout:
+      self.skipTest('no Flax checkout: set FLAX_CHECKOUT to a clean clone')
+    checkout = pathlib.Path(checkout)
+    base = make_patchset.check_checkout(checkout)
+    with tempfile.TemporaryDirectory() as tmp:
+      out = pathlib.Path(tmp) / 'series'
+      patches = make_patchset.make_patchset(checkout, out)
+      self.assertLen(patches, len(make_patchset.COMMITS))
+      tree = pathlib.Path(tmp) / 'flax'
+      make_patchset.clone(checkout, base, tree)
+      subprocess.run(
+          ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'am', '-q',
+           *map(str, patches)], cwd=tree, check=True)
+      module = (tree / 'flax/nnx/module.py').read_text()
+      self.assertIn('capture_compat.capture(', module)
+      self.assertNotIn('__captures__', module)
+      self.assertTrue((tree / 'tests/nnx/sow/api/capture_test.py').exists())
+      self.assertTrue((tree / 'scripts/migrate/migrate_sow.py').exists())
+
+
+class SphinxOutputTest(absltest.TestCase):
+
+  TREE = pathlib.Path('/w/patched')
+
+  def test_warnings_relative_without_line_numbers(self):
+    text = ''.join([
+        '/w/patched/docs_nnx/guides/a.ipynb:50094: WARNING: duplicate label'
+        ' examples, other instance in /w/patched/docs_nnx/examples/index.rst\n',
+        '/w/patched/flax/nnx/sow/capture.py:docstring of'
+        ' flax.nnx.sow.capture.capture:3: WARNING: Unexpected indentation.\n',
+        'WARNING: multiple files found for the document "guides/a": [\'x\']\n',
+        "Use '/w/patched/docs_nnx/guides/a.ipynb' for the build.\n",
+        "[':module: m']:2: CRITICAL: Unexpected section title.\n",
+    ])
+    self.assertEqual(check_patchset.sphinx_warnings(text, self.TREE), [
+        {'where': 'docs_nnx/guides/a.ipynb',
+         'message': 'duplicate label examples, other instance in'
+                    ' docs_nnx/examples/index.rst'},
+        {'where': 'flax/nnx/sow/capture.py:docstring of'
+                  ' flax.nnx.sow.capture.capture',
+         'message': 'Unexpected indentation.'},
+        {'where': '', 'message': 'multiple files found for the document'
+                                 ' "guides/a": [\'x\']'},
+        {'where': "[':module: m']", 'message': 'Unexpected section title.'},
+    ])
+
+  def test_doctest_summary(self):
+    text = textwrap.dedent('''\
+        Doctest summary
+        ===============
+          169 tests
+            0 failures in tests
+            1 failure in setup code
+            0 failures in cleanup code
+        build finished with problems, 275 warnings.
+    ''')
+    self.assertEqual(check_patchset.doctest_summary(text), {
+        'tests': 169, 'failures in tests': 0, 'failures in setup code': 1,
+        'failures in cleanup code': 0})
+
+  def test_located_in_the_series(self):
+    changed = ['docs_nnx/guides/a.ipynb', 'docs_nnx/guides/a.md',
+               'flax/nnx/sow/capture.py']
+    for where, expected in (
+        ('docs_nnx/guides/a.ipynb', True), ('guides/a', True),
+        ('flax/nnx/sow/capture.py:docstring of x', True),
+        ('docs_nnx/guides/b.ipynb', False), ('', False),
+        ('flax/nnx/module.py:docstring of y', False)):
+      with self.subTest(where):
+        self.assertEqual(check_patchset.located_in(where, changed),
+                         expected)
+
+  def test_summary_rows(self):
+    multiple = 'multiple files found for the document "guides/a"'
+    docs = {
+        'doctest': {t: {'tests': 169, 'failures in tests': 0,
+                        'failures in setup code': 1}
+                    for t in ('pristine', 'patched')},
+        'missing': {'pristine': ['torch'], 'patched': ['torch']},
+        'warnings': {'pristine': {'html': 270, 'doctest': 300},
+                     'patched': {'html': 272, 'doctest': 302}},
+        'new': [{'builder': b, 'where': '', 'message': multiple}
+                for b in ('doctest', 'html')]
+               + [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'findings': [{'builder': 'html', 'where': 'x', 'message': 'bad'}],
+        'pages': {'guides/a': 3, 'api_reference/flax.nnx/sow': -1},
+        'green': False,
+    }
+    table = check_patchset.summary_table({'docs': docs})
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M doctest` | 169 tests, 0 failures, 1'
+        ' failing setup | 169 tests, 0 failures, 1 failing setup | same'
+        ' results; not installed: torch; 1 new warnings, 1 of them as every'
+        ' Flax guide gets (an .ipynb and an .md) |', table)
+    self.assertIn(
+        '| `docs_nnx`: Sphinx `-M html` (stored outputs) | 270 warnings |'
+        ' 272 warnings | 2 new warnings, 1 of them as every Flax guide gets'
+        " (an .ipynb and an .md), others: {'bad': 1}; pages: a (3 outputs),"
+        ' api_reference/flax.nnx/sow: NOT BUILT |', table)
+    self.assertTrue(table.endswith('docs: NOT green\n'))
+
+if __name__ == '__main__':
+  absltest.main()
