@@ -47,7 +47,12 @@ COMPAT = 'flax/nnx/capture_compat/'
 # among them: what it finds is pinned by deterministic tests.
 CORE_TESTS = (
     'tests/nnx/sow/transform/sow_primitive_test.py',
+    'tests/nnx/sow/transform/sites_test.py',
+    'tests/nnx/sow/transform/selection_test.py',
+    'tests/nnx/sow/transform/scope_test.py',
+    'tests/nnx/sow/transform/planting_test.py',
     'tests/nnx/sow/transform/interpreter_test.py',
+    'tests/nnx/sow/transform/eager_trace_test.py',
     'tests/nnx/sow/api/capture_eager_test.py',
     'tests/nnx/sow/api/capture_test.py',
     'tests/nnx/sow/api/capture_composition_test.py',
@@ -91,6 +96,7 @@ COMPAT_TESTS = (
 # lift/: graph-node calls staged on copies and written back.
 GRAPH_CALLS_TESTS = (
     'tests/nnx/sow/lift/graph_nodes_test.py',
+    'tests/nnx/sow/lift/write_back_test.py',
     'tests/nnx/sow/api/capture_test.py',
     'tests/nnx/sow/api/capture_composition_test.py',
     'tests/nnx/sow/transform/rules/rules_calls_test.py',
@@ -111,6 +117,8 @@ GRAPH_CALLS_TESTS = (
 )
 # Module paths and taps serve both the functional transform and nnx.capture.
 MODULES_TESTS = (
+    'tests/nnx/sow/lift/module_paths_test.py',
+    'tests/nnx/sow/lift/taps_test.py',
     'tests/nnx/capture_compat/module_sow_test.py',
     'tests/nnx/capture_compat/module_taps_test.py',
     'tests/nnx/capture_compat/compat_capture_test.py',

@@ -54,6 +54,16 @@ class GraphNodesTest(absltest.TestCase):
     jax.vmap(traced, in_axes=(0, None))(X, jax.new_ref(X))
     self.assertTrue(graph_nodes.is_graph_node(jax.new_ref(X)))  # not vacuous
 
+  def test_graph_nodes_in_a_tree_are_kept_whole(self):
+    model = Model(nnx.Rngs(0))
+    variable = nnx.Param(X)
+    tree = {'x': X, 'model': model, 'more': [variable, 2.0, (None,)]}
+    found = graph_nodes.graph_nodes_in(tree)
+    self.assertLen(found, 2)
+    self.assertIs(found[0], model)
+    self.assertIs(found[1], variable)
+    self.assertTrue(graph_nodes.holds_graph_nodes(tree))
+    self.assertFalse(graph_nodes.holds_graph_nodes({'x': X, 'n': [1.0]}))
 
 
 if __name__ == '__main__':

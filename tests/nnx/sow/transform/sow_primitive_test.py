@@ -187,5 +187,92 @@ class PrimitiveTest(parameterized.TestCase):
     )
 
 
+class MarkerTest(parameterized.TestCase):
+  """The marker a capture reads: its effect, parameters and batching."""
+
+  def test_the_effect_is_there_only_while_harvesting(self):
+    f = lambda x: sow(x * 2, name='h')
+    self.assertEqual(jax.make_jaxpr(f)(X).effects, set())
+    with primitive.harvesting(True):
+      closed = jax.make_jaxpr(f)(X)
+    self.assertEqual(closed.effects, {primitive.sow_effect})
+
+  def test_harvesting_keys_the_tracing_caches(self):
+    traces = []
+
+    @jax.jit
+    def f(x):
+      traces.append(primitive.harvesting.value)
+      return sow(x, name='h')
+
+    f(X)
+    with primitive.harvesting(True):
+      jax.make_jaxpr(f)(X)
+    f(X)
+    self.assertEqual(traces, [False, True])
+
+  def test_parameters(self):
+    f = lambda x: sow({'a': x}, name=('b', np.int64(1), 'h'), tag='t',
+                      mode='clobber')
+    (eqn,) = jax.make_jaxpr(f)(X).eqns
+    self.assertIs(eqn.primitive, sow_p)
+    self.assertEqual(eqn.params['sow_name'], ('b', 1, 'h'))
+    self.assertIsInstance(eqn.params['sow_name'][1], int)
+    self.assertEqual(eqn.params['tag'], 't')
+    self.assertEqual(eqn.params['mode'], 'clobber')
+    self.assertEqual(eqn.params['tree'],
+                     jax.tree_util.tree_structure({'a': 0}))
+    self.assertNotIn('meta', eqn.params)
+    (eqn,) = jax.make_jaxpr(lambda x: primitive.sow_with_meta(
+        x, name='m', tag=None, mode='append', meta=('k', 1)))(X).eqns
+    self.assertEqual(eqn.params['meta'], ('k', 1))
+
+  def test_sow_equations_and_keys_at_any_depth(self):
+    def f(x):
+      x = sow(x, name='top', tag='t')
+      return jax.jit(lambda y: sow(y * 2, name=('inner', 0)))(x)
+
+    jaxpr = jax.make_jaxpr(f)(X).jaxpr
+    self.assertEqual(
+        [e.params['sow_name'] for e in primitive.sow_equations(jaxpr)],
+        ['top', ('inner', 0)])
+    self.assertEqual(primitive.sow_keys(jaxpr),
+                     {('top', 't'), (('inner', 0), None)})
+
+  def test_while_harvesting_vmap_broadcasts_and_counts_the_axes(self):
+    f = lambda x: sow((x, jnp.float32(1.0)), name='p')
+    xs = jnp.stack([X, X])
+    (plain,) = primitive.sow_equations(jax.make_jaxpr(jax.vmap(f))(xs).jaxpr)
+    self.assertEqual(plain.params['vmapped'], 0)
+    self.assertEqual(plain.invars[1].aval.shape, ())
+    with primitive.harvesting(True):
+      jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(f)))(jnp.stack([xs] * 4))
+    (eqn,) = primitive.sow_equations(jaxpr.jaxpr)
+    self.assertEqual(eqn.params['vmapped'], 2)
+    self.assertEqual(eqn.invars[1].aval.shape, (4, 2))
+    np.testing.assert_array_equal(jax.vmap(f)(xs)[0], xs)
+
+  @parameterized.named_parameters(
+      ('bad_mode', dict(mode='stack'), ValueError, 'mode'),
+      ('unhashable_meta', dict(meta=['m']), TypeError, 'meta'),
+  )
+  def test_bad_parameters(self, kwargs, error, message):
+    kwargs = dict(dict(tag=None, mode='append', meta=None), **kwargs)
+    with self.assertRaisesRegex(error, message):
+      primitive.sow_with_meta(X, name='p', **kwargs)
+
+  def test_names(self):
+    self.assertEqual(primitive.check_name(('a', np.int32(2)), where='w'),
+                     ('a', 2))
+    self.assertEqual(primitive.name_part(True), None)
+    self.assertEqual(primitive.name_part(np.int8(3)), 3)
+    with self.assertRaisesRegex(TypeError, r'^w: name must be'):
+      primitive.check_name(('a', 2.0), where='w')
+
+  def test_is_sowable(self):
+    self.assertTrue(primitive.is_sowable({'a': X, 'b': 3, 'c': np.ones(2)}))
+    self.assertFalse(primitive.is_sowable(['text']))
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -1,0 +1,154 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Module paths: how the arguments of a staged call name their modules, and
+the frames and path marks by which a module copy finds its path
+(``lift/module_paths.py``), without a staged call."""
+
+import contextlib
+
+from absl.testing import absltest
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from flax.nnx.sow.lift import module_paths as paths
+
+
+class Block(nnx.Module):
+
+  def __call__(self, x):
+    return x
+
+
+class Model(nnx.Module):
+
+  def __init__(self):
+    self.blocks = nnx.List([Block(), Block()])
+    self.again = self.blocks[0]  # the same module at a second path
+
+
+@contextlib.contextmanager
+def active(frame):
+  paths.FRAMES.stack.append(frame)
+  try:
+    yield frame
+  finally:
+    assert paths.FRAMES.stack.pop() is frame
+
+
+class NamingTest(absltest.TestCase):
+
+  def test_the_first_argument_is_the_root_others_are_prefixed(self):
+    model, cache, x = Model(), Block(), jnp.ones(2)
+    found = paths.roots(None, (model, x), {'cache': cache})
+    self.assertEqual([prefix for prefix, _ in found],
+                     [(), (1,), ('cache',)])
+    found = paths.modules_of_roots(found)
+    modules = dict(found)
+    self.assertIs(modules[('blocks', 1)], model.blocks[1])
+    self.assertIs(modules[()], model)
+    self.assertIs(modules[('cache',)], cache)
+    # A module at two paths is named once, by the first nnx.iter_modules
+    # gives; an array holds no module.
+    shared = [path for path, m in found if m is model.blocks[0]]
+    self.assertLen(shared, 1)
+    self.assertIn(shared[0], (('again',), ('blocks', 0)))
+    self.assertNotIn((1,), modules)
+
+  def test_a_module_callable_is_the_root(self):
+    model, other = Model(), Block()
+    found = paths.roots(model, (other,), {})
+    self.assertEqual([prefix for prefix, _ in found], [(), (0,)])
+    self.assertIn(((0,), other), paths.modules_of_roots(found))
+
+  def test_sow_names(self):
+    self.assertEqual(paths.sow_name(('blocks', 0), 'h'), ('blocks', 0, 'h'))
+    self.assertEqual(paths.sow_name(('blocks', np.int64(1)), 'h'),
+                     ('blocks', 1, 'h'))
+    # A path component that cannot be a name part is named by its repr.
+    self.assertEqual(paths.sow_name((1.5,), 'h'), ('1.5', 'h'))
+
+
+class FramesTest(absltest.TestCase):
+
+  def test_a_mark_gives_the_path_in_its_frame_only(self):
+    block = Block()
+    outer, inner = paths.Frame('outer'), paths.Frame('inner')
+    paths.mark(block, outer, ('a',))
+    paths.mark(block, inner, ('b', 0))
+    self.assertEqual(outer.path_of(block), ('a',))
+    self.assertEqual(inner.path_of(block), ('b', 0))
+    paths.unmark([block], inner)
+    self.assertIsNone(inner.path_of(block))
+    self.assertEqual(outer.path_of(block), ('a',))
+    paths.unmark([block], outer)
+    self.assertEqual(vars(block).get(paths._MARK_ATTRIBUTE), None)  # pylint: disable=protected-access
+
+  def test_resolve_finds_the_innermost_frame_holding_the_module(self):
+    block, elsewhere = Block(), Block()
+    outer, inner = paths.Frame('outer'), paths.Frame('inner')
+    paths.mark(block, outer, ('a',))
+    try:
+      with active(outer), active(inner):
+        self.assertIs(paths.innermost_functional(), inner)
+        self.assertEqual(paths.resolve(block, nnx.Intermediate),
+                         (outer, ('a',), True))
+        self.assertIsNone(paths.resolve(elsewhere, nnx.Intermediate))
+    finally:
+      paths.unmark([block], outer)
+    self.assertIsNone(paths.innermost_functional())
+
+  def test_a_collecting_frame_inside_wins_for_its_types(self):
+    class Collecting(paths.Frame):
+      functional = False
+
+      def accepts(self, path, var_type):
+        return var_type is nnx.Intermediate
+
+    block = Block()
+    functional, collecting = paths.Frame('f'), Collecting('c')
+    paths.mark(block, functional, ('f',))
+    paths.mark(block, collecting, ('c',))
+    try:
+      with active(functional), active(collecting):
+        self.assertEqual(paths.resolve(block, nnx.Intermediate),
+                         (collecting, ('c',), True))
+        # Another type reaches the functional frame outside it.
+        self.assertEqual(paths.resolve(block, nnx.Perturbation),
+                         (collecting, ('c',), False))
+    finally:
+      paths.unmark([block], functional)
+      paths.unmark([block], collecting)
+
+  def test_a_module_no_argument_reaches_is_refused_in_a_frame(self):
+    paths.refuse_unreachable(Block(), 'sow')  # no frame: nothing to refuse
+    with active(paths.Frame('f')):
+      with self.assertRaisesRegex(
+          ValueError, 'Module.sow was called on a Block that is not reachable'
+          ' from the arguments'):
+        paths.refuse_unreachable(Block(), 'sow')
+
+  def test_flax_own_sow_is_refused_until_the_last_mark_goes(self):
+    block = Block()
+    frame = paths.Frame('f')
+    paths.mark(block, frame, ())
+    paths.refuse_legacy_sows([block])
+    with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
+      iter(block.__captures__)
+    paths.unmark([block], frame, refused=True)
+    self.assertFalse(hasattr(block, '__captures__'))
+
+
+if __name__ == '__main__':
+  absltest.main()
