@@ -23,7 +23,8 @@ from flax.nnx.sow.transform import planting
 from flax.nnx.sow.transform import sites
 
 
-F32 = np.dtype('float32')
+# JAX's default float: float32, or float64 under JAX_ENABLE_X64.
+FLOAT = jnp.zeros(()).dtype
 PAIR = jax.tree_util.tree_structure((0, 0))
 
 
@@ -31,17 +32,17 @@ class CheckValueTest(absltest.TestCase):
 
   def test_the_leaves_of_a_matching_value(self):
     leaves = planting.check_value((1.0, jnp.zeros(2)), PAIR,
-                                  [((), F32), ((2,), F32)], where='here')
+                                  [((), FLOAT), ((2,), FLOAT)], where='here')
     self.assertLen(leaves, 2)
     self.assertIsInstance(leaves[0], jax.Array)
 
   def test_another_structure_shape_or_dtype_is_refused(self):
-    avals = [((), F32), ((2,), F32)]
+    avals = [((), FLOAT), ((2,), FLOAT)]
     with self.assertRaisesRegex(ValueError, r'^here has structure'):
       planting.check_value([1.0, jnp.zeros(2)], PAIR, avals, where='here')
     with self.assertRaisesRegex(
-        ValueError, r'^here has a leaf of float32\[3\], but the sow has'
-        r' float32\[2\]\.$'):
+        ValueError, rf'^here has a leaf of {FLOAT.name}\[3\], but the sow'
+        rf' has {FLOAT.name}\[2\]\.$'):
       planting.check_value((1.0, jnp.zeros(3)), PAIR, avals, where='here')
     with self.assertRaisesRegex(ValueError, 'int32'):
       planting.check_value((1.0, jnp.zeros(2, jnp.int32)), PAIR, avals,
@@ -52,7 +53,7 @@ class CheckValueTest(absltest.TestCase):
         ValueError, r'returned a leaf of .*; it must return a value like the'
         ' one it receives'):
       planting.check_value((1.0, jnp.zeros(3)), PAIR,
-                           [((), F32), ((2,), F32)], where='fn',
+                           [((), FLOAT), ((2,), FLOAT)], where='fn',
                            returned=True)
 
 
@@ -88,14 +89,14 @@ class FunctionsTest(absltest.TestCase):
 
   def test_fn_gets_each_value_and_its_index(self):
     site = sites.Site('h', None, 'append', jax.tree_util.tree_structure(0),
-                      (((3,), F32),))
+                      (((3,), FLOAT),))
     fns = planting.Functions({'h': lambda value, i: value * i})
     (out,) = fns.apply(site, [jnp.ones(3)], 2)
     np.testing.assert_array_equal(out, [2.0, 2.0, 2.0])
 
   def test_fn_maps_over_the_axes_of_vmaps_inside(self):
     site = sites.Site('h', None, 'append', jax.tree_util.tree_structure(0),
-                      (((2, 3), F32),), vmapped=1)
+                      (((2, 3), FLOAT),), vmapped=1)
     seen = []
 
     def fn(value, index):

@@ -21,13 +21,13 @@ of jaxprs traced here, with no interpretation.
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import sites
 
 
-F32 = np.dtype('float32')
+# JAX's default float: float32, or float64 under JAX_ENABLE_X64.
+FLOAT = jnp.zeros(()).dtype
 
 
 def pair(x):
@@ -48,7 +48,7 @@ class SiteOfTest(absltest.TestCase):
     self.assertEqual(site.tag, 't')
     self.assertEqual(site.mode, 'append')
     self.assertEqual(site.num_leaves, 2)
-    self.assertEqual(site.avals, (((3,), F32), ((3,), F32)))
+    self.assertEqual(site.avals, (((3,), FLOAT), ((3,), FLOAT)))
     self.assertEqual((site.vmapped, site.inner_vmaps), (0, 0))
     self.assertEqual(site.params,
                      {'sow_name': ('block', 0, 'h'), 'tag': 't', 'meta': None})
@@ -56,7 +56,7 @@ class SiteOfTest(absltest.TestCase):
   def test_a_vmap_around_the_sow_is_an_inner_vmap(self):
     eqn = only_sow(jax.make_jaxpr(jax.vmap(pair))(jnp.ones((2, 3))).jaxpr)
     site = sites.site_of(eqn)
-    self.assertEqual(site.avals, (((2, 3), F32), ((2, 3), F32)))
+    self.assertEqual(site.avals, (((2, 3), FLOAT), ((2, 3), FLOAT)))
     self.assertEqual(site.inner_vmaps, 1)
     # Outside a capture the batching rule leaves the parameters as they are.
     self.assertEqual(site.vmapped, 0)
@@ -80,17 +80,17 @@ class SiteViewsTest(absltest.TestCase):
 
   SITE = sites.Site(
       name='h', tag=None, mode='append',
-      tree=jax.tree_util.tree_structure(0), avals=(((2, 3), F32),),
+      tree=jax.tree_util.tree_structure(0), avals=(((2, 3), FLOAT),),
       vmapped=1, inner_vmaps=0)
 
   def test_with_leading(self):
-    self.assertEqual(self.SITE.with_leading(5, 4).avals, (((5, 4, 2, 3), F32),))
+    self.assertEqual(self.SITE.with_leading(5, 4).avals, (((5, 4, 2, 3), FLOAT),))
 
   def test_a_loop_axis_goes_after_the_outer_vmaps(self):
-    self.assertEqual(self.SITE.with_loop_axis(7).avals, (((2, 7, 3), F32),))
+    self.assertEqual(self.SITE.with_loop_axis(7).avals, (((2, 7, 3), FLOAT),))
     inner = self.SITE.seen_through(1)
     self.assertEqual(inner.inner_vmaps, 1)
-    self.assertEqual(inner.with_loop_axis(7).avals, (((7, 2, 3), F32),))
+    self.assertEqual(inner.with_loop_axis(7).avals, (((7, 2, 3), FLOAT),))
 
   def test_seen_through_no_vmap_is_the_same_site(self):
     self.assertIs(self.SITE.seen_through(0), self.SITE)
@@ -100,9 +100,9 @@ class RecordsTest(absltest.TestCase):
 
   def test_split_records_pairs_each_site_with_its_leaves(self):
     two = sites.Site('p', None, 'append', jax.tree_util.tree_structure((0, 0)),
-                     (((), F32),) * 2)
+                     (((), FLOAT),) * 2)
     one = sites.Site('q', None, 'append', jax.tree_util.tree_structure(0),
-                     (((), F32),))
+                     (((), FLOAT),))
     records = sites.split_records([two, one], ['a', 'b', 'c'])
     self.assertEqual(records, [(two, ['a', 'b']), (one, ['c'])])
     with self.assertRaises(AssertionError):
