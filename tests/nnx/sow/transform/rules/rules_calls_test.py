@@ -431,7 +431,9 @@ class ImmutablePytreesTest(sow_testing.StateAssertions,
           self.assertLikeTwin(model, twin)
           sow_testing.assert_close(
               collected['h'][0],
-              self.by_hand(model, X_GRAPH_NODES, lo - 0.25 * step, hi + 0.25 * step),
+              self.by_hand(
+                  model, X_GRAPH_NODES, lo - 0.25 * step, hi + 0.25 * step
+              ),
           )
         np.testing.assert_array_equal(lo_hi(model.bounds)[0], lo - 0.5)
 
@@ -463,7 +465,7 @@ class ImmutablePytreesTest(sow_testing.StateAssertions,
       def __init__(self):
         self.bounds = nnx.data((
             PYTREES[kind](jnp.full(3, -0.5), jnp.full(3, 0.5)),
-            jnp.ones(3),
+            jnp.ones((1, 3)),  # of the rank of x (JAX_NUMPY_RANK_PROMOTION)
         ))
 
       def __call__(self, x):
@@ -483,10 +485,12 @@ class ImmutablePytreesTest(sow_testing.StateAssertions,
       self.assertSameState(model, twin)
       self.assertIs(type(model.bounds[0]), type(twin.bounds[0]))
       # By hand: clipped to the bounds widened i times, scaled by 2^i.
-      by_hand = np.clip(X_GRAPH_NODES, -0.5 - 0.25 * i, 0.5 + 0.25 * i) * 2.0 ** i
+      by_hand = (
+          np.clip(X_GRAPH_NODES, -0.5 - 0.25 * i, 0.5 + 0.25 * i) * 2.0**i
+      )
       sow_testing.assert_close(collected['h'][0], by_hand)
     np.testing.assert_array_equal(lo_hi(model.bounds[0])[0], jnp.full(3, -1.0))
-    np.testing.assert_array_equal(model.bounds[1], jnp.full(3, 4.0))
+    np.testing.assert_array_equal(model.bounds[1], jnp.full((1, 3), 4.0))
 
 
 
