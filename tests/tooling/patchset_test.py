@@ -360,6 +360,33 @@ class MakePatchsetTest(absltest.TestCase):
                         / '__init__.py').read_text())
 
 
+class CommitChecksTest(absltest.TestCase):
+
+  def test_first_test_of_each_earlier_file(self):
+    listing = textwrap.dedent('''\
+        tests/nnx/sow/a_test.py::A::test_1
+        tests/nnx/sow/a_test.py::A::test_2
+        tests/nnx/sow/b_test.py::B::test_1
+        tests/nnx/sow/c_test.py::C::test_1
+
+        4 tests collected in 0.1s
+    ''')
+    self.assertEqual(
+        check_patchset._first_tests(  # pylint: disable=protected-access
+            listing, {'tests/nnx/sow/a_test.py', 'tests/nnx/sow/c_test.py'}),
+        ['tests/nnx/sow/a_test.py::A::test_1',
+         'tests/nnx/sow/c_test.py::C::test_1'])
+
+  def test_a_commit_is_green_if_its_tests_ran_and_passed(self):
+    record = {'import': 0, 'collect': 0, 'failing': {}, 'own': ['a'],
+              'smoke': 0, 'tests': {'passed': 3}}
+    green = check_patchset._commit_green  # pylint: disable=protected-access
+    self.assertTrue(green(record))
+    self.assertFalse(green(dict(record, failing={'x': '[failed] E'})))
+    self.assertFalse(green(dict(record, tests={'skipped': 3})))
+    self.assertFalse(green(dict(record, collect=2)))
+
+
 class SphinxOutputTest(absltest.TestCase):
 
   TREE = pathlib.Path('/w/patched')
