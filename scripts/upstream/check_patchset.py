@@ -29,8 +29,12 @@ already done:
   examples and other test folders use (``EXCLUDED``), and jax pinned as
   this project pins it.
 * ``commits``: each commit of the series alone (a reviewer may stop after
-  any): its tree imports ``flax.nnx`` and ``flax.nnx.sow``, and pytest
-  collects our tests in it.
+  any), in a clone of it: its tree imports ``flax.nnx`` and ``flax.nnx.sow``,
+  pytest collects all our tests in it, and its tests pass with Flax's CI
+  settings: the test files it adds and the first test of each earlier one
+  (``--commit-tests=own``, the default), or every test file of ours
+  (``--commit-tests=all``). The doctests of our modules there are counted,
+  not decisive: some examples use what a later commit adds.
 * ``tests``: ``pytest -n 2 tests/nnx`` in each tree with Flax's CI settings
   (``XLA_FLAGS=--xla_force_host_platform_device_count=4``,
   ``JAX_NUMPY_RANK_PROMOTION=raise``, ``FLAX_PROFILE=1``;
@@ -237,43 +241,118 @@ def part_apply(args, work: pathlib.Path) -> dict[str, tp.Any]:
 # ---------------------------------------------------------------------------
 
 
+def _first_tests(log: str, files: tp.Collection[str]) -> list[str]:
+  """The first test id of each of ``files`` in a ``--collect-only -q``
+  output."""
+  first: dict[str, str] = {}
+  for line in log.splitlines():
+    path = line.split('::', 1)[0]
+    if '::' in line and path in files and path not in first:
+      first[path] = line.strip()
+  return list(first.values())
+
+
 def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
-  """Each commit's tree imports ``flax.nnx`` and collects our tests.
+  """Each commit of the series on its own, in its own tree.
 
   A reviewer may stop after any commit (or bisect through them): each must
-  stand alone. Collecting imports every test module and its helpers.
+  stand alone. Its tree imports ``flax.nnx`` and ``flax.nnx.sow``, pytest
+  collects every test of ours in it (importing every test module and its
+  helpers), and its tests pass with Flax's CI settings: with
+  ``--commit-tests=all`` every test file of ours in the tree; with ``own``
+  (the default) the test files the commit adds, and a smoke of the others:
+  the first test of each test file of the commits before. The doctests of
+  our modules in the tree are run too, and counted, but do not decide:
+  some modules' examples use what later commits add.
   """
-  del args
+  import run_flax_nnx_tests  # pylint: disable=g-import-not-at-top
+
   applied = json.loads((work / 'results' / 'apply.json').read_text())
+  manifest = json.loads((work / 'patches' / 'series.json').read_text())
+  shas = [line.split(' ', 1) for line in applied['commits'][::-1]]
+  if len(shas) != len(manifest):
+    raise CheckError(f'{len(shas)} commits applied, {len(manifest)} in'
+                     ' series.json')
   patched = work / 'patched'
   python = venv_python(work / 'venv-patched')
   records = []
-  for line in applied['commits'][::-1]:  # oldest first
-    sha, subject = line.split(' ', 1)
+  earlier: list[str] = []
+  for (sha, subject), entry in zip(shas, manifest):
+    start = time.monotonic()
     tree = work / 'commit-tree'
     if tree.exists():
       shutil.rmtree(tree)
     # A clone, not `git archive`: it copes with blobs a partial mirror lacks.
     make_patchset.clone(patched, sha, tree)
     env = {k: v for k, v in os.environ.items()
-           if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
-    env['PYTHONPATH'] = str(tree)  # ahead of the editable install
+           if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'XLA_FLAGS',
+                        'JAX_NUMPY_RANK_PROMOTION', 'FLAX_PROFILE',
+                        'JAX_ENABLE_X64')}
+    env.update(CI_ENV)
+    # Ahead of the editable install; the plugin that records outcomes.
+    env['PYTHONPATH'] = os.pathsep.join([str(tree), str(HERE)])
     log = work / 'logs' / f'commit-{sha}.log'
     log.unlink(missing_ok=True)
     imported = run([python, '-c', 'import flax.nnx, flax.nnx.sow;'
                     ' assert flax.nnx.__file__.startswith(%r)' % str(tree)],
                    cwd=tree, env=env, log=log, check=False)
-    collected = run([python, '-m', 'pytest', '--collect-only', '-q',
-                     '-p', 'no:cacheprovider', OUR_TESTS], cwd=tree,
-                    env=env, log=log, check=False)
-    tail = log.read_text().strip().splitlines()[-1:] or ['']
-    records.append({'commit': sha, 'subject': subject,
-                    'import': imported, 'collect': collected,
-                    'collected': tail[0]})
+    ours = OUR_TESTS if (tree / OUR_TESTS).is_dir() else None
+    collected, listing = 0, ''
+    if ours:
+      listing_log = work / 'logs' / f'commit-{sha}.collect.log'
+      listing_log.unlink(missing_ok=True)
+      collected = run([python, '-m', 'pytest', '--collect-only', '-q',
+                       '-p', 'no:cacheprovider', ours], cwd=tree, env=env,
+                      log=listing_log, check=False)
+      listing = listing_log.read_text()
+    own = [t for t in entry['tests'] if (tree / t).exists()]
+    if args.commit_tests == 'all':
+      targets = [ours] if ours else []
+    else:
+      targets = own + _first_tests(listing, set(earlier))
+    outcomes: dict[str, tuple[str, str]] = {}
+    if targets:
+      results = work / 'results' / f'commit-{sha}.jsonl'
+      run([python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+           '-n', str(args.workers), '-p', 'results_plugin',
+           f'--upstream-results={results}', *targets],
+          cwd=tree, env=env, log=log, check=False)
+      outcomes = run_flax_nnx_tests.load_outcomes(str(results))
+    modules = [p for p in ('flax/nnx/sow', 'flax/nnx/capture_compat')
+               if (tree / p).is_dir()]
+    doc_results = work / 'results' / f'commit-{sha}.doctests.jsonl'
+    run([python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+         '--doctest-modules', '-p', 'results_plugin',
+         f'--upstream-results={doc_results}', *modules],
+        cwd=tree, env={k: v for k, v in env.items() if k not in CI_ENV},
+        log=log, check=False)
+    doctests = run_flax_nnx_tests.load_outcomes(str(doc_results))
+    tail = [line for line in listing.strip().splitlines()[-1:]] or ['']
+    records.append({
+        'commit': sha, 'subject': subject, 'key': entry['key'],
+        'added': entry['added'], 'import': imported, 'collect': collected,
+        'collected': tail[0], 'own': own, 'smoke': len(targets) - len(own)
+        if args.commit_tests != 'all' else 0,
+        'tests': _counts(outcomes), 'failing': _failing(outcomes),
+        'doctests': _counts(doctests),
+        'doctests_failing': sorted(_failing(doctests)),
+        'seconds': round(time.monotonic() - start),
+    })
+    print(f"commit {len(records)} {entry['key']}: {_counts(outcomes)};"
+          f" doctests {_counts(doctests)} ({records[-1]['seconds']}s)",
+          flush=True)
+    earlier += own
   shutil.rmtree(work / 'commit-tree', ignore_errors=True)
-  return {'commits': records,
-          'green': all(r['import'] == 0 and r['collect'] == 0
-                       for r in records)}
+  return {'commits': records, 'mode': args.commit_tests,
+          'green': all(_commit_green(r) for r in records)}
+
+
+def _commit_green(record: dict[str, tp.Any]) -> bool:
+  """It imports, collects, and its tests ran and passed."""
+  ran = record['own'] or record['smoke'] or record['tests']
+  return (record['import'] == 0 and record['collect'] == 0
+          and not record['failing']
+          and (not ran or record['tests'].get('passed', 0) > 0))
 
 
 # ---------------------------------------------------------------------------
@@ -765,19 +844,34 @@ def _docs_rows(docs: dict[str, tp.Any]) -> list[tuple[str, ...]]:
   ]
 
 
+def _commit_rows(commits: dict[str, tp.Any]) -> list[tuple[str, ...]]:
+  """A row per commit: what it adds and how its tests ran."""
+  rows = []
+  for i, r in enumerate(commits['commits'], 1):
+    if r['import'] or r['collect']:
+      result = f"FAILED (import {r['import']}, collect {r['collect']})"
+    elif r['failing']:
+      result = f"{_fmt_counts(r['tests'])}: {', '.join(sorted(r['failing']))[:300]}"
+    else:
+      result = _fmt_counts(r['tests'])
+    what = (f"{len(r['own'])} test files" + (
+        f" + smoke of {r['smoke']}" if r['smoke'] else '')
+            if commits['mode'] != 'all' else 'all our tests')
+    doctests = r.get('doctests', {})
+    notes = f"{what}; {r['seconds']} s"
+    if doctests.get('failed'):
+      notes += (f"; doctests: {doctests['failed']} failing"
+                f" ({', '.join(m.split('::')[0].rsplit('/', 1)[-1] for m in r['doctests_failing'])})")
+    rows.append((f"commit {i} `{r['key']}` (+{r['added']} lines)", '-',
+                 result, notes))
+  return rows
+
+
 def summary_table(results: dict[str, dict[str, tp.Any]]) -> str:
   rows = []
   commits = results.get('commits')
   if commits:
-    def one(r):
-      if r['import'] or r['collect']:
-        return f"{r['commit']}: FAILED (import {r['import']}," \
-               f" collect {r['collect']})"
-      return r['collected'].split(' tests collected')[0]
-    rows.append((
-        'each commit alone: imports `flax.nnx`, collects our tests', '-',
-        ' / '.join(one(r) for r in commits['commits']) + ' tests',
-        f"{len(commits['commits'])} commits"))
+    rows += _commit_rows(commits)
   tests = results.get('tests')
   if tests:
     rows.append((
@@ -868,6 +962,10 @@ def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
                       help='skip the parts whose results are already there')
   parser.add_argument('--workers', type=int, default=2,
                       help='pytest-xdist workers, as Flax CI (default 2)')
+  parser.add_argument(
+      '--commit-tests', choices=('own', 'all'), default='own',
+      help="at each commit, run the test files it adds and the first test"
+      " of each earlier one (own), or every test file of ours (all)")
   parser.add_argument('--python', default=sys.executable,
                       help='the interpreter of the fresh venvs')
   parser.add_argument(

@@ -241,6 +241,19 @@ def add_to_toctree(checkout: pathlib.Path) -> pathlib.Path:
   )
 
 
+def add_guide_to_toctree(checkout: pathlib.Path, name: str) -> pathlib.Path:
+  """Lists one guide in the toctree, in ``GUIDES``' order among those
+  listed already (after ``extracting_intermediates`` if none is): the
+  series adds the guides one commit each."""
+  text = _read(checkout, TOCTREE)
+  listed = {line.strip() for line in text.splitlines()}
+  after = TOCTREE_AFTER
+  for earlier in GUIDES[:GUIDES.index(name)]:
+    if f'guides/{earlier}' in listed:
+      after = f'guides/{earlier}'
+  return _insert_lines_after(checkout, TOCTREE, after, [f'guides/{name}'])
+
+
 def add_api_page(checkout: pathlib.Path) -> list[pathlib.Path]:
   page = checkout / API_PAGE
   if page.exists():

@@ -15,34 +15,38 @@
 
 Usage, from the repository root, in a Python with jupytext, nbclient,
 ipykernel, libcst and Flax's dependencies (this repository's venv: the docs
-commit executes the guides in the patched tree)::
+commits execute the guides in the patched tree)::
 
   python scripts/upstream/make_patchset.py FLAX_CHECKOUT OUTDIR
 
 ``FLAX_CHECKOUT`` is a clean git work tree of google/flax (Flax 0.12.8 is
 commit 3a491108); it is never modified: the series is built in a temporary
 clone of it, on its ``HEAD``, and written to ``OUTDIR`` by
-``git format-patch --base``, in the order a maintainer reviews it:
+``git format-patch --base``, with ``OUTDIR/series.json`` (each commit's key,
+subject, added lines and test files, which ``check_patchset.py`` runs).
 
-1. ``flax/nnx/sow``, the transform, with its tests;
-2. the NNX integration: ``flax/nnx/capture_compat``, ``module.py``'s
-   ``Module.sow``, ``Module.perturb`` and ``capture`` calling it, ``nnx.sow``
-   exported, with its tests;
-3. the codemod, in ``scripts/migrate`` (outside the ``flax`` package: it
-   needs libcst, which Flax does not depend on), with its tests;
-4. the docs (``flax_docs.apply_docs``, beside this script), executed in the
-   tree of the three commits before (``guide_outputs.py``): the migration
-   guide runs the codemod, so the docs come after it.
+The commits (``series.py``, beside this script) come in the order a
+maintainer reviews them, one concept each, each with its tests and green on
+its own: the ``sow`` primitive, the interpreter over plain jaxprs, the lift
+to NNX, ``capture``, each family of rules for higher-order primitives,
+``plant`` and ``perturb``, ``nnx.capture`` and ``Module.sow`` on the
+transform, the codemod, the guides. A commit lists the files of ours it
+adds (every file of ours goes with exactly one commit, or is named in
+``NOT_SHIPPED``) and the edits it makes to Flax's files
+(``flax_integration.py``). The packages' ``__init__.py`` files that import
+their modules (``AGGREGATORS``) grow with the series: at each commit they
+import only the modules it has (``partial_aggregator``). A commit adds at
+most ``BUDGET`` lines, unless it says why not (``Commit.oversize``).
 
-Our tests go to ``tests/nnx/sow/`` (the groups of
-``tests/nnx/sow/sow_layout.py``: the transform's keep their path, the compat
-layer's, the codemod's and the guides' go below it): directories without
-``__init__.py``, as Flax's ``tests/nnx/nn/``, so that their helpers import
-as they do here and their ``conftest.py`` (the global-state guard) covers
-only them. Apply the
-series with ``git am OUTDIR/*.patch``; ``check_patchset.sh`` applies and
-tests it. Commits are dated as this repository's ``HEAD``, so the same
-inputs give the same series.
+Our tests go to ``tests/nnx/sow/`` in Flax's tree (the groups of
+``tests/nnx/sow/sow_layout.py``: the transform's tests keep their path, the
+compat layer's, the codemod's and the guides' go below it): directories
+without ``__init__.py``, as Flax's ``tests/nnx/nn/``, so that their helpers
+import as they do here and their ``conftest.py`` (the global-state guard)
+covers only them. Apply the series with ``git am OUTDIR/*.patch``;
+``check_patchset.sh`` applies and tests it, commit by commit. Commits are
+dated as this repository's ``HEAD``, so the same inputs give the same
+series.
 
 A checkout may lack the blobs of some files (a partial mirror): they are
 left out of the temporary clone's work tree (sparse checkout) and counted
@@ -53,9 +57,10 @@ touches them.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import ast
 import glob
 import importlib.util
+import json
 import os
 import pathlib
 import shutil
@@ -70,6 +75,7 @@ sys.path.insert(0, str(HERE))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
 import flax_integration  # noqa: E402
 
+
 def _load_layout():
   """``tests/nnx/sow/sow_layout.py``: where each group of our tests goes."""
   path = REPO / 'tests' / 'nnx' / 'sow' / 'sow_layout.py'
@@ -79,46 +85,31 @@ def _load_layout():
   return module
 
 
-# Where each group of our tests is here and goes in Flax's tree (the
-# transform's keep their path, tests/nnx/sow; the others go below it).
 LAYOUT = _load_layout()
+# Where our tests go in Flax's tree: every group of sow_layout.GROUPS is
+# below it.
 FLAX_TESTS = LAYOUT.GROUPS['sow'][1]
-N, C = 'tests/nnx/sow', 'tests/nnx/capture_compat'
-
-# Our test files and folders, by the commit they go with. Every file under
-# tests/ must be listed, here or in NOT_SHIPPED, so that a new test is never
-# silently left out; a listed path that this tree lacks is skipped (the
-# lists cover the branches being merged).
-TRANSFORM_TESTS = (
-    f'{N}/conftest.py',
-    f'{N}/sow_layout.py',
-    f'{N}/sow_testing.py',
-    f'{N}/sow_pytree_models.py',
-    f'{N}/sow_fuzz_programs.py',
-    f'{N}/transform',
-    f'{N}/lift',
-    f'{N}/api',
-    f'{N}/layers_test.py',
-    f'{N}/bad_inputs_test.py',
-    f'{N}/concurrency_and_leaks_test.py',
-    f'{N}/differential_fuzz_test.py',
-)
-INTEGRATION_TESTS = (
-    f'{N}/compat_testing.py',
-    f'{N}/sow_legacy.py',
-    f'{N}/sow_external_models.py',
-    f'{N}/sow_multiprocess_worker.py',
-    f'{N}/docstrings_test.py',
-    C,
-)
-DOCS_TESTS = (f'{N}/sow_guides.py', 'tests/docs')
-CODEMOD_TESTS = ('tests/migrate',)
+# Every file under these paths is ours: it goes with one commit of the
+# series, or is named in NOT_SHIPPED.
+OURS = ('flax/nnx/sow', 'flax/nnx/capture_compat',
+        'scripts/migrate/migrate_sow.py', 'scripts/migrate/sow_migrate',
+        'tests')
 # This repository's own: the conftest.py that shares the helpers with its
-# test folders, and the tests of its tooling and acceptance runs.
+# test folders, and the tests of its tooling (scripts/upstream, the
+# benchmarks, the mutation table, the README, the codemod on other
+# repositories' checkouts).
 NOT_SHIPPED = ('tests/conftest.py', 'tests/tooling')
-
-CODEMOD = 'scripts/migrate'
-CODEMOD_FILES = ('migrate_sow.py', 'sow_migrate')
+# The packages' __init__.py files that import their modules: at each commit
+# they import the modules it has.
+AGGREGATORS = (
+    'flax/nnx/sow/__init__.py',
+    'flax/nnx/sow/transform/__init__.py',
+    'flax/nnx/sow/transform/rules/__init__.py',
+)
+# Packages whose modules an aggregator may import.
+PACKAGES = ('flax.nnx.sow', 'flax.nnx.capture_compat')
+# The most lines a commit adds, tests included, unless it says why.
+BUDGET = 1500
 
 
 class PatchsetError(RuntimeError):
@@ -206,32 +197,8 @@ def clone(checkout: pathlib.Path, commit: str,
 
 
 # ---------------------------------------------------------------------------
-# The commits
+# Our files and where they go
 # ---------------------------------------------------------------------------
-
-
-def copy_ours(source: pathlib.Path, target: pathlib.Path) -> list[str]:
-  """Copies a file or directory of ours; returns the files written."""
-  if target.exists():
-    raise PatchsetError(f'{target}: already exists in the checkout')
-  written = []
-  if source.is_dir():
-    for path in sorted(source.rglob('*')):
-      if path.is_dir() or '__pycache__' in path.parts:
-        continue
-      if path.suffix in ('.pyc', '.pyo'):
-        continue
-      dest = target / path.relative_to(source)
-      dest.parent.mkdir(parents=True, exist_ok=True)
-      shutil.copy2(path, dest)
-      written.append(dest)
-  elif source.is_file():
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
-    written.append(target)
-  else:
-    raise PatchsetError(f'{source}: missing from this repository')
-  return [str(p) for p in written]
 
 
 def files_under(relative: str) -> list[str]:
@@ -239,6 +206,8 @@ def files_under(relative: str) -> list[str]:
   path = REPO / relative
   if path.is_file():
     return [relative]
+  if not path.is_dir():
+    raise PatchsetError(f'{relative}: missing from this repository')
   return sorted(
       str(p.relative_to(REPO)) for p in path.rglob('*')
       if p.is_file() and '__pycache__' not in p.parts
@@ -247,26 +216,220 @@ def files_under(relative: str) -> list[str]:
 
 
 def flax_path(relative: str) -> str:
-  """Where a test file of ours goes in Flax's tree (``sow_layout.GROUPS``)."""
+  """Where a file of ours goes in Flax's tree: a test file to its group's
+  folder there (``sow_layout.GROUPS``), anything else to the same path."""
+  if not relative.startswith('tests/'):
+    return relative
   for ours, flax in LAYOUT.GROUPS.values():
     if relative.startswith(ours + '/'):
       return flax + relative[len(ours):]
   raise PatchsetError(f'{relative}: in no group of sow_layout.GROUPS')
 
 
+def is_test(relative: str) -> bool:
+  return relative.startswith('tests/') and relative.endswith('_test.py')
+
+
+def commit_files(step) -> list[str]:
+  """The files of ours ``step`` adds, in this repository."""
+  return [f for relative in step.files for f in files_under(relative)]
+
+
 def shipped_tests() -> list[str]:
-  """Every test file of ours that goes with the series, as here."""
-  return [f for names in (TRANSFORM_TESTS, INTEGRATION_TESTS, DOCS_TESTS,
-                          CODEMOD_TESTS)
-          for name in names for f in files_under(name)]
+  """Every file of our tests that goes with the series, as here."""
+  return [f for step in commits() for f in commit_files(step)
+          if f.startswith('tests/')]
 
 
-def copy_tests(tree: pathlib.Path, names: tp.Sequence[str]) -> list[str]:
+def check_files_classified(steps: tp.Sequence[tp.Any] | None = None) -> None:
+  """Every file of ours goes with exactly one commit, or is not shipped."""
+  steps = commits() if steps is None else steps
+  owner: dict[str, str] = {}
+  for step in steps:
+    for path in commit_files(step):
+      if path in owner:
+        raise PatchsetError(
+            f'{path}: in two commits, {owner[path]!r} and {step.key!r}')
+      owner[path] = step.key
+  ours = {f for root in OURS if (REPO / root).exists()
+          for f in files_under(root)}
+  unshipped = {f for root in NOT_SHIPPED for f in files_under(root)}
+  unlisted = sorted(ours - unshipped - owner.keys())
+  if unlisted:
+    raise PatchsetError(
+        f'{unlisted} go with no commit; list them in series.py (a commit)'
+        ' or in make_patchset.NOT_SHIPPED')
+  shipped_and_not = sorted(unshipped & owner.keys())
+  if shipped_and_not:
+    raise PatchsetError(f'{shipped_and_not}: in a commit and NOT_SHIPPED')
+  strays = sorted(owner.keys() - ours)
+  if strays:
+    raise PatchsetError(f'{strays}: listed in series.py but not ours')
+
+
+# ---------------------------------------------------------------------------
+# The packages' __init__.py files, commit by commit
+# ---------------------------------------------------------------------------
+
+
+def present_modules(tree: pathlib.Path) -> set[str]:
+  """The modules of ``PACKAGES`` in ``tree``."""
+  found = set()
+  for package in PACKAGES:
+    folder = tree.joinpath(*package.split('.'))
+    for path in folder.rglob('*.py') if folder.is_dir() else ():
+      parts = path.relative_to(tree).with_suffix('').parts
+      if parts[-1] == '__init__':
+        parts = parts[:-1]
+      found.add('.'.join(parts))
+  return found
+
+
+def _is_ours(module: str) -> bool:
+  return any(module == p or module.startswith(p + '.') for p in PACKAGES)
+
+
+def _imported_module(node: ast.stmt, alias: ast.alias,
+                     modules: tp.Collection[str]) -> str | None:
+  """The module of ours that ``alias`` of import ``node`` needs, if any."""
+  if isinstance(node, ast.Import):
+    return alias.name if _is_ours(alias.name) else None
+  assert isinstance(node, ast.ImportFrom)
+  if node.level or not node.module or not _is_ours(node.module):
+    return None
+  submodule = f'{node.module}.{alias.name}'
+  return submodule if submodule in modules else node.module
+
+
+def _names_read(node: ast.AST) -> set[str]:
+  return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bound(node: ast.stmt) -> set[str]:
+  return {(a.asname or a.name.split('.')[0]) for a in node.names}
+
+
+def _is_all(node: ast.stmt) -> bool:
+  return isinstance(node, ast.Assign) and [
+      getattr(t, 'id', None) for t in node.targets] == ['__all__']
+
+
+def partial_aggregator(text: str, present: tp.Collection[str],
+                       modules: tp.Collection[str],
+                       where: str = '__init__.py') -> str:
+  """An aggregator ``__init__.py`` as a commit that has only the modules
+  ``present`` (of ``modules``, all of ours) has it.
+
+  The imports of absent modules go, with the statements that read what they
+  bound (and the comment lines right above them), the imports only those
+  statements read, and their names in ``__all__``. A run of blank lines
+  where lines went keeps one blank line (none if it had none).
+
+  Raises:
+    PatchsetError: one import statement imports a present and an absent
+      module, or ``__all__`` no longer fits on a line.
+  """
+  tree = ast.parse(text)
+  body = tree.body
+  lines = text.splitlines()
+  drop: set[int] = set()
+  gone: set[str] = set()
+  for i, node in enumerate(body):
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+      continue
+    needed = [_imported_module(node, a, modules) for a in node.names]
+    absent = [m is not None and m not in present for m in needed]
+    if any(absent) and not all(absent):
+      raise PatchsetError(f'{where}:{node.lineno}: one import of present'
+                          ' and absent modules')
+    if any(absent):
+      drop.add(i)
+      gone |= _bound(node)
+  changed = bool(drop)
+  while changed:
+    changed = False
+    for i, node in enumerate(body):
+      if i in drop or _is_all(node) or (
+          i == 0 and isinstance(node, ast.Expr)):
+        continue
+      if _names_read(node) & gone:
+        drop.add(i)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+          gone |= _bound(node)
+        changed = True
+  kept_reads = set().union(*(
+      _names_read(n) for i, n in enumerate(body)
+      if i not in drop and not isinstance(n, (ast.Import, ast.ImportFrom))))
+  dropped_reads = set().union(*(_names_read(body[i]) for i in drop))
+  for i, node in enumerate(body):
+    if i not in drop and isinstance(node, (ast.Import, ast.ImportFrom)):
+      names = _bound(node)
+      if names & dropped_reads and not names & kept_reads:
+        drop.add(i)
+  out: list[str | None] = list(lines)
+  for i in drop:
+    node = body[i]
+    start = node.lineno - 1
+    while start > 0 and lines[start - 1].lstrip().startswith('#'):
+      start -= 1
+    out[start:node.end_lineno] = [None] * (node.end_lineno - start)
+  for node in body:
+    if _is_all(node) and out[node.lineno - 1] is not None:
+      names = [e.value for e in node.value.elts if e.value not in gone]
+      line = f'__all__ = {names!r}'
+      if len(line) > 80:
+        raise PatchsetError(f'{where}: __all__ no longer fits on a line')
+      out[node.lineno - 1:node.end_lineno] = (
+          [line] + [None] * (node.end_lineno - node.lineno))
+  kept: list[str] = []
+  run: list[str | None] = []
+  for line in [*out, '<end>']:
+    if line is None or not line.strip():
+      run.append(line)
+      continue
+    if None in run:
+      run = [''] if any(r is not None for r in run) else []
+    kept += tp.cast(list, run)
+    run = []
+    kept.append(line)
+  kept.pop()
+  result = '\n'.join(kept).rstrip('\n') + '\n'
+  ast.parse(result)
+  return result
+
+
+def update_aggregators(tree: pathlib.Path) -> list[str]:
+  """Brings the aggregators in ``tree`` to the modules it has; returns the
+  files written."""
+  present = present_modules(tree)
+  modules = present_modules(REPO)
   written = []
-  for name in names:
-    for relative in files_under(name):
-      written += copy_ours(REPO / relative, tree / flax_path(relative))
+  for relative in AGGREGATORS:
+    path = tree / relative
+    if not path.exists():
+      continue
+    text = partial_aggregator((REPO / relative).read_text(encoding='utf-8'),
+                              present, modules, relative)
+    if text != path.read_text(encoding='utf-8'):
+      path.write_text(text, encoding='utf-8')
+      written.append(str(path))
   return written
+
+
+# ---------------------------------------------------------------------------
+# The commits
+# ---------------------------------------------------------------------------
+
+
+def copy_ours(source: pathlib.Path, target: pathlib.Path) -> list[str]:
+  """Copies a file of ours; returns the file written."""
+  if target.exists():
+    raise PatchsetError(f'{target}: already exists in the checkout')
+  if not source.is_file():
+    raise PatchsetError(f'{source}: missing from this repository')
+  target.parent.mkdir(parents=True, exist_ok=True)
+  shutil.copy2(source, target)
+  return [str(target)]
 
 
 def edit(tree: pathlib.Path, relative: str,
@@ -279,185 +442,28 @@ def edit(tree: pathlib.Path, relative: str,
   return [str(path)]
 
 
-def check_tests_classified() -> None:
-  """Every file under tests/ goes with a commit or is named as not shipped."""
-  shipped = shipped_tests()
-  ours = {f for name in NOT_SHIPPED for f in files_under(name)}
-  twice = sorted({f for f in shipped if shipped.count(f) > 1} | (
-      ours & set(shipped)))
-  if twice:
-    raise PatchsetError(f'{twice}: listed twice in make_patchset.py')
-  unlisted = sorted(set(files_under('tests')) - set(shipped) - ours)
-  if unlisted:
-    raise PatchsetError(
-        f'{unlisted} are not assigned to a commit; list them in'
-        ' make_patchset.py (a commit, or NOT_SHIPPED)'
-    )
-
-
-def transform(tree: pathlib.Path) -> list[str]:
-  written = copy_ours(REPO / 'flax/nnx/sow', tree / 'flax/nnx/sow')
-  written += copy_tests(tree, TRANSFORM_TESTS)
-  written += edit(
-      tree, flax_integration.PYPROJECT_PATH,
-      lambda text: flax_integration.add_testing_extra(
-          text, 'hypothesis',
-          'tests/nnx/sow: property tests of the sow transform'),
-  )
-  return written
-
-
-def integration(tree: pathlib.Path) -> list[str]:
-  written = copy_ours(REPO / 'flax/nnx/capture_compat',
-                      tree / 'flax/nnx/capture_compat')
-  written += edit(tree, flax_integration.MODULE_PATH,
-                  flax_integration.delegate_module)
-  written += edit(tree, flax_integration.INIT_PATH,
-                  flax_integration.export_sow)
-  written += copy_tests(tree, INTEGRATION_TESTS)
-  return written
-
-
-def docs(tree: pathlib.Path) -> list[str]:
-  # pylint: disable=g-import-not-at-top
-  import flax_docs
-  import guide_outputs
-  import intermediates_guide
-  import nbformat
-  # pylint: enable=g-import-not-at-top
-
-  edited = tree / intermediates_guide.GUIDE.with_suffix('.ipynb')
-  flax_cells = {c.get('id') for c in nbformat.read(edited, 4).cells}
-  changed = flax_docs.apply_docs(tree, REPO)
-  try:
-    guide_outputs.store(
-        tree, [*flax_docs.GUIDES, intermediates_guide.GUIDE.name],
-        keep={intermediates_guide.GUIDE.name: flax_cells})
-  except guide_outputs.GuideError as e:
-    raise PatchsetError(str(e)) from None
-  written = [str(tree / path) for path in changed]
-  # The API reference page renders capture's docstring.
-  written += edit(tree, flax_integration.MODULE_PATH,
-                  flax_integration.quote_capture_returns)
-  written += copy_tests(tree, DOCS_TESTS)
-  return written
-
-
-def codemod(tree: pathlib.Path) -> list[str]:
+def apply_commit(tree: pathlib.Path, step: tp.Any) -> list[str]:
+  """Makes ``step``'s changes in ``tree``; returns the files written."""
   written = []
-  for name in CODEMOD_FILES:
-    written += copy_ours(REPO / CODEMOD / name, tree / CODEMOD / name)
-  written += copy_tests(tree, CODEMOD_TESTS)
-  written += edit(
-      tree, flax_integration.PYPROJECT_PATH,
-      lambda text: flax_integration.add_ruff_exclude(
-          flax_integration.add_testing_extra(
-              text, 'libcst', 'scripts/migrate: the sow codemod and its tests'),
-          f'{flax_path("tests/migrate/testdata")}/',
-          "the codemod's input and expected files, kept as written"),
-  )
+  for relative in commit_files(step):
+    written += copy_ours(REPO / relative, tree / flax_path(relative))
+  for relative, function in step.edits:
+    written += edit(tree, relative, function)
+  if step.make is not None:
+    written += step.make(tree)
+  written += update_aggregators(tree)
   return written
 
 
-@dataclasses.dataclass(frozen=True)
-class Commit:
-  key: str
-  make: tp.Callable[[pathlib.Path], list[str]]
-  subject: str
-  body: str
-
-
-COMMITS = (
-    Commit(
-        'transform', transform,
-        'nnx: add flax.nnx.sow, a functional sow/capture transform',
-        '''\
-`sow(value, name=...)` is an identity JAX primitive that leaves a named
-marker in the jaxpr, and `capture(f)` traces `f`, interprets the jaxpr and
-returns `(out, collected)`: every marked value by name, from any function,
-under any transform. Higher-order primitives (jit, scan, while, cond/switch,
-remat, custom_jvp/custom_vjp, shard_map, ...) each have an explicit rule
-that threads the sown values out, or a refusal naming the sow and the
-primitive. `perturb` captures the gradient of an intermediate and `plant`
-injects values at sow sites. Outside `capture` a sow costs nothing, also
-under `jax.jit`.
-
-Why: `Module.sow` and `nnx.capture` collect intermediates by mutating the
-modules (a `__captures__` attribute on each, method wrappers on their
-classes). That is not thread-safe, leaves state behind on error, does not
-see through `jax` transforms, and cannot work with immutable (Hijax)
-Variables. A jaxpr-level marker needs none of that; the next commit builds
-`nnx.capture` on it.
-
-Tests are in tests/nnx/sow/ (no `__init__.py`, as tests/nnx/nn/, so that
-their helpers import by name; its conftest.py fails any of them that leaves
-global state behind). The property tests use hypothesis, added to the
-`testing` extra; without it they skip.'''),
-    Commit(
-        'integration', integration,
-        'nnx: build nnx.capture, Module.sow and Module.perturb on flax.nnx.sow',
-        '''\
-`Module.sow`, `Module.perturb` and `nnx.capture` keep their signatures,
-docstrings and conventions (one State per Variable type, nested by module
-path; `reduce_fn`/`init_fn`; `init` for perturbations; `method_outputs`),
-and now call `flax.nnx.capture_compat`: `capture` stages the call on copies
-of the modules, as `nnx.jit` does, and inside it `Module.sow` is a
-functional sow named by the module's path. The modules and their classes
-are never modified, so it is thread-safe, nests, leaves nothing behind on
-error, and works inside and around every NNX transform and with Hijax
-Variables. Outside any capture, `Module.sow` and `Module.perturb` behave as
-before (a deprecated Variable attribute, with the same warning at the same
-caller). The helpers only the old `capture` used are removed.
-
-`nnx.sow` exports the transform's package (`nnx.sow.sow`,
-`nnx.sow.capture`, `nnx.sow.perturb`, `nnx.sow.plant`); `nnx.capture`
-stays the Module-level API. `capture_compat.install()`, which points a
-released Flax's names at these functions, is not needed here and still
-works.
-
-Parity tests compare with Flax 0.12.8's `nnx.capture` bitwise on ten real
-models where that implementation exists (the overlay on a released Flax);
-here they skip, saying so.'''),
-    Commit(
-        'codemod', codemod,
-        'scripts/migrate: a codemod from Module.sow/nnx.capture to'
-        ' flax.nnx.sow',
-        '''\
-`python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
-rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
-where it can prove the rewrite keeps behavior, and flags every other site
-with what it found. It is idempotent and leaves files it cannot parse
-untouched.
-
-It is outside the flax package because it needs libcst, which Flax does
-not depend on; libcst is added to the `testing` extra so that its tests
-(tests/nnx/sow/migrate/) run in CI. Without libcst they skip. Its input
-and expected files (tests/nnx/sow/migrate/testdata/) are excluded from
-ruff: they keep the imports the code they stand for has.'''),
-    Commit(
-        'docs', docs,
-        'docs_nnx: guides for the sow transform; extracting_intermediates'
-        ' without __captures__',
-        '''\
-The sow transform's guides, as paired notebooks (.ipynb + MyST .md, as
-the other guides): the API, what comes out under each control-flow
-construct, perturbations, the coverage table of higher-order primitives,
-every bad input and its error, what changes for users of `nnx.capture`,
-and the codemod of the previous commit. They are stored executed, with
-their outputs, as the other guides are (the doc build renders them without
-running them), and each of them also runs when the build executes
-notebooks. Toctree and API reference entries (nnx.capture's docstring,
-which the page renders, quotes `(result, *intermediates)`: a bare `*`
-starts an RST emphasis that does not end); a CHANGELOG entry.
-
-extracting_intermediates explained `nnx.capture` by printing the
-`__captures__` attribute it used to install on every module, which no
-longer exists: those cells are rewritten for the new implementation.
-
-tests/nnx/sow/docs/ executes these guides (and only these), a test file
-per guide, and checks that the coverage table and the bad-input catalogue
-list exactly the tested cases.'''),
-)
+def commits() -> tuple[tp.Any, ...]:
+  """The series, in review order (``series.py``, beside this script)."""
+  series = sys.modules.get('series')
+  if series is None:
+    spec = importlib.util.spec_from_file_location('series', HERE / 'series.py')
+    series = importlib.util.module_from_spec(spec)
+    sys.modules['series'] = series  # its dataclass looks its module up
+    spec.loader.exec_module(series)
+  return series.COMMITS
 
 
 # ---------------------------------------------------------------------------
@@ -476,7 +482,7 @@ def _identity() -> dict[str, str]:
   }
 
 
-def commit(tree: pathlib.Path, step: Commit, written: list[str],
+def commit(tree: pathlib.Path, step: tp.Any, written: list[str],
            identity: dict[str, str]) -> str:
   git(tree, 'add', '-A')
   staged = set(git(tree, 'diff', '--cached', '--name-only', '-z')
@@ -499,17 +505,36 @@ def commit(tree: pathlib.Path, step: Commit, written: list[str],
   return git(tree, 'rev-parse', 'HEAD').strip()
 
 
+def added_lines(tree: pathlib.Path) -> int:
+  """The lines ``HEAD`` adds (binary files count none)."""
+  numstat = git(tree, 'diff', '--numstat', 'HEAD~1', 'HEAD')
+  return sum(int(added) for added, _, _ in
+             (line.split('\t', 2) for line in numstat.splitlines())
+             if added != '-')
+
+
+def selected(with_docs: bool = True) -> list[tp.Any]:
+  return [c for c in commits() if with_docs or not c.key.startswith('docs')]
+
+
 def make_patchset(checkout: pathlib.Path, outdir: pathlib.Path,
                   with_docs: bool = True) -> list[pathlib.Path]:
-  """Writes the series for ``checkout``'s HEAD to ``outdir``.
+  """Writes the series for ``checkout``'s HEAD to ``outdir``, and
+  ``outdir/series.json``.
 
   Returns:
     The patch files, in order.
+
+  Raises:
+    PatchsetError: a file of ours goes with no commit or with two, an edit
+      or a commit fails, or a commit adds more than ``BUDGET`` lines without
+      saying why.
   """
-  check_tests_classified()
+  check_files_classified()
   base = check_checkout(checkout)
   identity = _identity()
-  steps = [c for c in COMMITS if with_docs or c.key != 'docs']
+  steps = selected(with_docs)
+  manifest = []
   with tempfile.TemporaryDirectory(prefix='sow-patchset-') as tmp:
     tree = pathlib.Path(tmp) / 'flax'
     absent = clone(checkout, base, tree)
@@ -517,9 +542,19 @@ def make_patchset(checkout: pathlib.Path, outdir: pathlib.Path,
       print(f'note: {len(absent)} file(s) of {base[:8]} have no blob in'
             f' the checkout (a partial mirror), left out: {absent}')
     for step in steps:
-      written = step.make(tree)
+      written = apply_commit(tree, step)
       sha = commit(tree, step, written, identity)
-      print(f'{sha[:8]} {step.subject} ({len(written)} files)')
+      added = added_lines(tree)
+      tests = [flax_path(f) for f in commit_files(step) if is_test(f)]
+      manifest.append({'key': step.key, 'subject': step.subject,
+                       'added': added, 'files': len(written),
+                       'tests': tests, 'oversize': step.oversize})
+      over = ' (over budget: see oversize)' if added > BUDGET else ''
+      print(f'{sha[:8]} +{added:<5} {step.subject}{over}')
+      if added > BUDGET and not step.oversize:
+        raise PatchsetError(
+            f'commit {step.key} adds {added} lines, more than {BUDGET}:'
+            ' split it, or say why it cannot be (Commit.oversize)')
     outdir.mkdir(parents=True, exist_ok=True)
     for old in glob.glob(str(outdir / '[0-9][0-9][0-9][0-9]-*.patch')):
       os.remove(old)
@@ -529,6 +564,9 @@ def make_patchset(checkout: pathlib.Path, outdir: pathlib.Path,
   if len(patches) != len(steps):
     raise PatchsetError(f'{outdir}: expected {len(steps)} patches, found'
                         f' {len(patches)}')
+  for entry, patch in zip(manifest, patches):
+    entry['patch'] = patch.name
+  (outdir / 'series.json').write_text(json.dumps(manifest, indent=2) + '\n')
   print(f'{len(patches)} patches on {base} in {outdir}')
   return patches
 
@@ -543,7 +581,7 @@ def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
                       help='where the .patch files are written')
   parser.add_argument(
       '--without-docs', action='store_true',
-      help='leave out the docs commit; the series is then incomplete')
+      help='leave out the docs commits; the series is then incomplete')
   return parser.parse_args(argv)
 
 
@@ -551,11 +589,11 @@ def main(argv: tp.Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   try:
     make_patchset(args.checkout, args.outdir, with_docs=not args.without_docs)
-  except (PatchsetError, flax_integration.EditError) as e:
+  except (PatchsetError, flax_integration.EditError, RuntimeError) as e:
     print(f'make_patchset: error: {e}', file=sys.stderr)
     return 1
   if args.without_docs:
-    print('warning: --without-docs: the docs commit is left out')
+    print('warning: --without-docs: the docs commits are left out')
   return 0
 
 

@@ -279,6 +279,25 @@ class WithoutCheckoutTest(absltest.TestCase):
       cell['id'] = f'cell{i}'
     return notebook
 
+  def test_guides_join_the_toctree_one_at_a_time_in_order(self):
+    # The series adds a guide per commit: each goes after the guides before
+    # it in GUIDES that are listed, or after extracting_intermediates.
+    with tempfile.TemporaryDirectory() as tmp:
+      checkout = pathlib.Path(tmp)
+      toctree = checkout / self.docs.TOCTREE
+      toctree.parent.mkdir(parents=True)
+      toctree.write_text('.. toctree::\n\n   guides/extracting_intermediates'
+                         '\n   guides/other\n')
+      first, second, third = self.docs.GUIDES[:3]
+      for name in (second, first, third):
+        self.docs.add_guide_to_toctree(checkout, name)
+      self.assertEqual(
+          toctree.read_text().split('\n')[2:-1],
+          ['   guides/extracting_intermediates', f'   guides/{first}',
+           f'   guides/{second}', f'   guides/{third}', '   guides/other'])
+      with self.assertRaisesRegex(ValueError, 'already lists'):
+        self.docs.add_guide_to_toctree(checkout, first)
+
   def test_rewrite_fails_loudly_without_the_cells(self):
     notebook = self.notebook('# Title', 'code:x = 1')
     with self.assertRaisesRegex(ValueError, 'How `nnx.capture` Works'):

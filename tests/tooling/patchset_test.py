@@ -15,12 +15,15 @@
 
 The edits (``scripts/upstream/flax_integration.py``) run on small
 hand-written files shaped as Flax's, whose expected results are written out
-here; the whole series (``make_patchset.py``) runs on ``$FLAX_CHECKOUT`` if
-it is set (a clean git clone of google/flax), else that test skips. Of
+here; the series' definition (``series.py``) and the ``__init__.py`` files it
+grows commit by commit are checked here; the whole series
+(``make_patchset.py``) runs on ``$FLAX_CHECKOUT`` if it is set (a clean git
+clone of google/flax), else that test skips. Of
 ``check_patchset.py``, the reading of Sphinx's output is tested here on
 text shaped as Sphinx 6.2 writes it.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -226,10 +229,102 @@ class OtherEditsTest(absltest.TestCase):
       fi.add_ruff_exclude(out, 'tests/x/', 'again')
 
 
+AGGREGATOR = textwrap.dedent('''\
+    """The package; its docstring stays whole."""
+
+    import os as _os
+
+    from flax.nnx.sow.capture import capture as capture
+    from flax.nnx.sow.tap import tap as tap
+    from flax.nnx.sow.transform import sites as _sites
+    from flax.nnx.sow.transform.primitive import sow as sow
+
+    # An equation's location names the user's code.
+    _sites.skip_frames_in(_os.path.dirname(__file__))
+
+    __all__ = ['capture', 'sow', 'tap']
+''')
+MODULES = {
+    'flax.nnx.sow', 'flax.nnx.sow.capture', 'flax.nnx.sow.tap',
+    'flax.nnx.sow.transform', 'flax.nnx.sow.transform.sites',
+    'flax.nnx.sow.transform.primitive',
+}
+
+
+class PartialAggregatorTest(absltest.TestCase):
+  """An __init__.py as a commit that has only some of its modules has it."""
+
+  def partial(self, *absent):
+    return make_patchset.partial_aggregator(
+        AGGREGATOR, MODULES - set(absent), MODULES)
+
+  def test_all_present_is_the_file(self):
+    self.assertEqual(self.partial(), AGGREGATOR)
+
+  def test_absent_modules_and_what_reads_them_go(self):
+    self.assertEqual(
+        self.partial('flax.nnx.sow.capture', 'flax.nnx.sow.transform.sites'),
+        textwrap.dedent('''\
+            """The package; its docstring stays whole."""
+
+            from flax.nnx.sow.tap import tap as tap
+            from flax.nnx.sow.transform.primitive import sow as sow
+
+            __all__ = ['sow', 'tap']
+        '''))
+
+  def test_only_the_docstring_left(self):
+    text = make_patchset.partial_aggregator(
+        '"""Rules."""\n\nfrom flax.nnx.sow.transform.rules import loops as'
+        ' loops\n', set(), {'flax.nnx.sow.transform.rules.loops'})
+    self.assertEqual(text, '"""Rules."""\n')
+
+  def test_an_import_of_present_and_absent_modules_is_refused(self):
+    with self.assertRaisesRegex(make_patchset.PatchsetError, 'present and'):
+      make_patchset.partial_aggregator(
+          'from flax.nnx.sow import capture, tap\n',
+          MODULES - {'flax.nnx.sow.tap'}, MODULES)
+
+
 class MakePatchsetTest(absltest.TestCase):
 
-  def test_every_test_file_goes_with_a_commit_or_is_ours(self):
-    make_patchset.check_tests_classified()
+  def test_every_file_of_ours_goes_with_one_commit_or_is_not_shipped(self):
+    make_patchset.check_files_classified()
+
+  def test_every_commit_carries_tests(self):
+    for step in make_patchset.commits():
+      with self.subTest(step.key):
+        tests = [f for f in make_patchset.commit_files(step)
+                 if make_patchset.is_test(f)]
+        self.assertNotEmpty(tests)
+
+  def test_the_series_goes_in_order(self):
+    # A module comes no later than the first test file that imports it, a
+    # guide after the code it runs: what every commit's tests need is there.
+    keys = [c.key for c in make_patchset.commits()]
+    self.assertLen(set(keys), len(keys))
+    self.assertLess(keys.index('capture'), keys.index('calls'))
+    self.assertLess(keys.index('codemod'), keys.index('docs-migrate'))
+    self.assertTrue(all(k.startswith('docs-')
+                        for k in keys[keys.index('docs-sow-transform'):]))
+
+  def test_a_commit_without_a_reason_keeps_to_the_budget(self):
+    for step in make_patchset.commits():
+      if step.oversize is not None:
+        self.assertGreater(len(step.oversize), 40, step.key)
+
+  def test_flax_paths(self):
+    self.assertEqual(make_patchset.flax_path('tests/nnx/sow/api/a_test.py'),
+                     'tests/nnx/sow/api/a_test.py')
+    self.assertEqual(make_patchset.flax_path('tests/migrate/testdata/x.py'),
+                     'tests/nnx/sow/migrate/testdata/x.py')
+    self.assertEqual(
+        make_patchset.flax_path('tests/nnx/capture_compat/b_test.py'),
+        'tests/nnx/sow/capture_compat/b_test.py')
+    self.assertEqual(make_patchset.flax_path('flax/nnx/sow/capture.py'),
+                     'flax/nnx/sow/capture.py')
+    with self.assertRaises(make_patchset.PatchsetError):
+      make_patchset.flax_path('tests/tooling/readme_test.py')
 
   def test_refuses_a_plain_copy(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,7 +341,10 @@ class MakePatchsetTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       out = pathlib.Path(tmp) / 'series'
       patches = make_patchset.make_patchset(checkout, out)
-      self.assertLen(patches, len(make_patchset.COMMITS))
+      self.assertLen(patches, len(make_patchset.commits()))
+      manifest = json.loads((out / 'series.json').read_text())
+      self.assertEqual([e['key'] for e in manifest],
+                       [c.key for c in make_patchset.commits()])
       tree = pathlib.Path(tmp) / 'flax'
       make_patchset.clone(checkout, base, tree)
       subprocess.run(
@@ -257,6 +355,36 @@ class MakePatchsetTest(absltest.TestCase):
       self.assertNotIn('__captures__', module)
       self.assertTrue((tree / 'tests/nnx/sow/api/capture_test.py').exists())
       self.assertTrue((tree / 'scripts/migrate/migrate_sow.py').exists())
+      self.assertEqual((tree / 'flax/nnx/sow/__init__.py').read_text(),
+                       (pathlib.Path(sow_layout.ROOT) / 'flax/nnx/sow'
+                        / '__init__.py').read_text())
+
+
+class CommitChecksTest(absltest.TestCase):
+
+  def test_first_test_of_each_earlier_file(self):
+    listing = textwrap.dedent('''\
+        tests/nnx/sow/a_test.py::A::test_1
+        tests/nnx/sow/a_test.py::A::test_2
+        tests/nnx/sow/b_test.py::B::test_1
+        tests/nnx/sow/c_test.py::C::test_1
+
+        4 tests collected in 0.1s
+    ''')
+    self.assertEqual(
+        check_patchset._first_tests(  # pylint: disable=protected-access
+            listing, {'tests/nnx/sow/a_test.py', 'tests/nnx/sow/c_test.py'}),
+        ['tests/nnx/sow/a_test.py::A::test_1',
+         'tests/nnx/sow/c_test.py::C::test_1'])
+
+  def test_a_commit_is_green_if_its_tests_ran_and_passed(self):
+    record = {'import': 0, 'collect': 0, 'failing': {}, 'own': ['a'],
+              'smoke': 0, 'tests': {'passed': 3}}
+    green = check_patchset._commit_green  # pylint: disable=protected-access
+    self.assertTrue(green(record))
+    self.assertFalse(green(dict(record, failing={'x': '[failed] E'})))
+    self.assertFalse(green(dict(record, tests={'skipped': 3})))
+    self.assertFalse(green(dict(record, collect=2)))
 
 
 class SphinxOutputTest(absltest.TestCase):

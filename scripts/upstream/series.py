@@ -1,0 +1,656 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The upstream patch series: its commits, in the order a maintainer reviews
+them (``make_patchset.py`` writes them).
+
+One concept per commit, each with its tests, each green on its own: a
+commit's modules import only what the commits before it added (the
+packages' ``__init__.py`` files grow with them, see
+``make_patchset.partial_aggregator``), and every test file it adds passes
+in its tree. A test goes with the commit of the latest thing it needs (which
+the suite measured, run with each family of rules, ``plant``, ``perturb``,
+``tap`` and the compat layer knocked out in turn). Paths are this
+repository's; tests go where ``sow_layout.GROUPS`` puts them in Flax's tree.
+
+Where a commit adds more than ``make_patchset.BUDGET`` lines, ``oversize``
+says why it cannot be split without changing the code it adds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import typing as tp
+
+import flax_integration
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+S = 'flax/nnx/sow/'
+T = S + 'transform/'
+R = T + 'rules/'
+L = S + 'lift/'
+COMPAT = 'flax/nnx/capture_compat'
+N = 'tests/nnx/sow/'
+C = 'tests/nnx/capture_compat/'
+
+
+@dataclasses.dataclass(frozen=True)
+class Commit:
+  """One commit of the series.
+
+  Attributes:
+    key: a short name (``docs-...`` for those ``--without-docs`` leaves out).
+    subject, body: the commit message.
+    files: the files of ours it adds (a folder: its files), as here.
+    edits: ``(path, function)`` edits of Flax's files
+      (``flax_integration.py``).
+    make: anything else it writes in the tree (the guides); returns the
+      paths written.
+    oversize: why it adds more than ``make_patchset.BUDGET`` lines, if it
+      does.
+  """
+
+  key: str
+  subject: str
+  body: str
+  files: tuple[str, ...] = ()
+  edits: tuple[tuple[str, tp.Callable[[str], str]], ...] = ()
+  make: tp.Callable[[pathlib.Path], list[str]] | None = None
+  oversize: str | None = None
+
+
+def _testing_extra(requirement: str, why: str):
+  return (flax_integration.PYPROJECT_PATH,
+          lambda text: flax_integration.add_testing_extra(text, requirement,
+                                                          why))
+
+
+def _codemod_pyproject(text: str) -> str:
+  text = flax_integration.add_testing_extra(
+      text, 'libcst', 'scripts/migrate: the sow codemod and its tests')
+  return flax_integration.add_ruff_exclude(
+      text, 'tests/nnx/sow/migrate/testdata/',
+      "the codemod's input and expected files, kept as written")
+
+
+def _guide(name: str, *, api: bool = False,
+           intermediates: bool = False) -> tp.Callable[[pathlib.Path],
+                                                       list[str]]:
+  """The ``make`` of a docs commit: the guide ``name`` as a paired
+  notebook, listed in the toctree, executed in the tree of the commits
+  before it with its outputs stored (``guide_outputs.py``); with ``api`` the
+  API reference page and the CHANGELOG entry; with ``intermediates`` Flax's
+  ``extracting_intermediates`` rewritten (its own cells keep their
+  outputs)."""
+
+  def make(tree: pathlib.Path) -> list[str]:
+    # pylint: disable=g-import-not-at-top
+    import flax_docs
+    import flax_notebooks
+    import guide_outputs
+    import intermediates_guide
+    import nbformat
+    # pylint: enable=g-import-not-at-top
+
+    pin = flax_notebooks.jupytext_pin(tree)
+    shipped = flax_docs.shipped_tests(REPO)
+    changed = flax_docs.add_guide(tree, REPO, name, pin, shipped)
+    changed.append(flax_docs.add_guide_to_toctree(tree, name))
+    names, keep = [name], {}
+    if intermediates:
+      other = intermediates_guide.GUIDE
+      keep[other.name] = {
+          c.get('id')
+          for c in nbformat.read(tree / other.with_suffix('.ipynb'), 4).cells
+      }
+      changed += intermediates_guide.apply(tree, pin)
+      names.append(other.name)
+    if api:
+      changed += flax_docs.add_api_page(tree)
+      changed.append(flax_docs.add_changelog_entry(tree))
+    guide_outputs.store(tree, names, keep=keep)
+    return [str(p) for p in changed]
+
+  return make
+
+
+COMMITS = (
+    # -----------------------------------------------------------------------
+    # The transform over plain jaxprs
+    # -----------------------------------------------------------------------
+    Commit(
+        'primitive',
+        'nnx.sow: the sow primitive, an identity that marks a value in a'
+        ' jaxpr',
+        '''\
+`flax.nnx.sow.sow(value, name=..., tag=..., mode=...)` returns `value` and
+leaves a `sow` equation in the jaxpr: the identity under evaluation,
+lowering (no HLO, no token), differentiation and batching. Outside a
+capture it changes nothing, under any transform. While a capture traces its
+function (the `harvesting` trace-context flag, part of JAX's cache keys),
+the marker carries an effect that keeps it through dead-code elimination,
+and `vmap` broadcasts its unbatched leaves and counts its axes. The
+commits after this one add what reads the markers: the interpreter, the
+rules of higher-order primitives, `capture`, `plant`, `perturb` and
+`nnx.capture` on top.
+
+Why: `Module.sow` and `nnx.capture` collect intermediates by mutating the
+modules (a `__captures__` attribute on each, method wrappers on their
+classes). That is not thread-safe, leaves state behind on error, does not
+see through `jax` transforms, and cannot work with immutable (Hijax)
+Variables. A jaxpr-level marker needs none of that.
+
+`flax/nnx/sow/__init__.py` exports what exists so far and grows with the
+series (its docstring describes the whole package). `transform/` is plain
+JAX: nothing there imports Flax NNX (tests/nnx/sow/layers_test.py, which
+comes with the last layer, nnx.capture's, checks the layering from the
+source).
+
+Tests are in tests/nnx/sow/ (no `__init__.py`, as tests/nnx/nn/, so that
+their helpers import by name; its conftest.py fails any of them that leaves
+global state behind).''',
+        files=(T + '__init__.py', T + '_jax.py', T + 'thread_stack.py',
+               T + 'primitive.py', S + '__init__.py',
+               N + 'conftest.py', N + 'sow_layout.py', N + 'sow_testing.py',
+               N + 'transform/sow_primitive_test.py'),
+    ),
+    Commit(
+        'model',
+        'nnx.sow: sites, selections, requests, scopes and planted values',
+        '''\
+What an interpretation of a jaxpr works with, before the interpreter that
+uses them (next commit):
+
+- `sites.py`: a `Site` is one sow as a scope of a program sees it (its
+  parameters, the shapes of its leaves, the vmaps around it, seen from
+  outside a map or a loop), and `where` names the user's line that staged it;
+- `selection.py`: which sows an interpretation handles, by tag and name (a
+  name predicate is resolved to the names it selects, so that caches compare
+  predicates by what they select);
+- `request.py`: what it does with them (record, plant, drop);
+- `scope.py`: the records of one interpretation in program order (a clobber
+  supersedes, in place), and the planter it asks for planted values;
+- `planting.py`: the one check of a planted value, the occurrence counters
+  and the functions of `plant(f, {name: fn})`.''',
+        files=(T + 'selection.py', T + 'sites.py', T + 'request.py',
+               T + 'planting.py', T + 'scope.py',
+               N + 'transform/sites_test.py', N + 'transform/selection_test.py',
+               N + 'transform/scope_test.py', N + 'transform/planting_test.py'),
+    ),
+    Commit(
+        'interpreter',
+        'nnx.sow: the interpreter: evaluate a jaxpr, recording its sows',
+        '''\
+`interpreter.evaluate(jaxpr, consts, args, scope)` replays a jaxpr under the
+current trace, binding every equation as it is but the sows its request
+handles (recorded or planted in the scope, or dropped) and the higher-order
+equations holding one, which go to their rule in `RULES`. The table is
+empty here: `rules/` registers the rules, one module per family, in the
+commits after this one; until then such an equation is refused with an
+error naming the primitive and the sows. Which equations need attention is
+planned once per (jaxpr, request) and cached, so a `jit` or a `custom_vjp`
+without sows keeps its compilation cache and its custom rules.
+
+Two fast paths sit behind `evaluate`. Under a staging trace, a jaxpr whose
+handled sows are all first-order is rewritten once into a jaxpr returning
+the sown values as extra outputs and staged as one `closed_call`
+(`rewrite.py`); and the sows staged straight into a capture's own trace are
+taken as they are staged, needing no equation (`staged_sows.py`, which puts
+them back in program order among those that stay).''',
+        files=(T + 'rewrite.py', T + 'staged_sows.py', T + 'interpreter.py',
+               R + '__init__.py', N + 'transform/interpreter_test.py'),
+    ),
+    Commit(
+        'eager',
+        'nnx.sow: the eager trace: sows recorded as they are bound',
+        '''\
+Outside any JAX trace, a capture is a direct call of its function: its
+Python runs on every call and reads every global as it is then, as the
+function itself does. `eager.run(scope, call)` runs the call under
+`EagerTrace`, which records a handled sow where it is bound (a concrete
+value), hands a higher-order primitive holding one to the interpreter's
+rule table, and every other primitive to JAX's eager evaluation. It takes
+the weak reference by which NNX knows the trace it runs under, so the
+function updates the caller's modules in place, as a direct call does.''',
+        files=(T + 'eager.py', N + 'transform/eager_trace_test.py'),
+    ),
+    # -----------------------------------------------------------------------
+    # The lift to NNX
+    # -----------------------------------------------------------------------
+    Commit(
+        'lift',
+        'nnx.sow: the lift to NNX: graph nodes, write-back, module paths',
+        '''\
+What a call over NNX graph nodes needs, before the staging of such a call
+that uses it (with `capture`, two commits on):
+
+- `lift/graph_nodes.py`: the graph nodes among a call's arguments (a fast
+  check for plain arrays, which staging asks about every leaf);
+- `lift/write_back.py`: a staged call's changed leaves written back into
+  the caller's objects, immutable pytrees rebuilt as `nnx.jit` does;
+- `lift/module_paths.py`: how a call's arguments name their modules (the
+  first argument is the root, others are prefixed by their position or
+  keyword), the per-thread frames of active calls and the static path marks
+  by which a module copy finds its path through every transform; and Flax's
+  own `Module.sow` refused inside a functional capture until
+  `nnx.capture`'s commit builds it on the transform.''',
+        files=(L + '__init__.py', L + 'graph_nodes.py', L + 'write_back.py',
+               L + 'module_paths.py', N + 'lift/graph_nodes_test.py',
+               N + 'lift/write_back_test.py', N + 'lift/module_paths_test.py'),
+    ),
+    Commit(
+        'taps',
+        'nnx.sow: tap: sow the inputs and outputs of submodule calls by path',
+        '''\
+`tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
+`f` with the calls of the modules at `patterns` (module paths, `'*'` for
+one component) sown: inside a staged call, each matching module copy's
+class is, for the duration of the call, a watching subclass of its own that
+sows `(*path, method, 'inputs')` and `(*path, method, 'output')`; the user's
+classes and modules are never changed, and outside any staging `tap(f)`
+just calls `f`. Tested here in a frame set up by hand; `capture` (next
+commit) sets it up, and `plant` can then replace a submodule's inputs or
+output.''',
+        files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py'),
+    ),
+    Commit(
+        'capture',
+        'nnx.sow: capture, the transform that returns what a function sowed',
+        '''\
+`capture(f, tag=..., names=...)(*args)` returns `(out, collected)`:
+`collected` maps each sown name to a tuple with one entry per executed sow,
+in call order. Outside any trace it is a direct call of `f` (the eager
+trace); under a trace, `f` is staged to a jaxpr and interpreted there. Its
+graph-node arguments are staged as copies whose updates are written back
+(`lift/graph_calls.py`, as `nnx.jit` does), so the caller's modules end as
+a direct call leaves them, and nothing is left behind on error. The sows it
+does not select stay in the program, for an enclosing capture.
+
+Programs with a sow inside a higher-order primitive are refused until the
+rules of the next commits; the tests here use none (the ones that do go
+with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
+tests go with the rule of `jit`.''',
+        files=(L + 'graph_calls.py', S + 'capture.py', N + 'sow_pytree_models.py',
+               N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
+               N + 'api/capture_eager_test.py', N + 'api/capture_staging_test.py',
+               N + 'api/capture_memory_test.py',
+               N + 'api/capture_graph_nodes_test.py'),
+        oversize=(
+            'capture.py imports lift/graph_calls.py (a call over graph nodes,'
+            ' staged on copies), which every call goes through: the two come'
+            ' in together, with every test of capture that needs no rule of'
+            ' a higher-order primitive (those that do go with their rules,'
+            ' and the compiled runners of a captured jax.jit function with'
+            " jit's)"),
+    ),
+    # -----------------------------------------------------------------------
+    # The rules of higher-order primitives, a family each
+    # -----------------------------------------------------------------------
+    Commit(
+        'calls',
+        'nnx.sow: the rules of jit, closed_call and remat; capture of a jit'
+        ' function',
+        '''\
+A `jit`, `closed_call`/`call` or `remat` equation holding a handled sow has
+its sub-jaxpr transformed to return the sown values and is re-bound with
+its parameters (donation, policy, `prevent_cse` kept); a re-bound `jit`
+hits JAX's compilation cache on the next call (`rules/calls.py`, with what
+the families share in `rules/support.py`). An eager `capture(jax.jit(f))`
+runs as a cached `jax.jit(capture(f))` made with `f`'s own jit options, so
+what is traced, static or donated is what `jax.jit(f)` decides.''',
+        files=(R + 'support.py', R + 'calls.py',
+               N + 'transform/rules/rules_calls_test.py',
+               N + 'api/compiled_runners_test.py'),
+    ),
+    Commit(
+        'custom_derivatives',
+        'nnx.sow: the rules of custom_jvp, custom_vjp and custom_vmap calls',
+        '''\
+A custom-derivative call holding a handled sow is re-bound with its body's
+sows threaded out and its custom rules kept: the derivative rules run on a
+body whose selected sows are removed, so that they neither record nor leak
+them, and an enclosing capture sees the others once
+(`rules/custom_derivatives.py`).''',
+        files=(R + 'custom_derivatives.py',
+               N + 'transform/rules/rules_custom_derivatives_test.py'),
+    ),
+    Commit(
+        'loops',
+        'nnx.sow: the rules of scan and while_loop',
+        '''\
+In a `scan`, an append sow gives one entry stacked along the loop axis,
+after the axes of the vmaps applied outside the loop; a clobber keeps the
+last iteration's value. A `while_loop` has no static trip count: a clobber
+is carried through it from the value before the loop, an append is refused,
+as is a sow in its condition (`rules/loops.py`). Zero-trip loops, loops and
+vmaps nested in each other are tested here, and the caches behind capture
+(the plan, the rewrite, the loop bodies', custom rules' thunks): what keys
+them, what bounds them, when they hit.''',
+        files=(R + 'loops.py', N + 'transform/rules/rules_loops_test.py',
+               N + 'api/capture_caches_test.py'),
+    ),
+    Commit(
+        'cond',
+        'nnx.sow: the rule of cond and switch',
+        '''\
+The taken branch's sows are recorded; the branches must agree on the names,
+modes and shapes of their sows, or the capture says how they differ
+(`rules/cond.py`). A `vmap` of a cond whose index is batched runs every
+branch on every example, so its sows are refused there (the primitive's
+bind checks it, as its docstring explains).''',
+        files=(R + 'cond.py', N + 'transform/rules/rules_cond_test.py'),
+    ),
+    # -----------------------------------------------------------------------
+    # plant and perturb
+    # -----------------------------------------------------------------------
+    Commit(
+        'plant',
+        'nnx.sow: plant, values planted at sow sites',
+        '''\
+`plant(f, {name: values})` replaces each execution of the sows of `name` by
+the given values (checked against the site's structure, shapes and dtypes),
+and `plant(f, {name: fn})` by `fn(value, index)`, the index counting the
+executions in the order they run (traced inside loops): activation
+patching, steering and ablations, under `jit`, `vmap`, `grad`, loops, conds
+and custom derivatives. Planting into a sow whose result the program never
+reads is an error, and so is a clobber site.''',
+        files=(S + 'plant.py', N + 'api/plant_test.py',
+               N + 'api/plant_functions_test.py'),
+    ),
+    Commit(
+        'perturb',
+        'nnx.sow: perturb, the gradient of an intermediate',
+        '''\
+`perturb(value, name=...)` is the identity whose backward pass sows the
+incoming gradient: `capture(jax.grad(loss))` returns d(loss)/d(value) under
+`name`, per example under `vmap`, per step under `scan`, with no backward
+pass where the gradient is symbolically zero.''',
+        files=(S + 'perturb.py', N + 'api/perturb_test.py'),
+    ),
+    Commit(
+        'shard_map',
+        'nnx.sow: the rule of shard_map; coverage of every higher-order'
+        ' primitive',
+        '''\
+A `shard_map` holding a sow returns per-shard values with one leading axis
+per manual mesh axis (`rules/shard_map.py`); planting into one is refused.
+Its tests run in a child process with 8 CPU devices, with shardings, `jit`
+placements, `plant` and `perturb`. An eager, unjitted `shard_map` inside an
+eager capture refuses its sows (JAX runs it primitive by primitive, where no
+trace sees them).
+
+rules_coverage_test.py has a test per higher-order primitive of jax 0.10.2
+that can hold a sow: captured by its rule, or refused with an error naming
+it (custom_linear_solve, linear_call, run_state, reduce computations;
+callbacks are opaque).''',
+        files=(R + 'shard_map.py', N + 'transform/rules/rules_shard_map_test.py',
+               N + 'transform/rules/rules_coverage_test.py'),
+    ),
+    Commit(
+        'fuzz',
+        'nnx.sow: differential fuzzing of capture and plant against an oracle',
+        '''\
+Random programs mixing Python loops, `jit`, `scan`, `fori_loop`, `cond`,
+`checkpoint`, `vmap`, `grad` with `perturb`, `custom_vjp`, `while_loop` and
+nested captures, with sows of random pytrees, run through `capture` (eagerly
+and under `jit`) and through an eager oracle that records each sow by hand;
+`plant` round-trips. With its regressions. A test commit of its own: it
+exercises every commit before it at once.
+
+hypothesis is added to the `testing` extra; without it the property tests
+skip.''',
+        files=(N + 'sow_fuzz_programs.py', N + 'differential_fuzz_test.py'),
+        edits=(_testing_extra(
+            'hypothesis', 'tests/nnx/sow: property tests of the sow transform'),),
+    ),
+    Commit(
+        'reliability',
+        'nnx.sow: the bad-input catalogue; threads and leaks',
+        '''\
+Every bad input gets an exact error naming the sow, the argument or the
+primitive at fault and what to do (`bad_inputs_test.CASES`, which the
+bad-input guide shows); 8 threads x 50 captures each get their own values;
+the core cases pass under `jax.checking_leaks()`; nothing remains after an
+exception; 1,000 eager captures keep memory flat. Tests of everything
+before, so a commit of its own.''',
+        files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py'),
+    ),
+    # -----------------------------------------------------------------------
+    # nnx.capture, Module.sow and Module.perturb on the transform
+    # -----------------------------------------------------------------------
+    Commit(
+        'compat',
+        'nnx: build nnx.capture, Module.sow and Module.perturb on flax.nnx.sow',
+        '''\
+`Module.sow`, `Module.perturb` and `nnx.capture` keep their signatures,
+docstrings and conventions (one State per Variable type, nested by module
+path; `reduce_fn`/`init_fn`; `init` for perturbations; `method_outputs`),
+and now call `flax.nnx.capture_compat`: `capture` stages the call on copies
+of the modules, as `nnx.jit` does, and inside it `Module.sow` is a
+functional sow named by the module's path. The modules and their classes
+are never modified, so it is thread-safe, nests, leaves nothing behind on
+error, and works inside and around every NNX transform and with Hijax
+Variables. Outside any capture, `Module.sow` and `Module.perturb` behave as
+before (a deprecated Variable attribute, with the same warning at the same
+caller). The helpers only the old `capture` used are removed.
+
+`nnx.sow` exports the transform's package (`nnx.sow.sow`,
+`nnx.sow.capture`, `nnx.sow.perturb`, `nnx.sow.plant`); `nnx.capture`
+stays the Module-level API. `capture_compat.install()`, which points a
+released Flax's names at these functions, is not needed here and still
+works. The tests here: its forms and results, Variable updates, path marks,
+`install`, every docstring example of both packages, and the layering of
+transform/, lift/, the API and the compat layer (imports run down only, no
+cycle, read from the source); the commits after
+this one test it under NNX transforms, eagerly, across threads and
+processes, and against Flax 0.12.8.''',
+        files=(COMPAT, N + 'compat_testing.py', N + 'sow_legacy.py',
+               C + 'compat_capture_test.py', C + 'compat_install_test.py',
+               N + 'docstrings_test.py', N + 'layers_test.py'),
+        edits=((flax_integration.MODULE_PATH,
+                flax_integration.delegate_module),
+               (flax_integration.INIT_PATH, flax_integration.export_sow)),
+        oversize=(
+            'flax/nnx/capture_compat is one package whose __init__.py holds'
+            ' capture and install(), which every module of it serves: it'
+            ' cannot come in parts without changing its code. Its tests are'
+            ' split over the commits after this one, a concept each (see'
+            ' their messages), which the series otherwise avoids'),
+    ),
+    Commit(
+        'compat-module-sow',
+        'nnx: tests of Module.sow sites and taps inside flax.nnx.sow.capture',
+        '''\
+Inside a functional `capture`, `plant` or `tap`, a `Module.sow` site is a
+sow named `(*module_path, name)` and tagged by its Variable type, through
+`nnx.jit`, `nnx.vmap`, `nnx.scan` and threads; without
+`capture_compat.install()` on a released Flax, they are refused before
+anything is written. `tap` on such models: reads and plants submodules'
+inputs and outputs, model and classes untouched.
+
+Tests only: they test the previous commit's `Module.sow`, which could not
+come in with fewer lines (see its message).''',
+        files=(C + 'module_sow_test.py', C + 'module_taps_test.py'),
+    ),
+    Commit(
+        'compat-method-outputs',
+        'nnx: tests of nnx.capture with method_outputs and init perturbations',
+        '''\
+`nnx.capture(..., method_outputs=...)` and the two-phase perturbation
+workflow (`Module.perturb`, then `nnx.capture(..., init=...)`) against Flax
+0.12.8's own implementation, and `init` under `jit`. Tests only (see the
+compat commit's message).''',
+        files=(C + 'compat_method_outputs_test.py', C + 'compat_perturb_test.py'),
+    ),
+    Commit(
+        'compat-transforms',
+        'nnx: tests of nnx.capture under NNX transforms',
+        '''\
+`nnx.capture` inside and around `nnx.jit`, `nnx.vmap`, `nnx.scan`,
+`nnx.remat`, `nnx.cond`, `nnx.while_loop`, custom derivatives and `grad`,
+in graph and tree mode, with modules holding immutable pytrees; ensembles,
+a vmapped simulation driver and scan over layers as real code uses them,
+against Flax 0.12.8's own. Tests only (see the compat commit's message).''',
+        files=(C + 'compat_transforms_test.py', C + 'compat_vmap_test.py'),
+    ),
+    Commit(
+        'compat-eager',
+        'nnx: tests of an eager nnx.capture: a direct call on every call',
+        '''\
+Outside any trace, `nnx.capture` (and the functional `capture`) runs the
+Python of the captured function on every call, reading every external value
+as it is then and doing each side effect once per call, as Flax 0.12.8's
+does. Tests only (see the compat commit's message).''',
+        files=(C + 'compat_eager_call_test.py', C + 'eager_external_values_test.py'),
+    ),
+    Commit(
+        'compat-threads',
+        'nnx: tests of nnx.capture across threads and processes',
+        '''\
+Captures in several threads at once and after an exception; `install()`
+and `uninstall()` blocks overlapping in threads, driven step by step; two
+JAX processes capturing sharded global arrays. Tests only (see the compat
+commit's message).''',
+        files=(C + 'compat_threads_and_failures_test.py',
+               C + 'compat_install_threads_test.py', C + 'multiprocess_test.py',
+               N + 'sow_multiprocess_worker.py'),
+    ),
+    Commit(
+        'parity',
+        'nnx: parity tests of nnx.capture with Flax 0.12.8 on real models',
+        '''\
+Ten real models built from Flax's own layers (MLP, CNN, a decoder-only LM,
+scan over layers with remat, LSTM, VAE, an ensemble, an optax training step
+with perturbations, custom reducers, method_outputs) run under Flax 0.12.8's
+`nnx.capture` and the new one, eagerly and under `nnx.jit`, compared
+bitwise; the same with Hijax Variables, where the legacy one returns
+nothing. Models from public code (Flax's gemma example, CAX, tunix,
+Jasmine) join with `--models_from=PATH`. Where `nnx.capture` is the new one
+already (here), the legacy oracle no longer exists and these tests skip,
+saying so. Tests only (see the compat commit's message).''',
+        files=(C + 'parity_test.py', N + 'sow_external_models.py'),
+        oversize=(
+            'the parity suite and its loader of public models are one test'
+            ' concept, tests only'),
+    ),
+    # -----------------------------------------------------------------------
+    # The codemod
+    # -----------------------------------------------------------------------
+    Commit(
+        'codemod',
+        'scripts/migrate: a codemod from Module.sow/nnx.capture to'
+        ' flax.nnx.sow',
+        '''\
+`python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
+rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
+where it can prove the rewrite keeps behavior, and flags every other site
+with what it found. It is idempotent and leaves files it cannot parse
+untouched.
+
+It is outside the flax package because it needs libcst, which Flax does
+not depend on; libcst is added to the `testing` extra so that its tests
+(tests/nnx/sow/migrate/) run in CI. Without libcst they skip. Its input and
+expected files (tests/nnx/sow/migrate/testdata/) are excluded from ruff:
+they keep the imports the code they stand for has.''',
+        files=('scripts/migrate/migrate_sow.py', 'scripts/migrate/sow_migrate',
+               'tests/migrate'),
+        edits=((flax_integration.PYPROJECT_PATH, _codemod_pyproject),),
+        oversize=(
+            'the codemod is one program (its analyses, decisions and'
+            ' rewrites import each other) tested end to end on its input and'
+            ' expected files; it could only come in parts with tests of its'
+            ' internal modules that do not exist, or as a change of its own'),
+    ),
+    # -----------------------------------------------------------------------
+    # The guides, a commit each
+    # -----------------------------------------------------------------------
+    Commit(
+        'docs-sow-transform',
+        'docs_nnx: the sow transform guide; API reference',
+        '''\
+The sow transform's main guide, as a paired notebook (.ipynb + MyST .md, as
+the other guides), stored executed with its outputs as the other guides are
+(the doc build renders them without running them): the API, what comes out
+under each control-flow construct, the coverage table of higher-order
+primitives, sharding, performance. An API reference page for flax.nnx.sow
+(nnx.capture's docstring, which it renders, quotes `(result,
+*intermediates)`: a bare `*` starts an RST emphasis that does not end), and
+a CHANGELOG entry.
+
+tests/nnx/sow/docs/sow_transform_guide_test.py executes it (also as a
+notebook) and checks that its coverage table lists exactly the tests of
+rules_coverage_test.CoverageTest.''',
+        files=(N + 'sow_guides.py', 'tests/docs/sow_transform_guide_test.py'),
+        edits=((flax_integration.MODULE_PATH,
+                flax_integration.quote_capture_returns),),
+        make=_guide('sow_transform', api=True),
+        oversize=(
+            'one guide: its .md and its executed .ipynb pair, which holds'
+            ' every cell again with its outputs'),
+    ),
+    Commit(
+        'docs-interventions',
+        'docs_nnx: the interventions guide',
+        '''\
+Activation patching, attribution patching, the logit lens, head ablation
+and steered generation with `capture`, `plant` and `perturb`, as a paired
+notebook stored executed. tests/nnx/sow/docs/interventions_guide_test.py
+runs it.''',
+        files=('tests/docs/interventions_guide_test.py',),
+        make=_guide('interventions'),
+    ),
+    Commit(
+        'docs-capture-behavior-changes',
+        'docs_nnx: what changes for nnx.capture users; extracting_intermediates'
+        ' without __captures__',
+        '''\
+Every case where the new `nnx.capture` gives another result than Flax
+0.12.8's, with the test that shows it, as a paired notebook stored
+executed. extracting_intermediates explained `nnx.capture` by printing the
+`__captures__` attribute it used to install on every module, which no
+longer exists: those cells are rewritten for the new implementation (Flax's
+own cells keep their outputs).
+tests/nnx/sow/docs/capture_behavior_changes_guide_test.py runs the new
+guide.''',
+        files=('tests/docs/capture_behavior_changes_guide_test.py',),
+        make=_guide('capture_behavior_changes', intermediates=True),
+    ),
+    Commit(
+        'docs-bad-inputs',
+        'docs_nnx: the guide of every bad input and its error',
+        '''\
+Each bad input of the sow transform with the error it raises, as a paired
+notebook stored executed. tests/nnx/sow/docs/sow_bad_inputs_guide_test.py
+runs it and checks that it shows exactly the cases of
+bad_inputs_test.CASES, each block printing the error shown under it.''',
+        files=('tests/docs/sow_bad_inputs_guide_test.py',),
+        make=_guide('sow_bad_inputs'),
+        oversize=(
+            'one guide: its .md and its executed .ipynb pair, which holds'
+            ' every cell again with its outputs (one error per case)'),
+    ),
+    Commit(
+        'docs-migrate',
+        'docs_nnx: the guide of the codemod',
+        '''\
+How to migrate `Module.sow`/`nnx.capture` code with
+scripts/migrate/migrate_sow.py, as a paired notebook stored executed (it
+runs the codemod, hence after it).
+tests/nnx/sow/docs/migrate_sow_guide_test.py runs it.''',
+        files=('tests/docs/migrate_sow_guide_test.py',),
+        make=_guide('migrate_sow'),
+    ),
+)
