@@ -483,7 +483,8 @@ inputs and outputs, model and classes untouched.
 
 Tests only: they test the previous commit's `Module.sow`, which could not
 come in with fewer lines (see its message).''',
-        files=(C + 'module_sow_test.py', C + 'module_taps_test.py'),
+        files=(N + 'module_models.py', C + 'module_sow_test.py',
+               C + 'module_taps_test.py'),
     ),
     Commit(
         'compat-method-outputs',
