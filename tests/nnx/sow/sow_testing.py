@@ -56,11 +56,14 @@ value from the wrong site, step or member differs at order 1).
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from flax import nnx
+from flax.nnx.sow.transform.primitive import sow
 
 DEFAULT_ULPS = 64
 
@@ -179,3 +182,38 @@ class StateAssertions:
     )
     for (path, _, a), (_, _, e) in zip(actual, expected):
       self.assertTreeEqual(a, e, str(path))
+
+
+# A program whose memory the tests watch: its arrays have a shape of their own.
+SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
+CHAIN = 12  # intermediates between two observations
+
+
+class LiveArrays:
+  """Counts, at each call, the live arrays of ``SHAPE``."""
+
+  def __init__(self):
+    self.counts: list[int] = []
+
+  def __call__(self, _):
+    gc.collect()  # a value only a reference cycle holds is not live
+    self.counts.append(
+        sum(1 for a in jax.live_arrays() if a.shape == SHAPE)
+    )
+
+
+def chain(x, observe):
+  """``CHAIN`` elementwise steps, a sow, ``CHAIN`` more; observed twice.
+
+  The sown values are scalars, so they are not counted: a capture must keep
+  them, and they are all it may keep beyond what ``f`` keeps.
+  """
+  for _ in range(CHAIN):
+    x = jnp.sin(x) + 1.0
+  jax.debug.callback(observe, x)
+  sow(jnp.sum(x), name='middle')
+  for _ in range(CHAIN):
+    x = jnp.cos(x) * 0.5
+  jax.debug.callback(observe, x)
+  sow(jnp.sum(x), name='end')
+  return x

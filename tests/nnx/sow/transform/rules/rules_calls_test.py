@@ -33,6 +33,7 @@ from flax.nnx.sow.transform import primitive
 
 from sow_pytree_models import Clipped, PYTREES, TRANSFORMS, clip, lo_hi  # pylint: disable=g-multiple-import
 import sow_testing
+from sow_testing import CHAIN, SHAPE, LiveArrays, chain  # pylint: disable=g-multiple-import
 
 
 X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
@@ -67,40 +68,6 @@ def _eqns(closed, primitive_name):
 
 
 X_EAGER = jnp.array([0.5, -1.0, 2.0], jnp.float32)  # the models' dtype, also x64
-
-
-SHAPE = (3, 5, 11)  # no other test makes arrays of this shape
-CHAIN = 12  # intermediates between two observations
-
-
-class LiveArrays:
-  """Counts, at each call, the live arrays of ``SHAPE``."""
-
-  def __init__(self):
-    self.counts: list[int] = []
-
-  def __call__(self, _):
-    gc.collect()  # a value only a reference cycle holds is not live
-    self.counts.append(
-        sum(1 for a in jax.live_arrays() if a.shape == SHAPE)
-    )
-
-
-def chain(x, observe):
-  """``CHAIN`` elementwise steps, a sow, ``CHAIN`` more; observed twice.
-
-  The sown values are scalars, so they are not counted: a capture must keep
-  them, and they are all it may keep beyond what ``f`` keeps.
-  """
-  for _ in range(CHAIN):
-    x = jnp.sin(x) + 1.0
-  jax.debug.callback(observe, x)
-  sow(jnp.sum(x), name='middle')
-  for _ in range(CHAIN):
-    x = jnp.cos(x) * 0.5
-  jax.debug.callback(observe, x)
-  sow(jnp.sum(x), name='end')
-  return x
 
 
 def in_closed_call(f):
