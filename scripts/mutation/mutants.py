@@ -97,6 +97,7 @@ COMPAT_TESTS = (
 GRAPH_CALLS_TESTS = (
     'tests/nnx/sow/lift/graph_nodes_test.py',
     'tests/nnx/sow/lift/write_back_test.py',
+    'tests/nnx/sow/lift/graph_calls_test.py',
     'tests/nnx/sow/api/capture_test.py',
     'tests/nnx/sow/api/capture_composition_test.py',
     'tests/nnx/sow/transform/rules/rules_calls_test.py',

@@ -235,7 +235,7 @@ function updates the caller's modules in place, as a direct call does.''',
         'nnx.sow: the lift to NNX: graph nodes, write-back, module paths',
         '''\
 What a call over NNX graph nodes needs, before the staging of such a call
-that uses it (with `capture`, two commits on):
+that uses it (two commits on):
 
 - `lift/graph_nodes.py`: the graph nodes among a call's arguments (a fast
   check for plain arrays, which staging asks about every leaf);
@@ -267,34 +267,48 @@ output.''',
         files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py'),
     ),
     Commit(
+        'graph_calls',
+        'nnx.sow: a call over graph nodes, staged on copies and written back',
+        '''\
+`lift/graph_calls.py` stages `f(*args, **kwargs)` to a jaxpr over its array
+leaves, for the interpreter: the NNX graph nodes among the arguments (or
+the callable itself, a Module or a bound method of one) are flattened at
+once, merged into copies inside the trace, and `f` runs on the copies, each
+marked with its module path in a frame; the leaves `f` changed come out of
+the jaxpr and are written into the caller's objects once it was evaluated
+(nothing is written if it fails), as `nnx.jit` does. `call_directly` runs
+`f` on the caller's own objects, in a frame, for the eager interpretation.
+The sows staged straight into the trace can be taken there. Tested here by
+evaluating the jaxpr with JAX itself; `capture` (next commit) evaluates it
+with the interpreter.''',
+        files=(L + 'graph_calls.py', N + 'lift/graph_calls_test.py'),
+    ),
+    Commit(
         'capture',
         'nnx.sow: capture, the transform that returns what a function sowed',
         '''\
 `capture(f, tag=..., names=...)(*args)` returns `(out, collected)`:
 `collected` maps each sown name to a tuple with one entry per executed sow,
 in call order. Outside any trace it is a direct call of `f` (the eager
-trace); under a trace, `f` is staged to a jaxpr and interpreted there. Its
-graph-node arguments are staged as copies whose updates are written back
-(`lift/graph_calls.py`, as `nnx.jit` does), so the caller's modules end as
-a direct call leaves them, and nothing is left behind on error. The sows it
-does not select stay in the program, for an enclosing capture.
+trace); under a trace, `f` is staged to a jaxpr (the previous commit) and
+interpreted there, so the caller's modules end as a direct call leaves
+them, and nothing is left behind on error. The sows it does not select stay
+in the program, for an enclosing capture.
 
 Programs with a sow inside a higher-order primitive are refused until the
 rules of the next commits; the tests here use none (the ones that do go
 with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
-        files=(L + 'graph_calls.py', S + 'capture.py', N + 'sow_pytree_models.py',
+        files=(S + 'capture.py', N + 'sow_pytree_models.py',
                N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
                N + 'api/capture_eager_test.py', N + 'api/capture_staging_test.py',
-               N + 'api/capture_memory_test.py',
                N + 'api/capture_graph_nodes_test.py'),
         oversize=(
-            'capture.py imports lift/graph_calls.py (a call over graph nodes,'
-            ' staged on copies), which every call goes through: the two come'
-            ' in together, with every test of capture that needs no rule of'
-            ' a higher-order primitive (those that do go with their rules,'
-            ' and the compiled runners of a captured jax.jit function with'
-            " jit's)"),
+            'capture.py is one module; this commit has every test of it that'
+            ' needs no rule of a higher-order primitive (those that do go'
+            ' with their rules, the compiled runners of a captured jax.jit'
+            " function with jit's, what it keeps alive with the leaks), and"
+            ' those of the staging it does over graph nodes'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -418,15 +432,17 @@ skip.''',
     ),
     Commit(
         'reliability',
-        'nnx.sow: the bad-input catalogue; threads and leaks',
+        'nnx.sow: the bad-input catalogue; threads, leaks and memory',
         '''\
 Every bad input gets an exact error naming the sow, the argument or the
 primitive at fault and what to do (`bad_inputs_test.CASES`, which the
 bad-input guide shows); 8 threads x 50 captures each get their own values;
 the core cases pass under `jax.checking_leaks()`; nothing remains after an
-exception; 1,000 eager captures keep memory flat. Tests of everything
-before, so a commit of its own.''',
-        files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py'),
+exception; 1,000 eager captures keep memory flat, an eager capture frees
+the intermediates of `f` as `f` itself does and drops the values a clobber
+supersedes. Tests of everything before, so a commit of its own.''',
+        files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py',
+               N + 'api/capture_memory_test.py'),
     ),
     # -----------------------------------------------------------------------
     # nnx.capture, Module.sow and Module.perturb on the transform
