@@ -82,6 +82,8 @@ COMPAT_TESTS = (
     'tests/nnx/sow/api/capture_composition_test.py',
     'tests/nnx/sow/transform/rules/rules_calls_test.py',
     'tests/nnx/capture_compat/compat_capture_test.py',
+    'tests/nnx/capture_compat/compat_sow_values_test.py',
+    'tests/nnx/capture_compat/compat_variable_updates_test.py',
     'tests/nnx/capture_compat/compat_install_test.py',
     'tests/nnx/capture_compat/compat_method_outputs_test.py',
     'tests/nnx/capture_compat/compat_perturb_test.py',
@@ -105,6 +107,8 @@ GRAPH_CALLS_TESTS = (
     'tests/nnx/sow/transform/sow_primitive_test.py',
     'tests/nnx/sow/api/perturb_test.py',
     'tests/nnx/capture_compat/compat_capture_test.py',
+    'tests/nnx/capture_compat/compat_sow_values_test.py',
+    'tests/nnx/capture_compat/compat_variable_updates_test.py',
     'tests/nnx/capture_compat/compat_install_test.py',
     'tests/nnx/capture_compat/compat_method_outputs_test.py',
     'tests/nnx/capture_compat/compat_perturb_test.py',
@@ -123,6 +127,8 @@ MODULES_TESTS = (
     'tests/nnx/capture_compat/module_sow_test.py',
     'tests/nnx/capture_compat/module_taps_test.py',
     'tests/nnx/capture_compat/compat_capture_test.py',
+    'tests/nnx/capture_compat/compat_sow_values_test.py',
+    'tests/nnx/capture_compat/compat_variable_updates_test.py',
     'tests/nnx/capture_compat/compat_install_test.py',
     'tests/nnx/capture_compat/compat_method_outputs_test.py',
     'tests/nnx/capture_compat/compat_perturb_test.py',
@@ -829,8 +835,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if isinstance(methods, str):\n    methods = (methods,)\n',
        '',
        "methods='name' taps the method of that name, not its letters"),
-    # -- capture_compat/__init__.py ----------------------------------------
-    _m('compat-decorator-drops-init', COMPAT + '__init__.py',
+    # -- capture_compat/capture.py -----------------------------------------
+    _m('compat-decorator-drops-init', COMPAT + 'capture.py',
        '      return capture(\n'
        '          actual_fn, *all_types, init=init,'
        ' method_outputs=method_outputs\n      )',
@@ -863,6 +869,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "        'nnx.capture',\n        threading.get_ident(),\n",
        "        'nnx.capture',\n",
        "threads capturing the same model each get their own values"),
+    # -- capture_compat/overlay.py -----------------------------------------
+    _m('compat-installed-always', COMPAT + 'overlay.py',
+       '  return module_lib.capture is capture\n',
+       '  return True\n',
+       'is_installed() says whether nnx.capture is the layer\'s'),
     # -- capture_compat/method_outputs.py ----------------------------------
     _m('compat-method-outputs-call-only', COMPAT + 'method_outputs.py',
        '      patterns=None, methods=None, inputs=False, outputs=False,',

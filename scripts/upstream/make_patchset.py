@@ -36,7 +36,9 @@ adds (every file of ours goes with exactly one commit, or is named in
 (``flax_integration.py``). The packages' ``__init__.py`` files that import
 their modules (``AGGREGATORS``) grow with the series: at each commit they
 import only the modules it has (``partial_aggregator``). A commit adds at
-most ``BUDGET`` lines, unless it says why not (``Commit.oversize``).
+most ``BUDGET`` lines, unless it says why not (``Commit.oversize``); the
+``.ipynb`` of a guide whose ``.md`` the commit adds is counted and shown but
+not budgeted (``added_lines``).
 
 Our tests go to ``tests/nnx/sow/`` in Flax's tree (the groups of
 ``tests/nnx/sow/sow_layout.py``: the transform's tests keep their path, the
@@ -67,6 +69,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import typing as tp
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -105,6 +108,7 @@ AGGREGATORS = (
     'flax/nnx/sow/__init__.py',
     'flax/nnx/sow/transform/__init__.py',
     'flax/nnx/sow/transform/rules/__init__.py',
+    'flax/nnx/capture_compat/__init__.py',
 )
 # Packages whose modules an aggregator may import.
 PACKAGES = ('flax.nnx.sow', 'flax.nnx.capture_compat')
@@ -327,7 +331,7 @@ def partial_aggregator(text: str, present: tp.Collection[str],
 
   Raises:
     PatchsetError: one import statement imports a present and an absent
-      module, or ``__all__`` no longer fits on a line.
+      module.
   """
   tree = ast.parse(text)
   body = tree.body
@@ -377,8 +381,10 @@ def partial_aggregator(text: str, present: tp.Collection[str],
     if _is_all(node) and out[node.lineno - 1] is not None:
       names = [e.value for e in node.value.elts if e.value not in gone]
       line = f'__all__ = {names!r}'
-      if len(line) > 80:
-        raise PatchsetError(f'{where}: __all__ no longer fits on a line')
+      if len(line) > 80:  # one name per item, wrapped as pyink wraps it
+        line = '\n'.join(['__all__ = [', *textwrap.wrap(
+            ' '.join(f'{n!r},' for n in names), 80,
+            initial_indent='    ', subsequent_indent='    '), ']'])
       out[node.lineno - 1:node.end_lineno] = (
           [line] + [None] * (node.end_lineno - node.lineno))
   kept: list[str] = []
@@ -505,12 +511,24 @@ def commit(tree: pathlib.Path, step: tp.Any, written: list[str],
   return git(tree, 'rev-parse', 'HEAD').strip()
 
 
-def added_lines(tree: pathlib.Path) -> int:
-  """The lines ``HEAD`` adds (binary files count none)."""
+def added_lines(tree: pathlib.Path) -> tuple[int, int]:
+  """The lines ``HEAD`` adds (binary files count none), and how many of them
+  are in the ``.ipynb`` of a guide whose ``.md`` it adds or changes too.
+
+  Flax keeps each guide as a Jupytext pair, the notebook being the Markdown
+  file again as JSON, with its outputs: a reviewer reads the ``.md``, and
+  ``jupytext --sync`` (a pre-commit hook) writes the ``.ipynb``. Those lines
+  are counted and shown, but not held against the budget.
+  """
   numstat = git(tree, 'diff', '--numstat', 'HEAD~1', 'HEAD')
-  return sum(int(added) for added, _, _ in
-             (line.split('\t', 2) for line in numstat.splitlines())
-             if added != '-')
+  rows = [(int(added), path) for added, _, path in
+          (line.split('\t', 2) for line in numstat.splitlines())
+          if added != '-']
+  paths = {path for _, path in rows}
+  paired = sum(added for added, path in rows
+               if path.endswith('.ipynb')
+               and path[:-len('.ipynb')] + '.md' in paths)
+  return sum(added for added, _ in rows), paired
 
 
 def selected(with_docs: bool = True) -> list[tp.Any]:
@@ -544,17 +562,28 @@ def make_patchset(checkout: pathlib.Path, outdir: pathlib.Path,
     for step in steps:
       written = apply_commit(tree, step)
       sha = commit(tree, step, written, identity)
-      added = added_lines(tree)
+      added, paired = added_lines(tree)
+      budgeted = added - paired
       tests = [flax_path(f) for f in commit_files(step) if is_test(f)]
       manifest.append({'key': step.key, 'subject': step.subject,
-                       'added': added, 'files': len(written),
-                       'tests': tests, 'oversize': step.oversize})
-      over = ' (over budget: see oversize)' if added > BUDGET else ''
-      print(f'{sha[:8]} +{added:<5} {step.subject}{over}')
-      if added > BUDGET and not step.oversize:
+                       'added': added, 'paired_notebook': paired,
+                       'files': len(written), 'tests': tests,
+                       'oversize': step.oversize})
+      notes = [f'{paired} of them the paired .ipynb'] if paired else []
+      if budgeted > BUDGET:
+        notes.append('over budget: see oversize')
+      note = f' ({"; ".join(notes)})' if notes else ''
+      print(f'{sha[:8]} +{added:<5} {step.subject}{note}')
+      if budgeted > BUDGET and not step.oversize:
         raise PatchsetError(
-            f'commit {step.key} adds {added} lines, more than {BUDGET}:'
-            ' split it, or say why it cannot be (Commit.oversize)')
+            f'commit {step.key} adds {budgeted} lines (not counting a paired'
+            f' .ipynb), more than {BUDGET}: split it, or say why it cannot'
+            ' be (Commit.oversize)')
+      if step.oversize and budgeted <= BUDGET:
+        raise PatchsetError(
+            f'commit {step.key} says why it is over budget (oversize), but'
+            f' adds {budgeted} lines (not counting a paired .ipynb): remove'
+            ' the reason')
     outdir.mkdir(parents=True, exist_ok=True)
     for old in glob.glob(str(outdir / '[0-9][0-9][0-9][0-9]-*.patch')):
       os.remove(old)

@@ -301,14 +301,21 @@ with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
         files=(S + 'capture.py', N + 'sow_pytree_models.py',
                N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
-               N + 'api/capture_eager_test.py', N + 'api/capture_staging_test.py',
-               N + 'api/capture_graph_nodes_test.py'),
-        oversize=(
-            'capture.py is one module; this commit has every test of it that'
-            ' needs no rule of a higher-order primitive (those that do go'
-            ' with their rules, the compiled runners of a captured jax.jit'
-            " function with jit's, what it keeps alive with the leaks), and"
-            ' those of the staging it does over graph nodes'),
+               N + 'api/capture_eager_test.py', N + 'api/capture_staging_test.py'),
+    ),
+    Commit(
+        'capture-graph-nodes',
+        'nnx.sow: tests of capture over NNX modules and Variables',
+        '''\
+`capture(f)(model, x)` over NNX graph nodes, against a direct call of `f`:
+staged, `f` runs on copies and the caller's objects end as the direct call
+leaves them (changed Variables, shared references, structural changes,
+returned and new nodes, Hijax and reference Variables, tree mode, inside
+`jit`, several threads staging one model); an exception in a staged call
+writes nothing, an eager one leaves what the direct call leaves. Tests
+only: of the two commits before, which could not take them without going
+over budget.''',
+        files=(N + 'api/capture_graph_nodes_test.py',),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -465,30 +472,44 @@ caller). The helpers only the old `capture` used are removed.
 
 `nnx.sow` exports the transform's package (`nnx.sow.sow`,
 `nnx.sow.capture`, `nnx.sow.perturb`, `nnx.sow.plant`); `nnx.capture`
-stays the Module-level API. `capture_compat.install()`, which points a
-released Flax's names at these functions, is not needed here and still
-works. The tests here: its forms and results, Variable updates, path marks,
-`install`, every docstring example of both packages, and the layering of
-transform/, lift/, the API and the compat layer (imports run down only, no
-cycle, read from the source); the commits after
-this one test it under NNX transforms, eagerly, across threads and
-processes, and against Flax 0.12.8.''',
-        files=(COMPAT, N + 'compat_testing.py', N + 'sow_legacy.py',
-               C + 'compat_capture_test.py', C + 'compat_install_test.py',
-               N + 'docstrings_test.py', N + 'layers_test.py'),
+stays the Module-level API. The tests here: its forms and results against
+Flax 0.12.8's own (where that runs: on a released Flax, with the overlay of
+the next commit; here those comparisons skip, saying so); the commits
+after the next test it under NNX transforms, eagerly, across threads and
+processes, with Variable updates and path marks, and against Flax
+0.12.8.''',
+        files=(COMPAT + '/__init__.py', COMPAT + '/capture.py',
+               COMPAT + '/call.py', COMPAT + '/frames.py',
+               COMPAT + '/method_outputs.py', COMPAT + '/module_methods.py',
+               COMPAT + '/replaced.py', N + 'compat_testing.py',
+               N + 'sow_legacy.py', C + 'compat_capture_test.py'),
         edits=((flax_integration.MODULE_PATH,
                 flax_integration.delegate_module),
                (flax_integration.INIT_PATH, flax_integration.export_sow)),
-        oversize=(
-            'flax/nnx/capture_compat is one package whose __init__.py holds'
-            ' capture and install(), which every module of it serves: it'
-            ' cannot come in parts without changing its code. Its tests are'
-            ' split over the commits after this one, a concept each (see'
-            ' their messages), which the series otherwise avoids'),
+    ),
+    Commit(
+        'compat-install',
+        'nnx: capture_compat.install(), the overlay on a released Flax',
+        '''\
+`capture_compat.install()` points a released Flax's `nnx.capture`,
+`flax.nnx.module.capture`, `Module.sow` and `Module.perturb` at the
+package's functions, and `uninstall()` points them back, for the process
+or, as context managers, for a block, coherently across threads: blocks in
+several threads keep one state until the last exits, and a request another
+thread's block opposes is refused. Here, where `module.py` calls the
+package itself, there is nothing to point; it is what lets code written for
+Flax 0.12.8 run on the new implementation before a release carries it
+(and the docstring examples of both packages, tested here, use it).
+
+Also the layering test of transform/, lift/, the API and the compat layer:
+imports run down only, with no cycle, read from the source.''',
+        files=(COMPAT + '/overlay.py', C + 'compat_install_test.py',
+               C + 'compat_install_threads_test.py',
+               N + 'docstrings_test.py', N + 'layers_test.py'),
     ),
     Commit(
         'compat-module-sow',
-        'nnx: tests of Module.sow sites and taps inside flax.nnx.sow.capture',
+        'nnx: tests of Module.sow sites and taps in flax.nnx.sow.capture; updates',
         '''\
 Inside a functional `capture`, `plant` or `tap`, a `Module.sow` site is a
 sow named `(*module_path, name)` and tagged by its Variable type, through
@@ -497,10 +518,17 @@ sow named `(*module_path, name)` and tagged by its Variable type, through
 anything is written. `tap` on such models: reads and plants submodules'
 inputs and outputs, model and classes untouched.
 
-Tests only: they test the previous commit's `Module.sow`, which could not
-come in with fewer lines (see its message).''',
+Under `nnx.capture`: what the sown values become (reducers, inits, shared
+submodules, non-array values, modules outside the root), the Variable
+updates a call makes, as after a direct call, and the path marks of module
+copies.
+
+Tests only: of the compat commit's `Module.sow` and `nnx.capture`, which
+could not take them without going over budget.''',
         files=(N + 'module_models.py', C + 'module_sow_test.py',
-               C + 'module_taps_test.py'),
+               C + 'module_taps_test.py',
+               C + 'compat_sow_values_test.py',
+               C + 'compat_variable_updates_test.py'),
     ),
     Commit(
         'compat-method-outputs',
@@ -537,13 +565,11 @@ does. Tests only (see the compat commit's message).''',
         'compat-threads',
         'nnx: tests of nnx.capture across threads and processes',
         '''\
-Captures in several threads at once and after an exception; `install()`
-and `uninstall()` blocks overlapping in threads, driven step by step; two
-JAX processes capturing sharded global arrays. Tests only (see the compat
+Captures in several threads at once and after an exception; two JAX
+processes capturing sharded global arrays. Tests only (see the compat
 commit's message).''',
         files=(C + 'compat_threads_and_failures_test.py',
-               C + 'compat_install_threads_test.py', C + 'multiprocess_test.py',
-               N + 'sow_multiprocess_worker.py'),
+               C + 'multiprocess_test.py', N + 'sow_multiprocess_worker.py'),
     ),
     Commit(
         'parity',
@@ -554,14 +580,24 @@ scan over layers with remat, LSTM, VAE, an ensemble, an optax training step
 with perturbations, custom reducers, method_outputs) run under Flax 0.12.8's
 `nnx.capture` and the new one, eagerly and under `nnx.jit`, compared
 bitwise; the same with Hijax Variables, where the legacy one returns
-nothing. Models from public code (Flax's gemma example, CAX, tunix,
-Jasmine) join with `--models_from=PATH`. Where `nnx.capture` is the new one
-already (here), the legacy oracle no longer exists and these tests skip,
-saying so. Tests only (see the compat commit's message).''',
-        files=(C + 'parity_test.py', N + 'sow_external_models.py'),
-        oversize=(
-            'the parity suite and its loader of public models are one test'
-            ' concept, tests only'),
+nothing. Where `nnx.capture` is the new one already (here), the legacy
+oracle no longer exists and these tests skip, saying so. Tests only (see
+the compat commit's message).''',
+        files=(C + 'parity_test.py',),
+    ),
+    Commit(
+        'parity-external',
+        'nnx: parity tests of nnx.capture with Flax 0.12.8 on public models',
+        '''\
+The comparison of the previous commit on models loaded at run time from
+public code, given a directory of checkouts with `--models_from=PATH` (or
+`FLAX_SOW_MODELS_FROM=PATH` under pytest): Flax's examples/gemma with every
+`SowConfig` option, its train steps and sampler; CAX's Life and Lenia under
+their own driver, `nnx.vmap` and `nnx.pop`; tunix's Gemma, Gemma 3, Qwen2
+and Qwen3 sowing `all_hidden_states`; Jasmine's latent action model.
+Nothing of theirs is copied (sow_external_models.py says what is loaded and
+the few import shims); without the directory they skip. Tests only.''',
+        files=(C + 'parity_external_test.py', N + 'sow_external_models.py'),
     ),
     # -----------------------------------------------------------------------
     # The codemod
@@ -614,9 +650,6 @@ rules_coverage_test.CoverageTest.''',
         edits=((flax_integration.MODULE_PATH,
                 flax_integration.quote_capture_returns),),
         make=_guide('sow_transform', api=True),
-        oversize=(
-            'one guide: its .md and its executed .ipynb pair, which holds'
-            ' every cell again with its outputs'),
     ),
     Commit(
         'docs-interventions',
@@ -655,9 +688,6 @@ runs it and checks that it shows exactly the cases of
 bad_inputs_test.CASES, each block printing the error shown under it.''',
         files=('tests/docs/sow_bad_inputs_guide_test.py',),
         make=_guide('sow_bad_inputs'),
-        oversize=(
-            'one guide: its .md and its executed .ipynb pair, which holds'
-            ' every cell again with its outputs (one error per case)'),
     ),
     Commit(
         'docs-migrate',

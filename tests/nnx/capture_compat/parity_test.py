@@ -23,15 +23,10 @@ implementation must capture what the plain run captures; the legacy one
 returns an empty State there (the motivating difference: the test tells
 when that changes).
 
-Models from public code (Flax's examples/gemma with every SowConfig option,
-CAX's Life and Lenia, tunix's models that sow ``all_hidden_states``, Jasmine's
-latent action model; ``sow_external_models.py`` says which and how) run the
-same comparison when given a directory of checkouts of their code, with
-``--models_from=PATH`` (or, under pytest, the environment variable
-``FLAX_SOW_MODELS_FROM=PATH``); without it they are skipped.
+Models from public code run the same comparison in
+``parity_external_test.py``, which uses the classes here.
 
 Run: python tests/nnx/capture_compat/parity_test.py [--report=PATH]
-[--models_from=PATH]
 """
 
 from __future__ import annotations
@@ -52,10 +47,12 @@ import numpy as np
 import optax
 from flax import nnx
 
-if __name__ == '__main__':
-  # Run directly, not by pytest (whose conftest.py puts the test helpers on
-  # sys.path): they are in the folder of sow_layout.py, this folder's parent
-  # (Flax's tree) or its sibling sow/ (this repository).
+# Run directly (this file, or parity_external_test.py), not by pytest, whose
+# conftest.py puts the test helpers on sys.path: they are in the folder of
+# sow_layout.py, this folder's parent (Flax's tree) or its sibling sow/ (this
+# repository).
+_DIRECT = 'sow_layout' not in sys.modules and 'pytest' not in sys.modules
+if _DIRECT:
   _HERE = os.path.dirname(os.path.abspath(__file__))
   sys.path.insert(0, next(
       folder for folder in (os.path.dirname(_HERE),
@@ -64,27 +61,18 @@ if __name__ == '__main__':
 
 import sow_layout  # pylint: disable=g-bad-import-order,g-import-not-at-top
 
-if __name__ == '__main__' and not sow_layout.IN_FLAX:
+if _DIRECT and not sow_layout.IN_FLAX:
   # Run directly in the repository: import its working tree.
   sys.path.insert(0, sow_layout.ROOT)
   import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
 from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
-import sow_external_models  # pylint: disable=g-import-not-at-top
 import sow_legacy  # pylint: disable=g-import-not-at-top
 import sow_testing  # pylint: disable=g-import-not-at-top
 
 _REPORT = flags.DEFINE_string(
     'report', None, 'Write a Markdown table of the comparisons to this path.'
 )
-_MODELS_FROM = flags.DEFINE_string(
-    'models_from', None,
-    'A directory of checkouts of public code whose models sow (PATH/flax,'
-    ' PATH/cax, PATH/tunix, PATH/jasmine; see sow_external_models.py): their'
-    ' models are compared too.'
-)
-# The same for pytest, which does not parse absl flags.
-MODELS_FROM_ENV = 'FLAX_SOW_MODELS_FROM'
 
 # ---------------------------------------------------------------------------
 # The models (tiny sizes, CPU)
@@ -468,7 +456,7 @@ class Comparison:
   source: str = 'this file'  # where the model's code is: repo@commit paths
 
 
-_ROWS: list[Comparison] = []
+ROWS: list[Comparison] = []
 
 
 @contextlib.contextmanager
@@ -539,7 +527,7 @@ class ComparingTestCase(parameterized.TestCase):
       status = (f'{len(differing)} of {values + n} values differ by rounding'
                 f' (first: `{differing[0]}`), known: {known_difference}')
     for implementation in ('legacy', 'new'):
-      _ROWS.append(Comparison(case.name, mode, implementation, sites,
+      ROWS.append(Comparison(case.name, mode, implementation, sites,
                               values + n, max(diff, d), status, source))
 
 
@@ -575,9 +563,9 @@ class ParityTest(ComparingTestCase):
                                     bitwise=False)
     self.assert_same(new_state, nnx.state(model), 'state vs oracle')
     sites = _count_variables(new, nnx.Intermediate)
-    _ROWS.append(Comparison(case.name, mode, 'legacy', 0, 0, 0.0,
+    ROWS.append(Comparison(case.name, mode, 'legacy', 0, 0, 0.0,
                             'fails: ' + case.legacy_error))
-    _ROWS.append(Comparison(case.name, mode, 'new', sites, values, diff,
+    ROWS.append(Comparison(case.name, mode, 'new', sites, values, diff,
                             'equal to the hand-written oracle'))
 
   @parameterized.named_parameters(
@@ -594,7 +582,7 @@ class ParityTest(ComparingTestCase):
     self.assert_same(hijax_state, plain_state, 'hijax updated state',
                      kinds=False)
     sites = _count_variables(hijax, nnx.Intermediate)
-    _ROWS.append(Comparison(case.name, f'{mode}, hijax', 'new', sites,
+    ROWS.append(Comparison(case.name, f'{mode}, hijax', 'new', sites,
                             values, diff, 'equal to the plain run'))
 
   def test_flax_jit_with_hijax_fails(self):
@@ -623,68 +611,16 @@ class ParityTest(ComparingTestCase):
     self.assertEqual(_count_variables(sown, nnx.Intermediate), 0)
     (_, sown), _ = _execute(case, 'new', 'eager', hijax=True)
     self.assertEqual(_count_variables(sown, nnx.Intermediate), 3)
-    _ROWS.append(Comparison('mlp', 'eager, hijax', 'legacy', 0, 0, 0.0,
+    ROWS.append(Comparison('mlp', 'eager, hijax', 'legacy', 0, 0, 0.0,
                             'empty State (known legacy failure)'))
 
 
-def _models_from() -> str | None:
-  """The directory of checkouts, from the flag or the environment."""
-  if flags.FLAGS.is_parsed() and _MODELS_FROM.value:
-    return _MODELS_FROM.value
-  return os.environ.get(MODELS_FROM_ENV) or None
-
-
-# The external sources the run compared, for the report: key -> Source.
-_SOURCES_USED: dict[str, sow_external_models.Source] = {}
-
-
-# Where the implementations differ on an external model: (case, mode) -> a
-# label explained in KNOWN_DIFFERENCE_NOTES. Found by issue 14 (parity on
-# public models) and reported there; each entry is an expected difference
-# (see compare_with_legacy), not a pass.
-KNOWN_DIFFERENCES = {
-    ('gemma_train_step', 'eager'): 'eager-autodiff-division',
-    ('gemma_jax_train_step', 'eager'): 'eager-autodiff-division',
-}
-KNOWN_DIFFERENCE_NOTES = {
-    'eager-autodiff-division': (
-        'issue 14 finding. Under an eager (unjitted) nnx.value_and_grad or'
-        ' jax.value_and_grad, Flax 0.12.8 runs a division by a Python float'
-        ' (Gemma\'s logit soft-caps, x / 50.0; nnx.Dropout\'s x / keep_prob)'
-        ' as the JVP of jnp.true_divide, a jitted library function, which XLA'
-        ' computes as an exact division. The new capture evaluates its staged'
-        ' jaxpr, in which jnp\'s inline jits are inlined, primitive by'
-        ' primitive: the div gets the float as a literal, and XLA computes'
-        ' x * (1 / 50), one ulp off (as both implementations do eagerly'
-        ' outside autodiff and under jit, where they agree bitwise). Without'
-        ' soft-caps and dropout the eager train steps are bitwise equal.'
-    ),
-}
-
-
-class ExternalModelsTest(ComparingTestCase):
-  """Models from public code (see sow_external_models.py), same comparison."""
-
-  @parameterized.named_parameters(
-      (f'{name}_{mode}', name, mode)
-      for name, spec in sow_external_models.SPECS.items()
-      for mode in spec.modes)
-  def test_new_matches_legacy(self, name, mode):
-    models_from = _models_from()
-    if models_from is None:
-      self.skipTest(f'external models run with --models_from=PATH or'
-                    f' {MODELS_FROM_ENV}=PATH')
-    with sow_external_models.warnings_of_their_code(models_from):
-      try:
-        case = sow_external_models.case(name, models_from)
-      except sow_external_models.MissingSource as e:
-        self.skipTest(str(e))
-      _SOURCES_USED[case.source.key] = case.source
-      self.compare_with_legacy(case, mode, case.describe(),
-                               KNOWN_DIFFERENCES.get((name, mode)))
-
-
-def render_report(rows: list[Comparison]) -> str:
+def render_report(rows: list[Comparison],
+                  sources: tp.Iterable[tp.Any] = (),
+                  notes: tp.Mapping[str, str] | None = None) -> str:
+  """The Markdown table of ``rows``; with the external ``sources`` used
+  (``sow_external_models.Source``) and the ``notes`` of the known differences
+  the rows name."""
   lines = [
       '| model | mode | implementation | sow sites | values compared |'
       ' max abs diff | status | source |',
@@ -694,27 +630,35 @@ def render_report(rows: list[Comparison]) -> str:
     lines.append(f'| {r.case} | {r.mode} | {r.implementation} | {r.sites} |'
                  f' {r.values} | {r.max_abs_diff:g} | {r.status} |'
                  f' {r.source} |')
-  if _SOURCES_USED:
+  sources = sorted(sources, key=lambda s: s.key)
+  notes = notes or {}
+  if sources:
     here = os.path.relpath(os.path.abspath(__file__), sow_layout.ROOT)
     lines += ['', f'Sources (`this file`: {here}):', '']
-    for src in sorted(_SOURCES_USED.values(), key=lambda s: s.key):
+    for src in sources:
       lines.append(f'- {src.repo} at commit {src.commit}, checked out at'
                    f' `{src.root}`')
-  notes = sorted({label for label in KNOWN_DIFFERENCE_NOTES
-                  for r in rows if r.status.endswith(f'known: {label}')})
-  if notes:
+  labels = sorted({label for label in notes
+                   for r in rows if r.status.endswith(f'known: {label}')})
+  if labels:
     lines += ['', 'Known differences:', '']
-    lines += [f'- {label}: {KNOWN_DIFFERENCE_NOTES[label]}' for label in notes]
+    lines += [f'- {label}: {notes[label]}' for label in labels]
   return '\n'.join(lines) + '\n'
 
 
-def tearDownModule():
+def write_report(sources: tp.Iterable[tp.Any] = (),
+                 notes: tp.Mapping[str, str] | None = None) -> None:
+  """Writes the report to ``--report``, if given (run directly)."""
   path = _REPORT.value if flags.FLAGS.is_parsed() else None
   if path:
-    report = render_report(_ROWS)
+    report = render_report(ROWS, sources, notes)
     with open(path, 'w') as f:
       f.write(report)
     print(report)
+
+
+def tearDownModule():
+  write_report()
 
 
 if __name__ == '__main__':

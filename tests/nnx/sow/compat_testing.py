@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from flax import nnx
 from flax.nnx import capture_compat
+import sow_layout
 import sow_testing
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
@@ -123,7 +124,7 @@ class CompatTestCase(sow_testing.StateAssertions, parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.enterContext(capture_compat.install())
+    self.enterContext(sow_layout.overlay())
 
   def tearDown(self):
     self.assertEmpty(capture_compat.frames.FRAMES.stack)

@@ -73,7 +73,8 @@ def _global_state() -> dict[str, object]:
       'sys.getprofile()': sys.getprofile(),
   }
   # In Flax's tree, each commit of the series adds a part of the transform:
-  # the interpreter and the compat layer come after the first ones.
+  # the interpreter, the compat layer and its install() come after the first
+  # ones.
   if _exists('flax.nnx.sow.transform.interpreter'):
     from flax.nnx.sow.transform import interpreter  # pylint: disable=g-import-not-at-top
 
@@ -81,8 +82,11 @@ def _global_state() -> dict[str, object]:
   if _exists('flax.nnx.capture_compat'):
     from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 
-    state['capture_compat installed'] = capture_compat.is_installed()
     state['capture_compat frames'] = tuple(capture_compat.frames.FRAMES.stack)
+  if _exists('flax.nnx.capture_compat.overlay'):
+    from flax.nnx.capture_compat import overlay  # pylint: disable=g-import-not-at-top
+
+    state['capture_compat installed'] = overlay.is_installed()
   for name, value in os.environ.items():
     if name != 'PYTEST_CURRENT_TEST':  # pytest's own, set per test phase
       state[f'os.environ[{name!r}]'] = value

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax import nnx
-from flax.nnx import capture_compat
+import sow_layout
 
 
 LAYERS = 3
@@ -108,7 +108,7 @@ class ModulesTestCase(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.enterContext(capture_compat.install())
+    self.enterContext(sow_layout.overlay())
     self.model = Model(nnx.Rngs(0))
 
   def assert_untouched(self, model, before_vars, before_state):

@@ -33,11 +33,13 @@ A test names another test file or folder only through this module
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import sys
 import types
+import typing as tp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,6 +62,19 @@ WORKTREE = os.path.join(ROOT, '_worktree.py')
 IN_FLAX = not os.path.exists(WORKTREE)
 # What a child Python process runs first to import the same flax.nnx.sow.
 CHILD_PRELUDE = '' if IN_FLAX else 'import _worktree; '
+
+
+
+def overlay() -> tp.ContextManager[tp.Any]:
+  """The compat layer in place for a block: ``capture_compat.install()`` on
+  a released Flax (this repository's overlay); in Flax's own tree, whose
+  ``module.py`` calls ``capture_compat`` itself, there is nothing to point
+  (and the commits before ``install()``'s do not have it)."""
+  if IN_FLAX:
+    return contextlib.nullcontext()
+  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+  return capture_compat.install()
+
 
 # Each group of our tests: its folder in this repository, and in Flax's tree.
 GROUPS = {

@@ -33,6 +33,7 @@ from flax.nnx import capture_compat
 from flax.nnx import module as module_lib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import replaced
+import sow_layout
 
 SKIP_REASON = (
     "this Flax's own nnx.capture is built on the sow transform already:"
@@ -52,6 +53,8 @@ def _flax_own_capture() -> tp.Callable[..., tp.Any]:
 def is_available() -> bool:
   """Whether Flax's own ``nnx.capture`` is 0.12.8's, not a delegation to
   ``capture_compat`` (what Flax's ``module.py`` does with the series)."""
+  if sow_layout.IN_FLAX:  # Flax's own tree, with the series
+    return False
   return not capture_compat.delegates(_flax_own_capture())
 
 
