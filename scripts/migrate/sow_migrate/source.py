@@ -72,4 +72,3 @@ def migrate_source(source: str, *, target: str = 'functional',
                   if decisions[id(s)].action == 'flag'})
   new = source if result.new is None else result.new.decode('utf-8')
   return new, flags
-
