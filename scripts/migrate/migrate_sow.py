@@ -41,9 +41,6 @@ if __package__ in (None, ''):
   sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from sow_migrate import analysis as _analysis
-from sow_migrate import decide as _decide
-from sow_migrate import plan as _plan
 from sow_migrate.flags import REASONS, Flag  # noqa: F401 (re-exported)
 from sow_migrate.runner import (  # noqa: F401 (re-exported)
   EXIT_CHANGES,
@@ -57,52 +54,7 @@ from sow_migrate.runner import (  # noqa: F401 (re-exported)
   parse_args,
   run,
 )
-
-
-def migrate_source(source: str, *, target: str = 'functional',
-                   annotate: bool = False, path: str = '<string>',
-                   nnx_capture: str = 'legacy',
-                   ) -> tuple[str, list[Flag]]:
-  """Migrates one source string on its own, as a one-file project.
-
-  Example::
-
-    new, flags = migrate_source(old)
-
-  Args:
-    source: Python code (or a notebook's JSON, or Markdown).
-    target: ``'functional'`` or ``'capture'``.
-    annotate: add TODO comments above flagged sites.
-    path: the name used in flags; its suffix picks the format
-      (``.py``, ``.md`` or ``.ipynb``).
-    nnx_capture: with ``target='capture'``, the ``nnx.capture`` the code
-      will run on: ``'legacy'`` (Flax 0.12.8's; the pops it would break are
-      kept) or ``'transform'`` (``flax.nnx.capture_compat``'s).
-
-  Returns:
-    The new source and the flagged sites.
-
-  Raises:
-    ValueError: if ``source`` does not parse.
-  """
-  if not path.endswith(('.py', '.md', '.ipynb')):
-    path += '.py'
-  analysis = _analysis.analyse(path, source.encode('utf-8'), os.getcwd())
-  if analysis.error:
-    raise ValueError(analysis.error)
-  sites = [s for u in analysis.units for s in u.facts.sites]
-  classes = [c for u in analysis.units for c in u.facts.classes]
-  others = [o for u in analysis.units for o in u.facts.others]
-  state_names = {path: set().union(*(u.facts.state_names
-                                     for u in analysis.units))}
-  project = _decide.Project(sites, classes, others, state_names)
-  decisions = _decide.decide(project, target, nnx_capture)
-  modes = {s.name: s.mode for s in project.sows if s.name}
-  result = _plan.rewrite_file(analysis, decisions, target, annotate, modes)
-  flags = sorted({_plan.site_flag(s, decisions[id(s)]) for s in project.sites
-                  if decisions[id(s)].action == 'flag'})
-  new = source if result.new is None else result.new.decode('utf-8')
-  return new, flags
+from sow_migrate.source import migrate_source  # noqa: F401 (re-exported)
 
 
 if __name__ == '__main__':

@@ -86,6 +86,26 @@ def _codemod_pyproject(text: str) -> str:
       "the codemod's input and expected files, kept as written")
 
 
+_MIGRATE = 'scripts/migrate/sow_migrate/'
+_MIGRATE_TESTS = 'tests/migrate/'
+
+
+def _migrate(*names: str) -> tuple[str, ...]:
+  """The codemod's modules ``names`` (``sow_migrate/NAME.py``)."""
+  return tuple(f'{_MIGRATE}{name}.py' for name in names)
+
+
+def _pairs(target: str, *names: str) -> tuple[str, ...]:
+  """The input and expected files of the codemod's cases ``names``
+  (``NAME.EXT``) for ``target``."""
+  found = []
+  for name in names:
+    stem, ext = name.rsplit('.', 1)
+    found += [f'{_MIGRATE_TESTS}testdata/{target}/{stem}.{kind}.{ext}'
+              for kind in ('input', 'expected')]
+  return tuple(found)
+
+
 def _guide(name: str, *, api: bool = False,
            intermediates: bool = False) -> tp.Callable[[pathlib.Path],
                                                        list[str]]:
@@ -603,29 +623,200 @@ the few import shims); without the directory they skip. Tests only.''',
     # The codemod
     # -----------------------------------------------------------------------
     Commit(
-        'codemod',
-        'scripts/migrate: a codemod from Module.sow/nnx.capture to'
-        ' flax.nnx.sow',
+        'codemod-calls',
+        "scripts/migrate: the codemod's readings of code: Flax's names,"
+        ' calls, methods, the State',
         '''\
-`python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
-rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
-where it can prove the rewrite keeps behavior, and flags every other site
-with what it found. It is idempotent and leaves files it cannot parse
-untouched.
+The first modules of `scripts/migrate/sow_migrate/`, the libcst codemod
+from `Module.sow`/`nnx.capture` to flax.nnx.sow that the next commits
+build (its command line, `migrate_sow.py`, comes five commits on). What it
+reads in code before any decision:
+
+- `names.py`: the Flax APIs it knows, by canonical qualified name;
+- `calls.py`: a call's arguments, each classified (`False`/`True`, a name
+  of the caller, or unknown), and the call a transform's lambda makes;
+- `methods.py`, `functions.py`: which methods of a class may sow when
+  called with given arguments (`sow` left False, as CAX's `sow=False`), and
+  whether a function of the file leaves a sown value on an object;
+- `attributes.py`: what an attribute set from a parameter may hold;
+- `consumers.py`: how a captured State is read, mapped to the functional
+  dict or the reason it cannot be.
 
 It is outside the flax package because it needs libcst, which Flax does
 not depend on; libcst is added to the `testing` extra so that its tests
 (tests/nnx/sow/migrate/) run in CI. Without libcst they skip. Its input and
-expected files (tests/nnx/sow/migrate/testdata/) are excluded from ruff:
-they keep the imports the code they stand for has.''',
-        files=('scripts/migrate/migrate_sow.py', 'scripts/migrate/sow_migrate',
-               'tests/migrate'),
+expected files (tests/nnx/sow/migrate/testdata/, from the commit of the
+rewrites on) are excluded from ruff: they keep the imports the code they
+stand for has. The collector these modules serve comes with the next
+commit; the tests here give them its metadata by hand.''',
+        files=(_MIGRATE + '__init__.py',
+               *_migrate('names', 'calls', 'methods', 'functions',
+                         'attributes', 'consumers'),
+               _MIGRATE_TESTS + 'migrate_sow_calls_test.py'),
         edits=((flax_integration.PYPROJECT_PATH, _codemod_pyproject),),
-        oversize=(
-            'the codemod is one program (its analyses, decisions and'
-            ' rewrites import each other) tested end to end on its input and'
-            ' expected files; it could only come in parts with tests of its'
-            ' internal modules that do not exist, or as a change of its own'),
+    ),
+    Commit(
+        'codemod-facts',
+        'scripts/migrate: the facts of a module: sites, classes, pops',
+        '''\
+Phase 1 of the codemod on one parsed module (`facts.collect`): every
+`Module.sow`/`perturb`, `nnx.capture` and `nnx.pop` call with the Variable
+types and name it gives, its mode (a reducer keeping the last value is a
+clobber) and how its State is read; the classes with what they instantiate
+and what each method does with `self`; the other uses of
+`nnx.Intermediate` (filters, Variables made directly, sown values read as
+attributes, `other_uses.py`). For a pop, the call it belongs to (right
+before it, or through `nnx.vmap`/`nnx.split_rngs`) or what was found
+instead (`pops.py`), and the calls of the popped object before that call
+(`earlier.py`), decided with the project's classes in the commit of the
+decisions.''',
+        files=(*_migrate('other_uses', 'pops', 'earlier', 'facts'),
+               _MIGRATE_TESTS + 'migrate_sow_facts_test.py'),
+    ),
+    Commit(
+        'codemod-analysis',
+        'scripts/migrate: the analysis of a file: .py, notebooks, Markdown',
+        '''\
+`analysis.analyse` reads a document as code units (`documents.py`: a .py
+file, a notebook's code cells, a page's `python` fences, put back byte for
+byte where nothing changed: encoding, BOM, CRLF, magics, outputs), parses
+each (a unit that does not parse is reported and left alone), resolves the
+names a notebook's cells share and the class of an object made in an
+earlier cell (`namespace.py`), collects each unit's facts and pairs a pop
+opening a cell with the call ending an earlier one (`cells.py`).
+`reexports.py` follows the names a package's `__init__.py` re-exports to
+where they are defined.''',
+        files=(*_migrate('documents', 'namespace', 'cells', 'analysis',
+                         'reexports'),
+               _MIGRATE_TESTS + 'migrate_sow_analysis_test.py'),
+    ),
+    Commit(
+        'codemod-decide',
+        'scripts/migrate: the decisions: rewrite, leave or flag each site',
+        '''\
+Phase 2, over the facts of the whole project (`decide.Project`): a reader
+(`nnx.capture`/`nnx.pop`) reaches the sows of the classes its object may
+be an instance of; a sow is rewritten only with every reader that may
+reach it, a reader only if what it reads maps to the functional API. With
+`--target=capture` the sows stay and a pop becomes `nnx.capture` only
+where that collects the same values, also on Flax 0.12.8's `nnx.capture`,
+which some models break (`hazards.py`: an `nnx.List` flattened under
+`nnx.vmap`; `capture_compat`'s has no such hazard). Every site left alone
+gets a `flags.Flag`, `path:line:col: code: reason`, one line a person can
+act on.''',
+        files=(*_migrate('decide', 'hazards', 'flags'),
+               _MIGRATE_TESTS + 'migrate_sow_decide_test.py'),
+    ),
+    Commit(
+        'codemod-rewrite',
+        'scripts/migrate: the rewrites of both targets; migrate_source',
+        '''\
+Phase 3 (`plan.py`): the decisions become a plan of the nodes each
+transformer of `codemods/` changes, run in turn over each code unit:
+`Module.sow`/`perturb` -> `sow`/`perturb`, `nnx.capture` -> `capture`,
+`y = m(x)` + `nnx.pop` -> `nnx.capture(m, T)(x)`, the reads of a captured
+State mapped, TODO notes above flagged sites; then the
+`from flax.nnx.sow import ...` line goes where it sorts, and legacy imports
+left unused go (`imports.py`). `source.migrate_source(text, target=...)`
+runs the three phases on one document.
+
+Tested end to end on input and expected files
+(tests/nnx/sow/migrate/testdata/TARGET/NAME.input.EXT and
+NAME.expected.EXT): the test runs the pairs present, here those of the
+basic rewrites of each target; the commits after this one add theirs.''',
+        files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
+               _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
+               *_pairs('functional', 'sow_basic.py', 'perturb.py',
+                       'clobber.py', 'capture_assigned.py',
+                       'keyword_args.py'),
+               *_pairs('capture', 'pop_to_capture.py')),
+    ),
+    Commit(
+        'codemod',
+        'scripts/migrate: migrate_sow.py, the codemod over a project',
+        '''\
+`python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
+rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
+where it can prove the rewrite keeps behavior, and flags every other site
+with what it found. Consumers are searched in the whole project, also when
+only some files are given. `--diff` (the default), `--write` or `--check`;
+`--annotate` writes the TODO notes; `--jobs N` analyses and rewrites in
+worker processes, with the output of a serial run (`parallel.py`). It is
+idempotent, leaves files it cannot parse untouched and says so in its exit
+code, and writes nothing if a file to write is read-only (`runner.py`).''',
+        files=('scripts/migrate/migrate_sow.py', *_migrate('runner',
+                                                           'parallel'),
+               _MIGRATE_TESTS + 'migrate_sow_test.py',
+               *_pairs('capture', 'linen_perturb.py')),
+    ),
+    Commit(
+        'codemod-documents',
+        'scripts/migrate: tests of notebooks, pages and migrated programs',
+        '''\
+Notebooks and Markdown pages through the command line: outputs, metadata
+and magics kept; a pop opening a cell paired with the call ending the one
+before, unless a call in between may have sown. Migrated programs run and
+capture what the legacy ones did, with Flax 0.12.8's `nnx.capture` and with
+`capture_compat`'s. With the input and expected files of the other
+rewrites (aliases, imports, constants, decorators, submodules by name, pops
+through `nnx.vmap`). Tests only: of the previous commits together.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_notebooks_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_execution_test.py',
+               *_pairs('functional', 'aliases.py',
+                       'attribute_style_consumer.py', 'capture_decorator.py',
+                       'constant_name.py', 'imports_merged.py',
+                       'imports_sorted.py', 'module_level.py',
+                       'name_conflict.py', 'passed_module.py',
+                       'pop_pattern.py', 'sow_guarded.py',
+                       'submodules_by_name.py', 'notebook.ipynb',
+                       'guide.md'),
+               *_pairs('capture', 'module_level.py', 'pop_perturbation.py',
+                       'pop_through_vmap.py')),
+    ),
+    Commit(
+        'codemod-flags',
+        'scripts/migrate: a case of every flag, annotated',
+        '''\
+An input and expected file for every reason a site is left alone (a custom
+reducer, a State read by module path or passed on, a transform, several
+instances, a subclass, a filter, a pop far from its call...), and Linen
+code, never touched. migrate_sow_flags_test.py checks that together they
+cover every reason a person must act on, that each expected file carries
+the TODO note of each of its reasons, and that without `--annotate`
+flagged code is left as it is. Tests only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_flags_test.py',
+               *_pairs('functional', 'flag_attribute_read.py',
+                       'flag_custom_reducer.py', 'flag_direct_intermediate.py',
+                       'flag_escaping_state.py', 'flag_kwargs.py',
+                       'flag_linen.py', 'flag_method_outputs.py',
+                       'flag_multi_instance.py',
+                       'flag_multi_instance_two_classes.py',
+                       'flag_nested_consumer.py', 'flag_no_sow_found.py',
+                       'flag_nonliteral_name.py',
+                       'flag_perturbation_workflow.py',
+                       'flag_pop_not_adjacent.py', 'flag_sow_result_used.py',
+                       'flag_split_not.py', 'flag_state_axes.py',
+                       'flag_subclass.py', 'flag_suffix_consumer.py',
+                       'flag_to_flat_state.py', 'flag_to_pure_dict.py',
+                       'flag_transform.py', 'flag_tree_leaves.py',
+                       'flag_unknown_result.py', 'flag_variable_use.py',
+                       'mixed_partial.py'),
+               *_pairs('capture', 'flag_capture_hazard.py', 'flag_pop.py')),
+    ),
+    Commit(
+        'codemod-readers',
+        'scripts/migrate: tests of what may run between a call and its pop',
+        '''\
+`y = m(x)` + `s = nnx.pop(m, T)` becomes `y, s = nnx.capture(m, T)(x)`
+only if nothing else leaves values on `m` for that pop: calls that cannot
+sow (a flag left False, as CAX's `sow=False`; functions of the file
+followed into; a submodule called on its own), an object made again in a
+later notebook cell, cells between the call and the pop, and the models
+Flax 0.12.8's `nnx.capture` cannot run. The oracle of every rewrite is the
+original program: both run, and their values must be bitwise equal. Tests
+only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_readers_test.py',
+               *_pairs('capture', 'pop_after_flag_off_calls.py')),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each

@@ -1,0 +1,370 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The codemod's readings of code: Flax's names, calls, methods, the State.
+
+Unit tests of ``sow_migrate``'s first modules, on small sources parsed with
+libcst: which Flax API a name is (``names``), how a call's arguments are
+classified (``calls``), which methods of a class may sow (``methods``,
+``functions``), what an attribute set from a parameter may hold
+(``attributes``) and how a captured State is read (``consumers``). The
+collector they serve (``facts.Collector``) comes with the facts of a
+module; here a small visitor gives them the metadata they ask for.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+import textwrap
+import types
+
+import sow_layout
+from absl.testing import absltest, parameterized
+
+if importlib.util.find_spec('libcst') is None:
+  # Not a Flax dependency: these tests run where it is installed.
+  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import libcst as cst
+from libcst import metadata
+from libcst.helpers import ModuleNameAndPackage
+
+_SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
+if _SCRIPTS not in sys.path:
+  sys.path.append(_SCRIPTS)
+attributes = importlib.import_module('sow_migrate.attributes')
+calls = importlib.import_module('sow_migrate.calls')
+consumers = importlib.import_module('sow_migrate.consumers')
+functions = importlib.import_module('sow_migrate.functions')
+methods = importlib.import_module('sow_migrate.methods')
+names = importlib.import_module('sow_migrate.names')
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+
+class _Probe:
+  """What the modules ask of a collector: parents, scopes, names."""
+
+  def __init__(self, wrapper):
+    self.metadata = wrapper.resolve_many(
+        [metadata.ParentNodeProvider, metadata.ScopeProvider,
+         metadata.FullyQualifiedNameProvider])
+    self.handled = set()
+
+  def get_metadata(self, provider, node, default=None):
+    return self.metadata[provider].get(node, default)
+
+  def parent(self, node):
+    return self.get_metadata(metadata.ParentNodeProvider, node)
+
+  def qnames(self, node):
+    return names.qualified_names(self.metadata, node)
+
+
+def _probe(source):
+  """(probe, module): ``source`` parsed, its metadata resolved."""
+  module = cst.parse_module(textwrap.dedent(source))
+  wrapper = metadata.MetadataWrapper(
+      module, unsafe_skip_copy=True,
+      cache={metadata.FullyQualifiedNameProvider:
+             ModuleNameAndPackage('pkg.mod', 'pkg')})
+  return _Probe(wrapper), module
+
+
+def _find(module, kind, predicate=lambda node: True):
+  found = []
+
+  class Finder(cst.CSTVisitor):
+
+    def on_visit(self, node):
+      if isinstance(node, kind) and predicate(node):
+        found.append(node)
+      return True
+
+  module.visit(Finder())
+  return found
+
+
+def _named(module, name):
+  return _find(module, cst.Name, lambda n: n.value == name)
+
+
+def _expression(code):
+  return cst.parse_expression(code)
+
+
+class NamesTest(absltest.TestCase):
+
+  def test_canonical_names_of_flax_nnx(self):
+    self.assertEqual(names.canonical('flax.nnx.variablelib.Intermediate'),
+                     names.INTERMEDIATE)
+    self.assertEqual(names.canonical('flax.experimental.nnx.Module'),
+                     names.MODULE)
+    self.assertEqual(names.canonical('flax.nnx.graph.other'),
+                     'flax.nnx.graph.other')
+    self.assertEqual(names.canonical('jax.numpy.sum'), 'jax.numpy.sum')
+
+  def test_linen(self):
+    self.assertTrue(names.is_linen('flax.linen'))
+    self.assertTrue(names.is_linen('flax.linen.Module.sow'))
+    self.assertFalse(names.is_linen('flax.linenx'))
+
+  def test_qualified_names_follow_the_imports(self):
+    probe, module = _probe('''\
+        from flax import nnx
+        from flax.nnx import variablelib as v
+        a = nnx.Intermediate
+        b = v.Intermediate
+        ''')
+    values = [s.body[0].value for s in module.body[2:]]
+    for value in values:
+      self.assertEqual(probe.qnames(value), {names.INTERMEDIATE})
+
+
+class CallsTest(parameterized.TestCase):
+
+  def test_arguments_are_classified(self):
+    call = _expression('m.f(x, False, *rest, sow=True, y=g(z), k=p)')
+    self.assertEqual(
+        calls.of_call(call, 'f', frozenset({'p'})),
+        calls.CallArgs('f', ('name:x', 'False'),
+                       (('sow', 'True'), ('y', '?'), ('k', '?')), True))
+
+  @parameterized.named_parameters(
+      # x is the caller's; the lambda's own parameters are not.
+      ('call', 'nnx.vmap(lambda m: m(x))(model)', '__call__', ('name:x',)),
+      ('method', 'nnx.split_rngs(splits=2)(nnx.vmap(lambda m, i: m.step(i,'
+       ' sow=False)))(model, x)', 'step', ('?',)),
+  )
+  def test_a_call_through_a_transform_of_a_lambda(self, code, method,
+                                                  positional):
+    found = calls.through_lambda(_expression(code))
+    self.assertEqual((found.method, found.positional), (method, positional))
+    if method == 'step':
+      self.assertEqual(found.keywords, (('sow', 'False'),))
+
+  @parameterized.named_parameters(
+      ('not_a_transform', 'f(model)'),
+      ('two_lambdas', 'g(lambda m: m(1), lambda m: m(2))(model)'),
+      ('body_calls_another', 'nnx.vmap(lambda m: other(m))(model)'),
+  )
+  def test_what_is_not_a_call_through_a_lambda(self, code):
+    self.assertIsNone(calls.through_lambda(_expression(code)))
+
+  def test_parameters_flags_bindings_and_attributes(self):
+    module = cst.parse_module(textwrap.dedent('''\
+        def step(self, x, n=1, sow=False, *, debug=False):
+          y = self.layer(x)
+          for i in range(n):
+            z: int = i
+          if sow and debug:
+            self.sow(nnx.Intermediate, 'y', y)
+          return self.head(y)
+        '''))
+    function = module.body[0]
+    self.assertEqual(calls.params_of(function),
+                     (('x', 'n', 'sow'), frozenset({'sow', 'debug'})))
+    self.assertEqual(calls.assigned_in(function), {'y', 'i', 'z'})
+    self.assertEqual(calls.attributes_of(function, 'self'),
+                     {'layer', 'sow', 'head'})
+    test = function.body.body[2].test
+    self.assertEqual(calls.truthy_names(test), {'sow', 'debug'})
+    self.assertEqual(calls.truthy_names(_expression('a or b')), frozenset())
+
+
+def _project(classes, sows=(), closure=None):
+  """The part of ``decide.Project`` that methods.py reads."""
+  return types.SimpleNamespace(
+      classes={k: types.SimpleNamespace(methods=v[0], bases=v[1])
+               for k, v in classes.items()},
+      sows=[types.SimpleNamespace(owner=o) for o in sows],
+      closure=lambda root: closure)
+
+
+class MethodsTest(absltest.TestCase):
+
+  def test_a_sow_guarded_by_a_flag_left_false_does_not_run(self):
+    step = methods.MethodFact(sow_guards=[frozenset({'sow'})],
+                              params=('x', 'sow'),
+                              false_defaults=frozenset({'sow'}))
+    project = _project({'p.M': ({'step': step}, ())}, closure={'p.M'})
+    self.assertFalse(methods.may_sow(project, 'p.M', 'step',
+                                     calls.CallArgs('step', ('name:x',))))
+    self.assertTrue(methods.may_sow(
+        project, 'p.M', 'step', calls.CallArgs('step', ('?', 'True'))))
+    self.assertTrue(methods.may_sow(
+        project, 'p.M', 'step', calls.CallArgs('step', (), (), True)))
+
+  def test_a_flag_passed_on_as_a_false_name_stays_false(self):
+    step = methods.MethodFact(
+        params=('sow',), false_defaults=frozenset({'sow'}),
+        calls=[calls.CallArgs('inner', ('name:sow',))])
+    inner = methods.MethodFact(sow_guards=[frozenset({'sow'})],
+                               params=('sow',),
+                               false_defaults=frozenset({'sow'}))
+    project = _project({'p.M': ({'step': step, 'inner': inner}, ())},
+                       closure={'p.M'})
+    self.assertFalse(methods.may_sow(project, 'p.M', 'step',
+                                     calls.CallArgs('step')))
+    # Arguments not known: any flag may be True.
+    self.assertTrue(methods.may_sow(project, 'p.M', 'step'))
+    self.assertTrue(methods.may_sow(
+        project, 'p.M', 'step', calls.CallArgs('step', ('True',))))
+
+  def test_inherited_escaping_and_unknown_methods(self):
+    render = methods.MethodFact()
+    sows = methods.MethodFact(sow_guards=[frozenset()])
+    project = _project({'p.Base': ({'render': render, 'call': sows}, ()),
+                        'p.M': ({}, ('p.Base',))}, closure={'p.M'})
+    self.assertFalse(methods.may_sow(project, 'p.M', 'render'))
+    self.assertTrue(methods.may_sow(project, 'p.M', 'call'))
+    self.assertEqual(methods.ancestors(project, 'p.M'), {'p.M', 'p.Base'})
+    render.escapes = True  # passes self on, or calls super()
+    self.assertTrue(methods.may_sow(project, 'p.M', 'render'))
+    # Module's own sow always may; an attribute (a submodule) may if a
+    # submodule sows, and any name may where a base class is not known.
+    self.assertTrue(methods.may_sow(project, 'p.M', 'sow'))
+    self.assertFalse(methods.may_sow(project, 'p.M', 'embed'))
+    self.assertTrue(methods.may_sow(
+        _project({'p.M': ({}, ('other.Base',))}, closure={'p.M'}),
+        'p.M', 'embed'))
+
+  def test_a_submodule_call_may_sow_if_a_submodule_class_sows(self):
+    call = methods.MethodFact(attribute_calls=True)
+    classes = {'p.M': ({'__call__': call}, ()), 'p.Sub': ({}, ())}
+    quiet = _project(classes, sows=['p.M'], closure={'p.M', 'p.Sub'})
+    self.assertFalse(methods.may_sow(quiet, 'p.M', '__call__'))
+    loud = _project(classes, sows=['p.Sub'], closure={'p.M', 'p.Sub'})
+    self.assertTrue(methods.may_sow(loud, 'p.M', '__call__'))
+    unknown = _project(classes, sows=[], closure=None)
+    self.assertTrue(methods.may_sow(unknown, 'p.M', '__call__'))
+
+  def test_may_touch_counts_reads_of_sown_names(self):
+    render = methods.MethodFact(self_reads=frozenset({'frames'}))
+    project = _project({'p.M': ({'render': render}, ())}, closure={'p.M'})
+    self.assertFalse(methods.may_touch(project, 'p.M', 'render', None,
+                                       frozenset({'h'})))
+    self.assertTrue(methods.may_touch(project, 'p.M', 'render', None,
+                                      frozenset({'frames'})))
+    self.assertTrue(methods.may_touch(project, 'p.M', 'render', None, None))
+
+
+class FunctionsTest(absltest.TestCase):
+
+  def test_a_function_calling_methods_that_cannot_sow_leaves_nothing(self):
+    render = methods.MethodFact()
+    call = methods.MethodFact(sow_guards=[frozenset()])
+    project = _project({'p.M': ({'render': render, '__call__': call}, ())},
+                       closure={'p.M'})
+    facts = {
+        'show': functions.FunctionFact(
+            'show', ((('call', 'm.render(x)', 'render', None),),)),
+        'train': functions.FunctionFact(
+            'train', ((('call', 'm(x)', '__call__', None), ('pop',)),)),
+        'run': functions.FunctionFact(
+            'run', ((('call', 'm(x)', '__call__', None),),)),
+        'outer': functions.FunctionFact(
+            'outer', ((('function', 'show(m)', 'show', 0),),)),
+        'decorated': functions.FunctionFact(
+            'decorated', ((),), plain=False),
+        'rebinds': functions.FunctionFact('rebinds', (None,)),
+    }
+    leaves = lambda name, root='p.M': functions.leaves_nothing(  # noqa: E731
+        project, root, facts, name, 0)
+    self.assertTrue(leaves('show'))
+    self.assertTrue(leaves('train'))  # popped after the call
+    self.assertTrue(leaves('outer'))
+    self.assertFalse(leaves('run'))
+    self.assertFalse(leaves('show', root=None))
+    self.assertFalse(leaves('decorated'))
+    self.assertFalse(leaves('rebinds'))
+    self.assertFalse(leaves('missing'))
+
+
+class AttributesTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('int', 'size: int', 'size', {'builtins.int'}),
+      ('callable', 'fn: tp.Callable[[int], int]', 'fn',
+       {'typing.Callable'}),
+      ('module', 'sub: nnx.Linear', 'sub', {'flax.nnx.Linear'}),
+      ('field', 'params: Params', 'params.weight', {'pkg.mod.Params'}),
+      ('unannotated', 'sub', 'sub', {'unannotated'}),
+      ('not_a_parameter', 'sub', 'other', {'unknown'}),
+  )
+  def test_what_an_attribute_set_from_a_parameter_may_hold(
+      self, param, value, expected):
+    probe, module = _probe(f'''\
+        import typing as tp
+        from flax import nnx
+        class Params: ...
+        other = 1
+        class M(nnx.Module):
+          def __init__(self, {param}):
+            self.x = {value}
+        ''')
+    assign = _find(module, cst.Assign)[-1]
+    self.assertEqual(attributes.passed_in_types(probe, assign.value),
+                     expected)
+
+
+class ConsumersTest(parameterized.TestCase):
+
+  def _reads(self, body):
+    probe, module = _probe(textwrap.dedent('''\
+        import jax
+        from flax import nnx
+        def f(model, x):
+          y, s = nnx.capture(model, nnx.Intermediate)(x)
+        ''') + textwrap.indent(textwrap.dedent(body), '  '))
+    target = _named(module, 's')[0]
+    return consumers.state_reads(probe, target)
+
+  def test_root_level_reads_are_mapped(self):
+    found, accesses, reason = self._reads('''\
+        a = s['h'][0]
+        b = s['g'].value
+        c = s.k.value[-1]
+        d = 'h' in s
+        ''')
+    self.assertIsNone(reason)
+    self.assertEqual(found, {'h', 'g', 'k'})
+    # Each access is the node a rewrite replaces; .value goes with it.
+    self.assertEqual(
+        sorted((a.name, a.value, cst.Module([]).code_for_node(a.node))
+               for a in accesses),
+        [('g', True, "s['g'].value"), ('h', False, "s['h']"),
+         ('k', True, 's.k.value')])
+
+  @parameterized.named_parameters(
+      ('path', "s['block']['h'].value", 'nested-consumer'),
+      ('computed_key', 's[name]', 'state-use'),
+      ('pure_dict', 's.to_pure_dict()', 'to-pure-dict'),
+      ('tree', 'jax.tree.leaves(s)', 'tree-leaves'),
+      ('passed_on', 'print(s)', 'escaping-state'),
+      ('iterated', '[v for v in s]', 'state-use'),
+      ('variable', "s['h'].shape", 'state-use'),
+      ('returned', 'return s', 'escaping-state'),
+  )
+  def test_other_reads_say_why(self, body, code):
+    found, accesses, reason = self._reads(body + '\n')
+    self.assertEqual((found, accesses, reason[0]), (None, [], code))
+
+  def test_a_state_assigned_twice_is_unknown(self):
+    _, _, reason = self._reads("s = {}\nprint(s['h'])\n")
+    self.assertEqual(reason, ('state-use', 's is assigned more than once'))
+
+
+if __name__ == '__main__':
+  absltest.main()
