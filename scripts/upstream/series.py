@@ -188,27 +188,41 @@ global state behind).''',
                N + 'transform/sow_primitive_test.py'),
     ),
     Commit(
-        'model',
-        'nnx.sow: sites, selections, requests, scopes and planted values',
+        'sites',
+        'nnx.sow: sites and selections',
         '''\
-What an interpretation of a jaxpr works with, before the interpreter that
-uses them (next commit):
+What an interpretation of a jaxpr sees of a sow, before what it does with
+it (next commit):
 
 - `sites.py`: a `Site` is one sow as a scope of a program sees it (its
   parameters, the shapes of its leaves, the vmaps around it, seen from
   outside a map or a loop), and `where` names the user's line that staged it;
 - `selection.py`: which sows an interpretation handles, by tag and name (a
   name predicate is resolved to the names it selects, so that caches compare
-  predicates by what they select);
-- `request.py`: what it does with them (record, plant, drop);
+  predicates by what they select).''',
+        files=(T + 'selection.py', T + 'sites.py',
+               N + 'transform/sites_test.py', N + 'transform/selection_test.py'),
+    ),
+    Commit(
+        'model',
+        'nnx.sow: requests, scopes, planted values and loop bounds',
+        '''\
+What an interpretation of a jaxpr does, before the interpreter that does it
+(next commit):
+
+- `request.py`: what it does with the sows it selects (record, plant, drop),
+  and how many steps of a `while_loop` an appending sow keeps;
 - `scope.py`: the records of one interpretation in program order (a clobber
   supersedes, in place), and the planter it asks for planted values;
 - `planting.py`: the one check of a planted value, the occurrence counters
-  and the functions of `plant(f, {name: fn})`.''',
-        files=(T + 'selection.py', T + 'sites.py', T + 'request.py',
-               T + 'planting.py', T + 'scope.py',
-               N + 'transform/sites_test.py', N + 'transform/selection_test.py',
-               N + 'transform/scope_test.py', N + 'transform/planting_test.py'),
+  and the functions of `plant(f, {name: fn})`;
+- `steps.py`: `Steps`, what an appending sow inside a `while_loop` gives (a
+  buffer of the bound's steps and the count of steps run), and
+  `LoopBounds`, the bound a capture asks for (`capture(f, max_steps=...)`,
+  checked here; the `while_loop` rule uses it).''',
+        files=(T + 'request.py', T + 'planting.py', T + 'scope.py',
+               T + 'steps.py', N + 'transform/scope_test.py',
+               N + 'transform/planting_test.py', N + 'transform/steps_test.py'),
     ),
     Commit(
         'interpreter',
@@ -375,11 +389,17 @@ them, and an enclosing capture sees the others once
 In a `scan`, an append sow gives one entry stacked along the loop axis,
 after the axes of the vmaps applied outside the loop; a clobber keeps the
 last iteration's value. A `while_loop` has no static trip count: a clobber
-is carried through it from the value before the loop, an append is refused,
-as is a sow in its condition (`rules/loops.py`). Zero-trip loops, loops and
-vmaps nested in each other are tested here, and the caches behind capture
-(the plan, the rewrite, the loop bodies', custom rules' thunks): what keys
-them, what bounds them, when they hit.''',
+is carried through it from the value before the loop; an append needs a
+bound, `capture(f, max_steps=N)`, and gives a `Steps`, a buffer of `N` steps
+carried through the loop (written at the step count) and the count, one per
+example under `vmap`, past `N` an error or (`on_overflow='truncate'`) the
+first steps; a sow in its condition is refused (`rules/loops.py`).
+Zero-trip loops, loops and vmaps nested in each other are tested here, and
+the caches behind capture (the plan, the rewrite, the loop bodies', custom
+rules' thunks): what keys them, what bounds them, when they hit. The
+appends of a `while_loop`, against decode loops unrolled by hand, are
+tested in a commit of their own after `plant`'s (their tests plant a
+function that reads the step).''',
         files=(R + 'loops.py', N + 'transform/rules/rules_loops_test.py',
                N + 'api/capture_caches_test.py'),
     ),
@@ -410,6 +430,22 @@ and custom derivatives. Planting into a sow whose result the program never
 reads is an error, and so is a clobber site.''',
         files=(S + 'plant.py', N + 'api/plant_test.py',
                N + 'api/plant_functions_test.py'),
+    ),
+    Commit(
+        'while-steps',
+        'nnx.sow: tests of appending sows in while_loop: decode loops',
+        '''\
+`capture(f, max_steps=N)` of decode loops (`lax.while_loop`,
+`fori_loop` with traced bounds, `nnx.while_loop`, `nnx.fori_loop`), against
+the same steps unrolled in Python: values and counts for 0 to N steps,
+eagerly and under `jit` (compiled once for every trip count; eagerly
+compiled as often as JAX compiles the loop itself), pytrees, clobbers among
+appends, bounds by name, `while` in `while` (a `Steps` of `Steps`), `scan`
+inside and around, `vmap` outside and inside the capture (a count per
+example), what happens past the bound, and a function plant that steers
+chosen steps. Tests only: of the loops commit, which could not take them
+without going over budget.''',
+        files=(N + 'transform/rules/rules_while_steps_test.py',),
     ),
     Commit(
         'perturb',

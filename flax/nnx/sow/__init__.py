@@ -53,8 +53,9 @@ from flax.nnx.sow.tap import tap as tap
 from flax.nnx.sow.transform import sites as _sites
 from flax.nnx.sow.transform.primitive import sow as sow
 from flax.nnx.sow.transform.primitive import sow_p as sow_p
+from flax.nnx.sow.transform.steps import Steps as Steps
 
 # An equation's location names the user's code, not this package's.
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
 
-__all__ = ['capture', 'perturb', 'plant', 'sow', 'sow_p', 'tap']
+__all__ = ['Steps', 'capture', 'perturb', 'plant', 'sow', 'sow_p', 'tap']

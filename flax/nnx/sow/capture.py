@@ -27,6 +27,7 @@ from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import staged_sows
+from flax.nnx.sow.transform import steps
 from flax.nnx.sow.lift import module_paths
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.lift import graph_calls
@@ -66,6 +67,8 @@ def capture(
     *,
     tag: tp.Hashable = None,
     names: NameFilter = None,
+    max_steps: int | tp.Mapping[primitive.Name, int] | None = None,
+    on_overflow: str = 'error',
 ) -> tp.Callable[P, tuple[R, Collected]]:
   """Returns a function that calls ``f`` and also returns what it sowed.
 
@@ -73,6 +76,10 @@ def capture(
   ``f(*args, **kwargs)`` returns, and ``collected`` maps each sown name to a
   tuple with one entry per executed sow, in call order. A sow inside
   ``lax.scan`` gives one entry whose leaves are stacked along the scan axis.
+  An appending sow inside ``lax.while_loop`` (a decode loop, say), whose
+  number of steps is only known at run time, needs ``max_steps``: it gives
+  one :class:`~flax.nnx.sow.Steps` entry, a buffer of that many steps and
+  the count of steps run, compiled once.
 
   Selected sows are consumed; the others stay in the program, so an enclosing
   ``capture`` sees them. ``Module.sow(T, 'h', v)`` of a module among the
@@ -121,6 +128,13 @@ def capture(
       names the call sows, on each call, and compiled programs are kept per
       set of names selected: a new ``lambda`` selecting the same names
       compiles nothing.
+    max_steps: how many steps of a ``while_loop`` each of its appending sows
+      keeps: an int for every name, or ``{name: int}`` (each name must be
+      sown so). ``None``: such a sow is an error.
+    on_overflow: what a loop that runs more steps than ``max_steps`` does:
+      ``'error'`` raises (when the program runs: under ``jit``, from a
+      callback), ``'truncate'`` keeps the first steps, and
+      :attr:`~flax.nnx.sow.Steps.count` says how many ran.
 
   Returns:
     A function with ``f``'s signature returning ``(out, collected)``.
@@ -130,13 +144,14 @@ def capture(
         f'capture: expected a callable, got {f!r} of type {type(f).__name__}.'
     )
   selection = Selection.make(tag=tag, names=names, where='capture')
+  bounds = steps.LoopBounds.make(max_steps, on_overflow, where='capture')
   compiled = _compiled_runners(f) if _is_jit(f) else None
 
   @functools.wraps(f)
   def captured(*args, **kwargs):
     if compiled is not None:
-      return compiled(selection, args, kwargs)
-    return _call(f, selection, args, kwargs)
+      return compiled(selection, bounds, args, kwargs)
+    return _call(f, selection, bounds, args, kwargs)
 
   return captured
 
@@ -201,16 +216,18 @@ class _CompiledRunners:
         compiler_options=dict(info.compiler_options_kvs) or None,
         **_placement(info),
     )
-    # By selection and by what Module.sow is (see `_runner_key`).
-    self.runners: dict[tuple[Selection, tp.Any], tp.Callable[..., tp.Any]] = {}
+    # By selection, loop bounds and what Module.sow is (see `__call__`).
+    self.runners: dict[tuple[Selection, steps.LoopBounds, tp.Any],
+                       tp.Callable[..., tp.Any]] = {}
     self.lock = threading.Lock()
 
-  def __call__(self, selection: Selection, args, kwargs):
+  def __call__(self, selection: Selection, bounds: steps.LoopBounds, args,
+               kwargs):
     selection = selection.resolve(lambda: self._sow_keys(args, kwargs))
     # A runner is a `jax.jit`, whose traces JAX keeps by its arguments only:
     # one traced under Flax's own Module.sow (before the overlay's
     # `install`) would not see the modules' sows.
-    key = (selection, module_paths.sow_methods())
+    key = (selection, bounds, module_paths.sow_methods())
     runner = self.runners.get(key)
     if runner is None:
       runner = self._add(key)
@@ -231,16 +248,16 @@ class _CompiledRunners:
       jaxpr, _ = graph_calls.Prepared(f, args, kwargs).trace()
     return primitive.sow_keys(jaxpr.jaxpr)
 
-  def _add(self, key: tuple[Selection, tp.Any]):
+  def _add(self, key: tuple[Selection, steps.LoopBounds, tp.Any]):
     with self.lock:
       runner = self.runners.get(key)
       if runner is None:
         if len(self.runners) >= self._MAX_RUNNERS:
           del self.runners[next(iter(self.runners))]
-        runner = self.runners[key] = self._make_runner(key[0])
+        runner = self.runners[key] = self._make_runner(key[0], key[1])
       return runner
 
-  def _make_runner(self, selection: Selection):
+  def _make_runner(self, selection: Selection, bounds: steps.LoopBounds):
     target = self.target
     argnums = self.options['static_argnums']
     argnames = self.options['static_argnames']
@@ -253,7 +270,7 @@ class _CompiledRunners:
       fun, args, kwargs = _bind_static(
           target(), args, kwargs, argnums, argnames
       )
-      return _call(fun, selection, args, kwargs)
+      return _call(fun, selection, bounds, args, kwargs)
 
     run.__name__ = run.__qualname__ = self.name
     if self.signature is not None:
@@ -377,24 +394,24 @@ def _compiled_runners(f) -> _CompiledRunners | None:
     return runners
 
 
-def _call(f, selection, args, kwargs):
+def _call(f, selection, bounds, args, kwargs):
   if eager.can_run() and not selection.by_predicate:
-    return _call_eagerly(f, selection, args, kwargs)
-  return _call_staged(f, selection, args, kwargs)
+    return _call_eagerly(f, selection, bounds, args, kwargs)
+  return _call_staged(f, selection, bounds, args, kwargs)
 
 
-def _call_eagerly(f, selection, args, kwargs):
+def _call_eagerly(f, selection, bounds, args, kwargs):
   """A direct call of ``f`` whose sows are recorded as they run (see
   :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
-  scope = Scope(Request(selection))
+  scope = Scope(Request(selection, bounds=bounds))
   out = eager.run(scope, lambda: graph_calls.call_directly(f, args, kwargs))
-  return out, collect(scope.records)
+  return out, collect(scope.records, bounds)
 
 
-def _call_staged(f, selection, args, kwargs):
+def _call_staged(f, selection, bounds, args, kwargs):
   """``f`` staged to a jaxpr, which is interpreted under the current trace
   (a ``jit`` around the capture, say): the trace is made once per call."""
-  request = Request(selection)
+  request = Request(selection, bounds=bounds)
   # The sows staged into the capture's own trace are taken as they are
   # staged (see `staged_sows`), unless names are chosen by a predicate, which
   # is asked about the names of the whole program.
@@ -403,20 +420,27 @@ def _call_staged(f, selection, args, kwargs):
     selection = selection.resolve(
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
     )
-    scope = Scope(Request(selection))
+    scope = Scope(Request(selection, bounds=bounds))
     out_flat = interpreter.evaluate(
         staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope,
         staged.harvested,
     )
-    return staged.unflatten_out(out_flat), collect(scope.records)
+    return staged.unflatten_out(out_flat), collect(scope.records, bounds)
 
 
-def collect(records: tp.Iterable[Record]) -> Collected:
+def collect(records: tp.Sequence[Record],
+            bounds: steps.LoopBounds | None = None) -> Collected:
   """Groups records by name into tuples of pytrees, in call order.
 
   An ``'append'`` record adds an entry; a ``'clobber'`` record replaces every
-  entry collected so far under its name.
+  entry collected so far under its name. Each name ``bounds`` gives a bound
+  must have a record of a ``while_loop`` (a ``Steps``).
   """
+  if bounds is not None and bounds.by_name:
+    bounds.check_used(
+        {site.name for site, _ in records if steps.holds_steps(site.tree)},
+        where='capture',
+    )
   grouped = group(records, key=lambda site: site.name)
   return Collected((name, tuple(values)) for name, values in grouped.items())
 

@@ -221,18 +221,39 @@ CASES = {
         lambda: capture(_while_append)(X),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values cannot have a static shape. Use'
-        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
-        ' with static bounds, or move the sows out.'),
+        ' time, so appended values need a bound: capture(f, max_steps=N)'
+        ' (or {name: N}) keeps N steps of each, with the count of steps'
+        " run. Or use mode='clobber' (keeps the last value), lax.scan or a"
+        ' fori_loop with static bounds.'),
     'fori_loop_traced_bounds_append': (
         lambda: jax.jit(capture(lambda x, n: lax.fori_loop(
             0, n, lambda i, c: sow(c + 1.0, name='step'), x)))(
                 X, jnp.int32(3)),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values cannot have a static shape. Use'
-        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
-        ' with static bounds, or move the sows out.'),
+        ' time, so appended values need a bound: capture(f, max_steps=N)'
+        ' (or {name: N}) keeps N steps of each, with the count of steps'
+        " run. Or use mode='clobber' (keeps the last value), lax.scan or a"
+        ' fori_loop with static bounds.'),
+    'while_append_past_max_steps': (
+        lambda: capture(_while_append, max_steps=3)(X),
+        'ValueError: capture: a while_loop (at <location>) ran 5 steps,'
+        " more than the 3 kept of 'step' (max_steps). Raise max_steps, or"
+        " pass on_overflow='truncate' to keep the first steps (Steps.count"
+        ' says how many ran).'),
+    'max_steps_not_positive': (
+        lambda: capture(_while_append, max_steps=0),
+        'ValueError: capture: max_steps must be a positive int (the steps'
+        ' kept), got 0.'),
+    'max_steps_unused_name': (
+        lambda: capture(_while_append, max_steps={'step': 8, 'stpe': 8})(X),
+        "ValueError: capture: max_steps bounds 'stpe', which no while_loop"
+        " of the call sowed with mode='append' (returned as Steps:"
+        " 'step')."),
+    'on_overflow_unknown': (
+        lambda: capture(_while_append, max_steps=8, on_overflow='drop'),
+        "ValueError: capture: on_overflow must be one of ('error',"
+        " 'truncate'), got 'drop'."),
     'while_clobber_without_prior': (
         lambda: capture(_while_no_prior)(X),
         'NotImplementedError: capture: a while_loop (at <location>) clobbers'

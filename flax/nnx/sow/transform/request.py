@@ -20,6 +20,7 @@ import typing as tp
 
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.selection import SiteFilter
+from flax.nnx.sow.transform.steps import LoopBounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Request:
       themselves are per call (``Scope.fns``).
     remove: handle the selected sows by removing them, recording and
       planting nothing (see ``removing``).
+    bounds: how many steps of a ``while_loop`` an append site keeps
+      (``capture(f, max_steps=...)``).
   """
 
   selection: SiteFilter
@@ -50,6 +53,7 @@ class Request:
   refuse_unread: bool = False
   fn_names: tuple[primitive.Name, ...] = ()
   remove: bool = False
+  bounds: LoopBounds = LoopBounds()
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
     return self.selection.matches(params) and (

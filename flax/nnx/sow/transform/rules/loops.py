@@ -12,16 +12,21 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Rules for loops: ``scan`` (appended values stacked along the loop axis)
-and ``while_loop`` (clobbered values only: its trip count is only known at
-run time)."""
+and ``while_loop`` (clobbered values carried; appended values, whose number
+is only known at run time, in a buffer of a bound the capture gives, with
+the count of steps run: ``steps.Steps``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import typing as tp
 
+import jax
 import jax.extend.core as core
+from jax import lax
 import jax.numpy as jnp
 from jax.extend.core import primitives as prims
+import numpy as np
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import interpreter
@@ -33,6 +38,7 @@ from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import describe_names
 from flax.nnx.sow.transform.sites import split_records
 from flax.nnx.sow.transform.sites import where
+from flax.nnx.sow.transform.steps import Steps
 
 
 @interpreter.register(prims.scan_p)
@@ -104,7 +110,8 @@ def _record_zero_trip(scope: Scope, eqn) -> None:
   """
   if not scope.request.collect:
     return  # nothing is recorded (plant)
-  appends = Request(selection.Appends(scope.request.selection))
+  appends = Request(selection.Appends(scope.request.selection),
+                    bounds=scope.request.bounds)
   for site in interpreter.transform(eqn.params['jaxpr'], appends).sites:
     stacked = scope.here(site.with_loop_axis(0), eqn)
     scope.record(
@@ -149,16 +156,20 @@ def _scan_body(closed: core.ClosedJaxpr, sites, n_consts, n_carry, n_ys,
 
 @interpreter.register(prims.while_p)
 def _while(scope: Scope, eqn, invals):
-  """Clobbered values become extra carries; appended values are refused.
+  """Clobbered values become extra carries; appended values extra buffers.
 
-  The trip count is only known at run time, so an appended value has no
-  static shape. A clobber carry starts from the last value collected under
-  the same name before the loop, so a loop that runs zero times leaves it
-  unchanged; without such a value there is nothing true to return for zero
-  trips, so the loop is refused. Planting a tuple of values is refused for
-  the same reason; a name planted by a function takes its occurrence index
-  as an extra carry, and the values its function closes over as extra
-  constants of the body.
+  The trip count is only known at run time, so an appended value needs a
+  bound from the capture (``max_steps``): each append site gets a buffer of
+  that many steps, which step ``i`` writes at ``i``, and the loop one step
+  count; the site is recorded as a ``Steps`` of the two. Past the bound,
+  steps write nowhere (a spare entry, dropped), and the capture's
+  ``on_overflow`` says whether that is an error. A clobber carry starts from
+  the last value collected under the same name before the loop, so a loop
+  that runs zero times leaves it unchanged; without such a value there is
+  nothing true to return for zero trips, so the loop is refused. Planting a
+  tuple of values is refused for the same reason; a name planted by a
+  function takes its occurrence index as an extra carry, and the values its
+  function closes over as extra constants of the body.
   """
   p = eqn.params
   if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):
@@ -167,14 +178,22 @@ def _while(scope: Scope, eqn, invals):
         ' sows; move the sows into the body or out of the loop.'
     )
   t = support.transformed(scope, p['body_jaxpr'])
-  appended = [s.name for s in t.sites if s.mode == 'append']
-  if appended:
+  bounds = tuple(
+      scope.request.bounds.bound(s.name) if s.mode == 'append' else None
+      for s in t.sites
+  )
+  unbounded = [
+      s.name for s, bound in zip(t.sites, bounds)
+      if s.mode == 'append' and bound is None
+  ]
+  if unbounded:
     raise NotImplementedError(
         f'capture: a while_loop (at {where(eqn)}) sows'
-        f' {describe_names(appended)} with mode=\'append\'; its'
-        ' trip count is only known at run time, so appended values cannot'
-        ' have a static shape. Use mode=\'clobber\' (keeps the last value),'
-        ' lax.scan or a fori_loop with static bounds, or move the sows out.'
+        f' {describe_names(unbounded)} with mode=\'append\'; its'
+        ' trip count is only known at run time, so appended values need a'
+        ' bound: capture(f, max_steps=N) (or {name: N}) keeps N steps of'
+        ' each, with the count of steps run. Or use mode=\'clobber\' (keeps'
+        ' the last value), lax.scan or a fori_loop with static bounds.'
     )
   if t.planted_sites:
     raise NotImplementedError(
@@ -184,49 +203,211 @@ def _while(scope: Scope, eqn, invals):
         ' Plant a function instead (plant(f, {name: fn})), or use lax.scan or'
         ' a fori_loop with static bounds.'
     )
-  init = [leaf for site in t.sites for leaf in _prior_value(scope, eqn, site)]
-  # The clobber carries and then the occurrence indices go after the
-  # original carries; the hoisted values after the constants of the body.
+  clobbered = [s for s in t.sites if s.mode == 'clobber']
+  init = [leaf for site in clobbered for leaf in _prior_value(scope, eqn, site)]
+  # The clobber carries, the buffers, the step count and then the
+  # occurrence indices go after the original carries; the hoisted values
+  # after the constants of the body.
   n_carry, n_fns = len(eqn.outvars), len(t.fn_names)
+  buffers, count = _buffers(eqn, t.sites, bounds, p['cond_jaxpr'])
   body_jaxpr, cond_jaxpr = _while_jaxprs(
       t.jaxpr, p['cond_jaxpr'], p['body_nconsts'], n_carry, n_fns,
-      len(t.hoisted)
+      len(t.hoisted), t.sites, bounds, count.shape
   )
   n_cond = p['cond_nconsts']
   consts, carry = support.split(invals, n_cond + p['body_nconsts'])
   starts = scope.start_indices(t.fn_names)
+  steps = [count] if buffers else []
   outs = interpreter.bind(
       eqn,
-      [*consts, *t.hoisted, *carry, *init, *starts],
+      [*consts, *t.hoisted, *carry, *init, *buffers, *steps, *starts],
       body_jaxpr=body_jaxpr,
       cond_jaxpr=cond_jaxpr,
       body_nconsts=p['body_nconsts'] + len(t.hoisted),
   )
-  return support.finish(scope, eqn, outs, t, times=None)  # run-time trip count
+  carry, clobbered_leaves, buffers, steps, ends = support.split(
+      outs, n_carry, len(init), len(buffers), len(steps)
+  )
+  clobbered_leaves, buffers = iter(clobbered_leaves), iter(buffers)
+  for site, bound in zip(t.sites, bounds):
+    if bound is None:
+      leaves = [next(clobbered_leaves) for _ in range(site.num_leaves)]
+      scope.record(scope.here(site, eqn), leaves)
+    else:
+      values = [
+          lax.slice_in_dim(next(buffers), 0, bound, axis=site.outer_vmaps)
+          for _ in range(site.num_leaves)
+      ]
+      scope.record(scope.here(_steps_site(site, bound), eqn),
+                   [*values, steps[0]])
+  if steps and scope.request.bounds.on_overflow == 'error':
+    _check_overflow(eqn, steps[0], t.sites, bounds)
+  t.fn_finish(scope, ends, None)  # run-time trip count
+  return carry
+
+
+def _buffers(eqn, sites, bounds, cond: core.ClosedJaxpr):
+  """Zero buffers, one spare entry past each bound, and the step count."""
+  lead = _count_shape(eqn, sites, bounds, cond)
+  buffers = [
+      jnp.zeros(shape, dtype) for shape, dtype in _buffer_avals(sites, bounds)
+  ]
+  return buffers, jnp.zeros(lead, jnp.int32)
+
+
+def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
+  """The shape of the step count: the leading axes of the vmaps around the
+  loop (those of the sown leaves), as the sown values have them.
+
+  Under a batched predicate (a vmap around the loop inside the capture)
+  each example stops at its own step and the loop keeps its carries, the
+  count among them: one count per example.
+  """
+  leads = {
+      tuple(shape[:site.outer_vmaps])
+      for site, bound in zip(sites, bounds) if bound is not None
+      for shape, _ in site.avals
+  }
+  if len(leads) > 1:
+    raise NotImplementedError(
+        f'capture: the sows of a while_loop (at {where(eqn)}) differ in'
+        f' their vmapped axes: {support.describe_sites(sites)}.'
+    )
+  return leads.pop() if leads else tuple(cond.out_avals[0].shape)
+
+
+def _buffer_avals(sites, bounds) -> list[tuple[tuple[int, ...], tp.Any]]:
+  return [
+      ((*shape[:site.outer_vmaps], bound + 1, *shape[site.outer_vmaps:]),
+       dtype)
+      for site, bound in zip(sites, bounds) if bound is not None
+      for shape, dtype in site.avals
+  ]
+
+
+def _steps_site(site: Site, bound: int) -> Site:
+  """The record of an append site of a while_loop: a ``Steps`` of its values
+  stacked along the loop axis and of the count."""
+  stacked = site.with_loop_axis(bound)
+  values = jax.tree_util.tree_unflatten(site.tree, [0] * site.num_leaves)
+  lead = stacked.avals[0][0][:site.outer_vmaps] if stacked.avals else ()
+  return dataclasses.replace(
+      stacked,
+      tree=jax.tree_util.tree_structure(Steps(values, 0)),
+      avals=(*stacked.avals, (tuple(lead), np.dtype(np.int32))),
+  )
+
+
+def _check_overflow(eqn, count, sites, bounds) -> None:
+  """Raises if the loop ran more steps than a site keeps: now, if the count
+  is concrete, else when the program runs (a callback)."""
+  smallest = min(b for b in bounds if b is not None)
+  names = [s.name for s, b in zip(sites, bounds) if b == smallest]
+  at = where(eqn)
+
+  def check(count):
+    ran = int(np.max(np.asarray(count), initial=0))
+    if ran > smallest:
+      raise ValueError(
+          f'capture: a while_loop (at {at}) ran {ran} steps, more than the'
+          f' {smallest} kept of {describe_names(names)}'
+          ' (max_steps). Raise max_steps, or pass on_overflow=\'truncate\''
+          ' to keep the first steps (Steps.count says how many ran).'
+      )
+
+  try:
+    concrete = np.asarray(count)
+  except jax.errors.TracerArrayConversionError:
+    jax.debug.callback(check, count)
+  else:
+    check(concrete)
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
 def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
-                  n_consts: int, n_carry: int, n_fns: int, n_hoisted: int):
-  """Body and condition taking the clobbered leaves, then the occurrence
-  indices, as extra carries, and the hoisted values as body constants."""
+                  n_consts: int, n_carry: int, n_fns: int, n_hoisted: int,
+                  sites: tuple[Site, ...], bounds: tuple[int | None, ...],
+                  count_shape: tuple[int, ...]):
+  """Body and condition taking the clobbered leaves, the buffers and the
+  step count (if any site appends), then the occurrence indices, as extra
+  carries, and the hoisted values as body constants."""
+  if any(b is not None for b in bounds):
+    new_body = _appending_body(closed, sites, bounds, n_consts, n_carry,
+                               n_fns, n_hoisted, count_shape)
+  else:
+    body = closed.jaxpr
+    consts_in, carry_in, starts_in, hoisted_in = support.split(
+        body.invars, n_consts, n_carry, n_fns
+    )
+    clobber_in = [  # never read
+        core.Var(v.aval) for v in body.outvars[n_carry:len(body.outvars)
+                                               - n_fns]
+    ]
+    new_body = core.ClosedJaxpr(
+        body.replace(invars=[*consts_in, *hoisted_in, *carry_in,
+                             *clobber_in, *starts_in]),
+        closed.consts,
+    )
+  # The condition reads none of the extra carries.
+  extra = new_body.in_avals[n_consts + n_hoisted + n_carry:]
+  new_cond = cond.jaxpr.replace(
+      invars=[*cond.jaxpr.invars, *map(core.Var, extra)]
+  )
+  return new_body, core.ClosedJaxpr(new_cond, cond.consts)
+
+
+def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
+                    n_carry, n_fns, n_hoisted, count_shape) -> core.ClosedJaxpr:
+  """The body (see ``_while_jaxprs``) writing each appended value into its
+  buffer at the step count, or, past the bound, into the spare entry."""
   body = closed.jaxpr
   consts_in, carry_in, starts_in, hoisted_in = support.split(
       body.invars, n_consts, n_carry, n_fns
   )
-  _, clobber_out, _ = support.split(
-      body.outvars, n_carry, len(body.outvars) - n_carry - n_fns
-  )
-  clobber_body_in = [core.Var(v.aval) for v in clobber_out]  # never read
-  # The condition reads none of the extra carries.
-  extra_cond_in = [core.Var(v.aval) for v in [*clobber_out, *starts_in]]
-  new_body = body.replace(
-      invars=[*consts_in, *hoisted_in, *carry_in, *clobber_body_in,
-              *starts_in]
-  )
-  new_cond = cond.jaxpr.replace(invars=[*cond.jaxpr.invars, *extra_cond_in])
-  return (core.ClosedJaxpr(new_body, closed.consts),
-          core.ClosedJaxpr(new_cond, cond.consts))
+  n_clobbered = sum(s.num_leaves for s, b in zip(sites, bounds) if b is None)
+  buffer_avals = _buffer_avals(sites, bounds)
+  run = core.jaxpr_as_fun(closed)
+
+  def step(*args):
+    consts, hoisted, carry, _, buffers, (count,), starts = support.split(
+        args, n_consts, n_hoisted, n_carry, n_clobbered, len(buffer_avals), 1
+    )
+    outs = run(*consts, *carry, *starts, *hoisted)
+    carry_out, sown, ends = support.split(
+        outs, n_carry, len(outs) - n_carry - n_fns
+    )
+    # Every running example is at the same step (the others keep their
+    # carries), so the step is the largest count.
+    index = jnp.max(count) if count.ndim else count
+    clobbered, written, buffers = [], [], iter(buffers)
+    for (site, leaves), bound in zip(split_records(sites, sown), bounds):
+      if bound is None:
+        clobbered.extend(leaves)
+        continue
+      for leaf in leaves:
+        written.append(lax.dynamic_update_index_in_dim(
+            next(buffers), leaf, jnp.minimum(index, bound),
+            site.outer_vmaps))
+    return [*carry_out, *clobbered, *written, count + 1, *ends]
+
+  per_site = split_records(sites, body.outvars[n_carry:len(body.outvars)
+                                                - n_fns])
+  clobbered_avals = [
+      v.aval for (_, vs), b in zip(per_site, bounds) if b is None for v in vs
+  ]
+
+  def struct(aval):
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype,
+                                weak_type=aval.weak_type)
+
+  avals = [
+      *(struct(v.aval) for v in [*consts_in, *hoisted_in, *carry_in]),
+      *map(struct, clobbered_avals),
+      *(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in buffer_avals),
+      jax.ShapeDtypeStruct(count_shape, jnp.int32),
+      *(struct(v.aval) for v in starts_in),
+  ]
+  return jax.make_jaxpr(step)(*avals)
 
 
 def _prior_value(scope: Scope, eqn, site: Site) -> list[tp.Any]:

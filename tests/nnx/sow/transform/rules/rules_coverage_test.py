@@ -151,6 +151,12 @@ class CoverageTest(absltest.TestCase):
     with self.assertRaisesRegex(NotImplementedError,
                                 "while_loop .* sows 'v' with mode='append'"):
       capture(append)(X)
+    # With a bound: the steps in a buffer, and the count.
+    _, collected = capture(append, max_steps=4)(X)
+    steps, = collected['v']
+    self.assertEqual(int(steps.count), 3)
+    np.testing.assert_array_equal(
+        steps.values, np.stack([X + 1, X + 2, X + 3, np.zeros_like(X)]))
 
   def test_remat(self):
     f = jax.checkpoint(lambda x: sow(jnp.sin(x), name='v') * 2)
