@@ -772,6 +772,89 @@ def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
   ]
 
 
+# D. Decode loops: per-step capture in Flax's Gemma sampler ------------------
+
+
+def bench_decode(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
+  """Flax's examples/gemma sampler, its decode loop (a ``while_loop``)
+  compiled plain and with every step's residual stream and logits captured
+  (``capture(..., max_steps=N)``), side by side; no rows without a checkout.
+
+  The model is the small Gemma of item 7, instrumented as the decode-loop
+  tests instrument it (``sow_external_models.instrument_decoder``: a sow of
+  each layer's output and of the logits, identities outside a capture), so
+  both programs run the same model. Time: the median of paired calls of the
+  two jitted decode functions on the same sampling state. Memory: XLA's
+  memory analysis of each compiled program (arguments + outputs + temps),
+  against the plain program's plus the bytes of the buffers the capture
+  returns.
+  """
+  setup = _small_gemma('D', models_from)
+  if setup is None:
+    return []
+  external, src, gemma, config, _ = setup
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+
+  steps = 16 if quick else 48
+  with external.gemma_mesh(), capture_compat.install():
+    model = external.instrument_decoder(
+        gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0)))
+    sampler = gemma.sampler.Sampler(
+        vocab=external.CharVocab(config.num_embed), cache_size=steps + 16,
+        transformer=model)
+    prompts = [sampler.tokenize(p) for p in ('abcdefgh', 'ijklmn')]
+    longest = max(len(p) for p in prompts)
+    state = sampler.init_sample_state(
+        prompts, total_sampling_steps=longest + steps, include_logits=True,
+        forbidden_token_ids=None, temperature=0.0, top_p=0.95,
+        seed=jax.random.key(0))
+    graphdef, params = nnx.split(model)
+    decode = sampler._sample_fn  # pylint: disable=protected-access
+    bound = longest + steps
+    args = (graphdef, params, state)
+    runs = {
+        policy: capture(decode, max_steps=bound, on_overflow=policy)
+        for policy in ('truncate', 'error')
+    }
+    _, collected = jax.jit(runs['truncate'])(*args)
+    buffer_bytes = sum(
+        leaf.nbytes for entries in collected.values() for entry in entries
+        for leaf in jax.tree.leaves(entry.values))
+    counts = {int(entry.count) for entries in collected.values()
+              for entry in entries}
+    jitted = [jax.jit(f) for f in (decode, runs['truncate'], runs['error'])]
+    times = paired(*(lambda f=f: f(*args) for f in jitted),
+                   repeats=5 if quick else 15)
+    memory = [f.lower(*args).compile().memory_analysis() for f in jitted]
+
+  def total(m):
+    return (m.temp_size_in_bytes + m.output_size_in_bytes
+            + m.argument_size_in_bytes)
+
+  t_plain, t_truncate, t_error = times
+  what = (f'Flax examples/gemma sampler, {config.num_layers} layers, '
+          f'{len(collected)} sites, {sorted(counts)} steps of {bound}')
+  rows = [
+      Row('D', f'decode loop with every step captured / plain, {what}',
+          t_truncate / t_plain, '<= 1.05', t_truncate / t_plain <= 1.05,
+          f"on_overflow='truncate': plain {t_plain * 1e3:.2f} ms, captured"
+          f' {t_truncate * 1e3:.2f} ms; {src.repo}@{src.commit[:12]}'),
+      Row('D', "the same, on_overflow='error' (the default: one host "
+          'callback a call checks the count)', t_error / t_plain, 'info',
+          None, f'captured {t_error * 1e3:.2f} ms'),
+  ]
+  for policy, m in zip(('truncate', 'error'), memory[1:]):
+    ratio = total(m) / (total(memory[0]) + buffer_bytes)
+    rows.append(Row(
+        'D', f"peak memory of the captured decode loop ({policy}) / (plain +"
+        f' the buffers), {what}', ratio, '~1.00 (nothing more)',
+        ratio <= 1.05,
+        f'plain {total(memory[0])} B, buffers {buffer_bytes} B, captured '
+        f'{total(m)} B (temp {m.temp_size_in_bytes} B)'))
+  return rows
+
+
 # 8. Cache behaviour ---------------------------------------------------------
 
 
@@ -989,7 +1072,7 @@ def merge(existing: str, rows: list[Row], items: str, quick: bool) -> str:
 
 
 PUBLISHED_IN = ('docs_nnx/guides/sow_transform.md',)
-ALL_ITEMS = '123456789'
+ALL_ITEMS = '123456789D'
 _START, _END = '<!-- bench-table:start -->', '<!-- bench-table:end -->'
 
 
@@ -1056,7 +1139,8 @@ def main():
              '6': bench_codemod,
              '7': lambda quick: bench_gemma(quick, args.models_from),
              '8': bench_cache,
-             '9': lambda quick: bench_eager(quick, args.models_from)}
+             '9': lambda quick: bench_eager(quick, args.models_from),
+             'D': lambda quick: bench_decode(quick, args.models_from)}
   rows = []
   for item in args.only:
     gc.collect()

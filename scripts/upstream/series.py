@@ -655,6 +655,21 @@ Nothing of theirs is copied (sow_external_models.py says what is loaded and
 the few import shims); without the directory they skip. Tests only.''',
         files=(C + 'parity_external_test.py', N + 'sow_external_models.py'),
     ),
+    Commit(
+        'decode-samplers',
+        'nnx.sow: tests of capture and plant in real samplers\' decode loops',
+        '''\
+Flax's examples/gemma sampler and tunix's sampler, loaded from checkouts
+(`FLAX_SOW_MODELS_FROM=PATH`, as the parity tests on public models) with
+tiny random models instrumented from the test (each layer's output and the
+logits sown; their code unchanged): `capture(sampler, max_steps=N)` returns
+every decoding step's residual stream and logits, equal to the sampler's
+own step unrolled in Python; the samples are bitwise the sampler's own and
+the decode loop is not compiled again; a function plant steers chosen
+steps of the compiled loop as the unrolled one. Tests only; without the
+checkouts they skip.''',
+        files=(N + 'api/decode_samplers_test.py',),
+    ),
     # -----------------------------------------------------------------------
     # The codemod
     # -----------------------------------------------------------------------

@@ -132,9 +132,10 @@ def capture(
       keeps: an int for every name, or ``{name: int}`` (each name must be
       sown so). ``None``: such a sow is an error.
     on_overflow: what a loop that runs more steps than ``max_steps`` does:
-      ``'error'`` raises (when the program runs: under ``jit``, from a
-      callback), ``'truncate'`` keeps the first steps, and
-      :attr:`~flax.nnx.sow.Steps.count` says how many ran.
+      ``'error'`` raises (eagerly at once; under ``jit`` when the program
+      runs, from a host callback after each such loop, which costs a host
+      round trip per call), ``'truncate'`` keeps the first steps, and
+      :attr:`~flax.nnx.sow.Steps.count` says how many ran (no callback).
 
   Returns:
     A function with ``f``'s signature returning ``(out, collected)``.

@@ -75,6 +75,7 @@ import warnings
 
 import flax
 from flax import nnx
+from flax.nnx.sow import sow
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -308,6 +309,32 @@ def _tunix(root: str) -> types.SimpleNamespace:
   for module in loaded.values():
     _check_from(module, root)
   return types.SimpleNamespace(**loaded)
+
+
+@functools.cache
+def load_tunix_sampler(root: str) -> types.ModuleType:
+  """tunix's ``generate/sampler.py``. Through ``tunix.common.configs`` it
+  imports tunix's metrics logger, which names ``metrax`` (a metrics
+  library this suite does not install) in its configuration classes only:
+  a placeholder stands for it."""
+  _tunix(root)  # the models, with the same finder
+  shims = {name: module for name, module in _placeholder_modules(
+      'metrax', 'metrax.logging').items() if name not in sys.modules}
+  sys.modules.update(shims)
+  finder = _PackagesWithoutInits('tunix', root)
+  sys.meta_path.insert(0, finder)
+  try:
+    with _tunix_sharding_setting():
+      sampler = importlib.import_module('tunix.generate.sampler')
+  finally:
+    sys.meta_path.remove(finder)
+  _check_from(sampler, root)
+  return sampler
+
+
+def tunix_model(name: str, root: str):
+  """The tiny tunix model of family ``name`` the parity cases use."""
+  return _tunix_model(name, _tunix(root))
 
 
 @functools.cache
@@ -815,3 +842,48 @@ def _jasmine_lam(src: Source) -> ExternalCase:
   return ExternalCase('jasmine_lam', src,
                       ('jasmine/models/lam.py', 'jasmine/utils/nn.py'), make,
                       inputs, run)
+
+
+# -- Decode loops --------------------------------------------------------------
+
+
+class SowedLayer(nnx.Module):
+  """A decoder layer whose output residual stream is sown; the call and
+  its cache are the layer's own."""
+
+  def __init__(self, layer: nnx.Module, index: int):
+    self.layer, self.index = layer, index
+
+  def __call__(self, *args, **kwargs):
+    cache, x = self.layer(*args, **kwargs)
+    return cache, sow(x, name=('layers', self.index, 'residual'))
+
+  def init_cache(self, *args, **kwargs):
+    return self.layer.init_cache(*args, **kwargs)
+
+
+def instrument_decoder(model: nnx.Module) -> nnx.Module:
+  """``model``, a decoder of Flax's examples/gemma or tunix (``layers``
+  called as ``cache, x = layer(...)``, returning ``logits, cache``), with
+  each layer's output residual stream sown as ``('layers', i,
+  'residual')`` and its logits as ``'logits'``: a subclass of its class and
+  a wrapper of each layer, made here; their code is not changed."""
+  transformer_class = type(model)
+
+  class SowingTransformer(transformer_class):
+
+    def __call__(self, *args, **kwargs):
+      logits, cache = super().__call__(*args, **kwargs)
+      return sow(logits, name='logits'), cache
+
+  SowingTransformer.__name__ = 'Sowing' + transformer_class.__name__
+  model.__class__ = SowingTransformer
+  model.layers = nnx.List(
+      [SowedLayer(layer, i) for i, layer in enumerate(model.layers)])
+  return model
+
+
+# What the decode-loop tests (decode_samplers_test.py) build on.
+tunix_sharding_setting = _tunix_sharding_setting
+gemma_config = _gemma_config
+CharVocab = _CharVocab

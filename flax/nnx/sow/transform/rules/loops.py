@@ -162,7 +162,7 @@ def _while(scope: Scope, eqn, invals):
   bound from the capture (``max_steps``): each append site gets a buffer of
   that many steps, which step ``i`` writes at ``i``, and the loop one step
   count; the site is recorded as a ``Steps`` of the two. Past the bound,
-  steps write nowhere (a spare entry, dropped), and the capture's
+  steps leave the buffer as it is, and the capture's
   ``on_overflow`` says whether that is an error. A clobber carry starts from
   the last value collected under the same name before the loop, so a loop
   that runs zero times leaves it unchanged; without such a value there is
@@ -212,7 +212,8 @@ def _while(scope: Scope, eqn, invals):
   buffers, count = _buffers(eqn, t.sites, bounds, p['cond_jaxpr'])
   body_jaxpr, cond_jaxpr = _while_jaxprs(
       t.jaxpr, p['cond_jaxpr'], p['body_nconsts'], n_carry, n_fns,
-      len(t.hoisted), t.sites, bounds, count.shape
+      len(t.hoisted), t.sites, bounds, count.shape,
+      scope.request.bounds.on_overflow == 'truncate'
   )
   n_cond = p['cond_nconsts']
   consts, carry = support.split(invals, n_cond + p['body_nconsts'])
@@ -234,10 +235,7 @@ def _while(scope: Scope, eqn, invals):
       leaves = [next(clobbered_leaves) for _ in range(site.num_leaves)]
       scope.record(scope.here(site, eqn), leaves)
     else:
-      values = [
-          lax.slice_in_dim(next(buffers), 0, bound, axis=site.outer_vmaps)
-          for _ in range(site.num_leaves)
-      ]
+      values = [next(buffers) for _ in range(site.num_leaves)]
       scope.record(scope.here(_steps_site(site, bound), eqn),
                    [*values, steps[0]])
   if steps and scope.request.bounds.on_overflow == 'error':
@@ -247,7 +245,7 @@ def _while(scope: Scope, eqn, invals):
 
 
 def _buffers(eqn, sites, bounds, cond: core.ClosedJaxpr):
-  """Zero buffers, one spare entry past each bound, and the step count."""
+  """Zero buffers of each bound's steps, and the step count."""
   lead = _count_shape(eqn, sites, bounds, cond)
   buffers = [
       jnp.zeros(shape, dtype) for shape, dtype in _buffer_avals(sites, bounds)
@@ -278,7 +276,7 @@ def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
 
 def _buffer_avals(sites, bounds) -> list[tuple[tuple[int, ...], tp.Any]]:
   return [
-      ((*shape[:site.outer_vmaps], bound + 1, *shape[site.outer_vmaps:]),
+      ((*shape[:site.outer_vmaps], bound, *shape[site.outer_vmaps:]),
        dtype)
       for site, bound in zip(sites, bounds) if bound is not None
       for shape, dtype in site.avals
@@ -327,13 +325,13 @@ def _check_overflow(eqn, count, sites, bounds) -> None:
 def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
                   n_consts: int, n_carry: int, n_fns: int, n_hoisted: int,
                   sites: tuple[Site, ...], bounds: tuple[int | None, ...],
-                  count_shape: tuple[int, ...]):
+                  count_shape: tuple[int, ...], truncate: bool):
   """Body and condition taking the clobbered leaves, the buffers and the
   step count (if any site appends), then the occurrence indices, as extra
   carries, and the hoisted values as body constants."""
   if any(b is not None for b in bounds):
     new_body = _appending_body(closed, sites, bounds, n_consts, n_carry,
-                               n_fns, n_hoisted, count_shape)
+                               n_fns, n_hoisted, count_shape, truncate)
   else:
     body = closed.jaxpr
     consts_in, carry_in, starts_in, hoisted_in = support.split(
@@ -357,9 +355,12 @@ def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
 
 
 def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
-                    n_carry, n_fns, n_hoisted, count_shape) -> core.ClosedJaxpr:
+                    n_carry, n_fns, n_hoisted, count_shape,
+                    truncate: bool) -> core.ClosedJaxpr:
   """The body (see ``_while_jaxprs``) writing each appended value into its
-  buffer at the step count, or, past the bound, into the spare entry."""
+  buffer at the step count. Past the bound, with ``truncate`` the buffer is
+  left as it is; else the last entry is overwritten, which is harmless: the
+  loop then raises (``_check_overflow``)."""
   body = closed.jaxpr
   consts_in, carry_in, starts_in, hoisted_in = support.split(
       body.invars, n_consts, n_carry, n_fns
@@ -384,10 +385,16 @@ def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
       if bound is None:
         clobbered.extend(leaves)
         continue
+      at = site.outer_vmaps
+      last = jnp.minimum(index, bound - 1)
       for leaf in leaves:
-        written.append(lax.dynamic_update_index_in_dim(
-            next(buffers), leaf, jnp.minimum(index, bound),
-            site.outer_vmaps))
+        buffer = next(buffers)
+        if truncate:
+          # In place: past the bound, the last entry is written with itself
+          # (an entry read, not the whole buffer copied).
+          kept = lax.dynamic_index_in_dim(buffer, last, at, keepdims=False)
+          leaf = jnp.where(index < bound, leaf, kept)
+        written.append(lax.dynamic_update_index_in_dim(buffer, leaf, last, at))
     return [*carry_out, *clobbered, *written, count + 1, *ends]
 
   per_site = split_records(sites, body.outvars[n_carry:len(body.outvars)
