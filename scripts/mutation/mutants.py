@@ -588,8 +588,17 @@ MUTANTS: tuple[Mutant, ...] = (
        '    index = jnp.max(count) if count.ndim else count',
        '    index = jnp.min(count) if count.ndim else count',
        'under a batched predicate each example writes its own steps'),
+    _m('rules-while-planted-steps-unchecked', 'transform/rules/loops.py',
+       '    short = ran > np.asarray(held)',
+       '    short = ran > np.asarray(held) + 1',
+       'a while_loop longer than the planted steps raises'),
+    _m('planting-entry-ignores-used', 'transform/planting.py',
+       '    return entries[index] if index < len(entries) else None',
+       '    return entries[0] if index < len(entries) else None',
+       'the while rule reads the entry take checks next'),
     _m('rules-while-overflow-unchecked', 'transform/rules/loops.py',
-       "  if steps and scope.request.bounds.on_overflow == 'error':",
+       "  if any(b is not None for b in bounds) and (\n"
+       "      scope.request.bounds.on_overflow == 'error'):",
        "  if False:",
        'a loop that runs more steps than max_steps keeps is an error'),
     # -- transform/steps.py ------------------------------------------------

@@ -393,7 +393,9 @@ is carried through it from the value before the loop; an append needs a
 bound, `capture(f, max_steps=N)`, and gives a `Steps`, a buffer of `N` steps
 carried through the loop (written at the step count) and the count, one per
 example under `vmap`, past `N` an error or (`on_overflow='truncate'`) the
-first steps; a sow in its condition is refused (`rules/loops.py`).
+first steps; `plant` reads one entry of per-step values (a `Steps`, or a
+stack along the loop axis) at each step, or gives a planted function the
+step as its index; a sow in its condition is refused (`rules/loops.py`).
 Zero-trip loops, loops and vmaps nested in each other are tested here, and
 the caches behind capture (the plan, the rewrite, the loop bodies', custom
 rules' thunks): what keys them, what bounds them, when they hit. The
@@ -442,8 +444,9 @@ eagerly and under `jit` (compiled once for every trip count; eagerly
 compiled as often as JAX compiles the loop itself), pytrees, clobbers among
 appends, bounds by name, `while` in `while` (a `Steps` of `Steps`), `scan`
 inside and around, `vmap` outside and inside the capture (a count per
-example), what happens past the bound, and a function plant that steers
-chosen steps. Tests only: of the loops commit, which could not take them
+example), what happens past the bound, a function plant that steers
+chosen steps, and per-step values planted back (a captured clean run, a
+stack, too few steps). Tests only: of the loops commit, which could not take them
 without going over budget.''',
         files=(N + 'transform/rules/rules_while_steps_test.py',),
     ),

@@ -310,6 +310,16 @@ class ValuesPlanter(Counting):
         where=f'plant: values[{site.name!r}][{index}]',
     )
 
+  def entry(self, site: Site) -> tp.Any | None:
+    """The value :meth:`take` would check next for ``site``, unconsumed:
+    ``None`` for a name a function plants, or past the last entry (where
+    ``take`` says so)."""
+    entries = self.values.get(site.name)
+    if site.name in self.counters or entries is None or callable(entries):
+      return None
+    index = self.used[site.name]
+    return entries[index] if index < len(entries) else None
+
   def check_all_used(self, tag: tp.Hashable):
     for name, entries in self.values.items():
       used = self.used[name]

@@ -524,11 +524,14 @@ class ErrorTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r"never sows 'h' with tag='x'"):
       plant(f, {'h': lambda v, i: v}, tag='x')(X)
 
-  def test_tuple_into_a_while_loop_is_refused(self):
+  def test_too_few_steps_into_a_while_loop_is_refused(self):
+    # One entry of per-step values: a stack of L - 1 steps is one short
+    # (rules_while_steps_test.py plants whole stacks).
     with self.assertRaisesRegex(
-        NotImplementedError, r"while_loop.*'h'.*Plant a function instead"
+        ValueError, rf"ran {L} steps, but the values planted into 'h' hold"
+        rf' {L - 1}'
     ):
-      plant(layers_while, {'h': (jnp.zeros((L, D)),)})(X)
+      plant(layers_while, {'h': (jnp.zeros((L - 1, D)),)})(X)
 
   def test_not_a_tuple_nor_a_function(self):
     with self.assertRaisesRegex(TypeError, r'or a function fn\(value, index\)'):

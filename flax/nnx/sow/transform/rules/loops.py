@@ -166,10 +166,13 @@ def _while(scope: Scope, eqn, invals):
   ``on_overflow`` says whether that is an error. A clobber carry starts from
   the last value collected under the same name before the loop, so a loop
   that runs zero times leaves it unchanged; without such a value there is
-  nothing true to return for zero trips, so the loop is refused. Planting a
-  tuple of values is refused for the same reason; a name planted by a
-  function takes its occurrence index as an extra carry, and the values its
-  function closes over as extra constants of the body.
+  nothing true to return for zero trips, so the loop is refused. A planted
+  value is one entry of per-step values (a ``Steps``, as ``capture``
+  returns, or a stack along the loop axis), an extra constant of the body
+  that step ``i`` reads at ``i``; a loop that runs more steps than it holds
+  raises. A name planted by a function takes its occurrence index as an
+  extra carry, and the values its function closes over as extra constants
+  of the body.
   """
   p = eqn.params
   if interpreter.contains(p['cond_jaxpr'].jaxpr, scope.request):
@@ -195,14 +198,9 @@ def _while(scope: Scope, eqn, invals):
         ' each, with the count of steps run. Or use mode=\'clobber\' (keeps'
         ' the last value), lax.scan or a fori_loop with static bounds.'
     )
-  if t.planted_sites:
-    raise NotImplementedError(
-        f'plant: a while_loop (at {where(eqn)}) sows'
-        f' {support.describe_sites(t.planted_sites)}; its trip count is only'
-        ' known at run time, so a tuple of values cannot be planted there.'
-        ' Plant a function instead (plant(f, {name: fn})), or use lax.scan or'
-        ' a fori_loop with static bounds.'
-    )
+  planted = _planted_steps(scope, eqn, t.planted_sites)
+  stacked = [leaf for values, _, _ in planted for leaf in values]
+  lengths = tuple(length for _, _, length in planted)
   clobbered = [s for s in t.sites if s.mode == 'clobber']
   init = [leaf for site in clobbered for leaf in _prior_value(scope, eqn, site)]
   # The clobber carries, the buffers, the step count and then the
@@ -213,18 +211,20 @@ def _while(scope: Scope, eqn, invals):
   body_jaxpr, cond_jaxpr = _while_jaxprs(
       t.jaxpr, p['cond_jaxpr'], p['body_nconsts'], n_carry, n_fns,
       len(t.hoisted), t.sites, bounds, count.shape,
-      scope.request.bounds.on_overflow == 'truncate'
+      scope.request.bounds.on_overflow == 'truncate',
+      t.planted_sites, lengths
   )
   n_cond = p['cond_nconsts']
   consts, carry = support.split(invals, n_cond + p['body_nconsts'])
   starts = scope.start_indices(t.fn_names)
-  steps = [count] if buffers else []
+  steps = [count] if buffers or planted else []
   outs = interpreter.bind(
       eqn,
-      [*consts, *t.hoisted, *carry, *init, *buffers, *steps, *starts],
+      [*consts, *t.hoisted, *stacked, *carry, *init, *buffers, *steps,
+       *starts],
       body_jaxpr=body_jaxpr,
       cond_jaxpr=cond_jaxpr,
-      body_nconsts=p['body_nconsts'] + len(t.hoisted),
+      body_nconsts=p['body_nconsts'] + len(t.hoisted) + len(stacked),
   )
   carry, clobbered_leaves, buffers, steps, ends = support.split(
       outs, n_carry, len(init), len(buffers), len(steps)
@@ -238,10 +238,77 @@ def _while(scope: Scope, eqn, invals):
       values = [next(buffers) for _ in range(site.num_leaves)]
       scope.record(scope.here(_steps_site(site, bound), eqn),
                    [*values, steps[0]])
-  if steps and scope.request.bounds.on_overflow == 'error':
+  if any(b is not None for b in bounds) and (
+      scope.request.bounds.on_overflow == 'error'):
     _check_overflow(eqn, steps[0], t.sites, bounds)
+  for site, (_, held, _) in zip(t.planted_sites, planted):
+    _check_planted(eqn, steps[0], held, site)
   t.fn_finish(scope, ends, None)  # run-time trip count
   return carry
+
+
+def _planted_steps(scope: Scope, eqn, sites):
+  """For each planted site: its per-step values (leaves stacked along the
+  loop axis), how many steps they hold (an int32 of the count's shape), and
+  the length of their loop axis.
+
+  Raises:
+    NotImplementedError: the planter has no per-step values there (the
+      planted perturbations of ``nnx.capture``'s ``init``).
+  """
+  planted = []
+  for site in sites:
+    entry_of = getattr(scope.planter, 'entry', None)
+    entry = None if entry_of is None else entry_of(site)
+    if entry is None:
+      raise NotImplementedError(
+          f'plant: a while_loop (at {where(eqn)}) sows'
+          f' {support.describe_sites([site])}; its trip count is only known'
+          ' at run time, so only per-step values (a Steps, or a stack along'
+          ' the loop axis) or a function can be planted there'
+          ' (plant(f, {name: fn})).'
+      )
+    at = site.outer_vmaps
+    if isinstance(entry, Steps):
+      length = entry.max_steps
+      leaves = scope.plant(scope.here(_steps_site(site, length), eqn))
+      values, held = leaves[:-1], leaves[-1]
+    else:
+      shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(entry)]
+      length = shapes[0][at] if shapes and len(shapes[0]) > at else 0
+      values = scope.plant(scope.here(site.with_loop_axis(length), eqn))
+      lead = site.avals[0][0][:at] if site.avals else ()
+      held = jnp.full(lead, length, jnp.int32)
+    if length < 1:
+      raise ValueError(
+          f'plant: the values planted into {site.name!r} in a while_loop (at'
+          f' {where(eqn)}) hold no step.'
+      )
+    planted.append((values, held, length))
+  return planted
+
+
+def _check_planted(eqn, count, held, site: Site) -> None:
+  """Raises if the loop ran more steps than the planted values hold: now,
+  if the counts are concrete, else when the program runs (a callback)."""
+  at = where(eqn)
+
+  def check(count, held):
+    ran = np.asarray(count)
+    short = ran > np.asarray(held)
+    if np.any(short):
+      raise ValueError(
+          f'plant: a while_loop (at {at}) ran {int(np.max(ran))} steps, but'
+          f' the values planted into {site.name!r} hold'
+          f' {int(np.min(np.asarray(held)))}: plant a value for every step.'
+      )
+
+  try:
+    concrete = np.asarray(count), np.asarray(held)
+  except jax.errors.TracerArrayConversionError:
+    jax.debug.callback(check, count, held)
+  else:
+    check(*concrete)
 
 
 def _buffers(eqn, sites, bounds, cond: core.ClosedJaxpr):
@@ -325,13 +392,18 @@ def _check_overflow(eqn, count, sites, bounds) -> None:
 def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
                   n_consts: int, n_carry: int, n_fns: int, n_hoisted: int,
                   sites: tuple[Site, ...], bounds: tuple[int | None, ...],
-                  count_shape: tuple[int, ...], truncate: bool):
+                  count_shape: tuple[int, ...], truncate: bool,
+                  planted_sites: tuple[Site, ...],
+                  lengths: tuple[int, ...]):
   """Body and condition taking the clobbered leaves, the buffers and the
-  step count (if any site appends), then the occurrence indices, as extra
-  carries, and the hoisted values as body constants."""
-  if any(b is not None for b in bounds):
+  step count (if any site appends or is planted), then the occurrence
+  indices, as extra carries, and the hoisted values and the planted values
+  of every step as body constants."""
+  n_stacked = sum(s.num_leaves for s in planted_sites)
+  if any(b is not None for b in bounds) or planted_sites:
     new_body = _appending_body(closed, sites, bounds, n_consts, n_carry,
-                               n_fns, n_hoisted, count_shape, truncate)
+                               n_fns, n_hoisted, count_shape, truncate,
+                               planted_sites, lengths)
   else:
     body = closed.jaxpr
     consts_in, carry_in, starts_in, hoisted_in = support.split(
@@ -347,7 +419,7 @@ def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
         closed.consts,
     )
   # The condition reads none of the extra carries.
-  extra = new_body.in_avals[n_consts + n_hoisted + n_carry:]
+  extra = new_body.in_avals[n_consts + n_hoisted + n_stacked + n_carry:]
   new_cond = cond.jaxpr.replace(
       invars=[*cond.jaxpr.invars, *map(core.Var, extra)]
   )
@@ -355,31 +427,49 @@ def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
 
 
 def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
-                    n_carry, n_fns, n_hoisted, count_shape,
-                    truncate: bool) -> core.ClosedJaxpr:
+                    n_carry, n_fns, n_hoisted, count_shape, truncate: bool,
+                    planted_sites, lengths) -> core.ClosedJaxpr:
   """The body (see ``_while_jaxprs``) writing each appended value into its
   buffer at the step count. Past the bound, with ``truncate`` the buffer is
   left as it is; else the last entry is overwritten, which is harmless: the
-  loop then raises (``_check_overflow``)."""
+  loop then raises (``_check_overflow``). Each step reads the planted
+  values at its index (past their length the loop raises,
+  ``_check_planted``)."""
   body = closed.jaxpr
-  consts_in, carry_in, starts_in, hoisted_in = support.split(
-      body.invars, n_consts, n_carry, n_fns
+  n_planted = sum(s.num_leaves for s in planted_sites)
+  consts_in, carry_in, planted_in, starts_in, hoisted_in = support.split(
+      body.invars, n_consts, n_carry, n_planted, n_fns
   )
+  stacked_avals = [
+      jax.ShapeDtypeStruct(shape, dtype)
+      for site, length in zip(planted_sites, lengths)
+      for shape, dtype in site.with_loop_axis(length).avals
+  ]
+  reads = [(site.outer_vmaps, length)
+           for site, length in zip(planted_sites, lengths)
+           for _ in range(site.num_leaves)]
   n_clobbered = sum(s.num_leaves for s, b in zip(sites, bounds) if b is None)
   buffer_avals = _buffer_avals(sites, bounds)
   run = core.jaxpr_as_fun(closed)
 
   def step(*args):
-    consts, hoisted, carry, _, buffers, (count,), starts = support.split(
-        args, n_consts, n_hoisted, n_carry, n_clobbered, len(buffer_avals), 1
-    )
-    outs = run(*consts, *carry, *starts, *hoisted)
-    carry_out, sown, ends = support.split(
-        outs, n_carry, len(outs) - n_carry - n_fns
-    )
+    (consts, hoisted, stacked, carry, _, buffers, (count,),
+     starts) = support.split(
+         args, n_consts, n_hoisted, n_planted, n_carry, n_clobbered,
+         len(buffer_avals), 1
+     )
     # Every running example is at the same step (the others keep their
     # carries), so the step is the largest count.
     index = jnp.max(count) if count.ndim else count
+    planted = [
+        lax.dynamic_index_in_dim(leaf, jnp.minimum(index, length - 1), at,
+                                 keepdims=False)
+        for leaf, (at, length) in zip(stacked, reads)
+    ]
+    outs = run(*consts, *carry, *planted, *starts, *hoisted)
+    carry_out, sown, ends = support.split(
+        outs, n_carry, len(outs) - n_carry - n_fns
+    )
     clobbered, written, buffers = [], [], iter(buffers)
     for (site, leaves), bound in zip(split_records(sites, sown), bounds):
       if bound is None:
@@ -408,7 +498,9 @@ def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
                                 weak_type=aval.weak_type)
 
   avals = [
-      *(struct(v.aval) for v in [*consts_in, *hoisted_in, *carry_in]),
+      *(struct(v.aval) for v in [*consts_in, *hoisted_in]),
+      *stacked_avals,
+      *(struct(v.aval) for v in carry_in),
       *map(struct, clobbered_avals),
       *(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in buffer_avals),
       jax.ShapeDtypeStruct(count_shape, jnp.int32),

@@ -412,7 +412,60 @@ class NnxLoopsTest(absltest.TestCase):
           self.assertEqual(int(cell.steps[...]), 4)
 
 
-class PerStepPlantTest(absltest.TestCase):
+def decode_and_read(x, n):
+  """``decode``, also sowing what each step's planted value becomes."""
+
+  def body(c):
+    i, h = c
+    h = sow(step_fn(h, i), name='h')
+    sow(h * 2.0, name='read')
+    return i + 1, h
+
+  return lax.while_loop(lambda c: c[0] < n, body, (0, x))[1]
+
+
+class PerStepPlantTest(parameterized.TestCase):
+
+  def test_planting_the_captured_steps_gives_the_clean_run(self):
+    # Activation patching through a decode loop: what capture returned for
+    # the clean run, planted back, step by step.
+    _, collected = capture(decode, max_steps=6)(X, 4)
+    clean, = collected['h']
+    out = jax.jit(plant(decode, {'h': (clean,)}))(-X, 4)  # another input
+    assert_close(out, unrolled(X, 4)[0])
+
+  @parameterized.parameters(False, True)
+  def test_a_stack_is_planted_step_by_step(self, jit):
+    stack = jnp.stack([jnp.full(3, 0.25 * i, jnp.float32) for i in range(5)])
+    run = capture(plant(decode_and_read, {'h': (stack,)}), max_steps=5)
+    out, collected = (jax.jit(run) if jit else run)(X, 4)
+    read, = collected['read']
+    self.assertEqual(int(read.count), 4)
+    # The loop carries the planted value: step i reads stack[i].
+    np.testing.assert_array_equal(read.values[:4], stack[:4] * 2.0)
+    np.testing.assert_array_equal(out, stack[3])
+
+  def test_two_loops_take_one_entry_each_in_order(self):
+    first = jnp.stack([jnp.full(3, 1.0 + i, jnp.float32) for i in range(2)])
+    second = jnp.stack([jnp.full(3, -1.0 - i, jnp.float32) for i in range(4)])
+    out = plant(lambda x: decode(decode(x, 2), 3),
+                {'h': (first, second)})(X)
+    np.testing.assert_array_equal(out, second[2])
+
+  def test_a_loop_longer_than_the_planted_steps_raises(self):
+    short = jnp.zeros((2, 3), jnp.float32)
+    with self.assertRaisesRegex(
+        ValueError, r"ran 3 steps, but the values planted into 'h' hold 2"):
+      plant(decode, {'h': (short,)})(X, 3)
+    with self.assertRaisesRegex(
+        Exception, r"ran 3 steps, but the values planted into 'h' hold 2"):
+      jax.block_until_ready(jax.jit(plant(decode, {'h': (short,)}))(X, 3))
+
+  def test_planted_steps_are_checked_against_the_sow(self):
+    with self.assertRaisesRegex(
+        ValueError, r"values\['h'\]\[0\] has a leaf of float32\[5, 4\], but"
+        r' the sow has float32\[5, 3\]'):
+      plant(decode, {'h': (jnp.zeros((5, 4), jnp.float32),)})(X, 2)
 
   def test_a_function_plant_reads_the_step(self):
     # "Add a steering vector at steps 1..2": one compiled program.
