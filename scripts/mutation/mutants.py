@@ -603,8 +603,8 @@ MUTANTS: tuple[Mutant, ...] = (
        'a loop that runs more steps than max_steps keeps is an error'),
     # -- transform/steps.py ------------------------------------------------
     _m('steps-mask-inclusive', 'transform/steps.py',
-       '    return steps < jnp.expand_dims(jnp.asarray(self.count), -1)',
-       '    return steps <= jnp.expand_dims(jnp.asarray(self.count), -1)',
+       '    return steps < jnp.expand_dims(count, -1)',
+       '    return steps <= jnp.expand_dims(count, -1)',
        'Steps.mask marks the steps that ran, not one more'),
     _m('steps-bound-zero-accepted', 'transform/steps.py',
        '  ) or bound < 1:',

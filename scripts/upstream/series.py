@@ -199,9 +199,10 @@ it (next commit):
   outside a map or a loop), and `where` names the user's line that staged it;
 - `selection.py`: which sows an interpretation handles, by tag and name (a
   name predicate is resolved to the names it selects, so that caches compare
-  predicates by what they select).''',
+  predicates by what they select); its tests, which use requests, come with
+  them (next commit).''',
         files=(T + 'selection.py', T + 'sites.py',
-               N + 'transform/sites_test.py', N + 'transform/selection_test.py'),
+               N + 'transform/sites_test.py'),
     ),
     Commit(
         'model',
@@ -221,8 +222,9 @@ What an interpretation of a jaxpr does, before the interpreter that does it
   `LoopBounds`, the bound a capture asks for (`capture(f, max_steps=...)`,
   checked here; the `while_loop` rule uses it).''',
         files=(T + 'request.py', T + 'planting.py', T + 'scope.py',
-               T + 'steps.py', N + 'transform/scope_test.py',
-               N + 'transform/planting_test.py', N + 'transform/steps_test.py'),
+               T + 'steps.py', N + 'transform/selection_test.py',
+               N + 'transform/scope_test.py', N + 'transform/planting_test.py',
+               N + 'transform/steps_test.py'),
     ),
     Commit(
         'interpreter',

@@ -57,7 +57,12 @@ if hypothesis is not None:
 
 
 def _exists(module: str) -> bool:
-  return importlib.util.find_spec(module) is not None
+  """Whether ``module`` is in this tree (its packages too: a commit of the
+  series may have neither)."""
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # a parent package is missing
+    return False
 
 
 def _global_state() -> dict[str, object]:

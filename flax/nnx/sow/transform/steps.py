@@ -88,8 +88,11 @@ class Steps:
   @property
   def mask(self) -> jax.Array:
     """Which entries were sown: ``count``'s shape plus the step axis."""
-    steps = jnp.arange(self.max_steps)
-    return steps < jnp.expand_dims(jnp.asarray(self.count), -1)
+    count = jnp.asarray(self.count)
+    # Of equal ranks (no implicit rank promotion, which Flax's CI refuses).
+    steps = jnp.arange(self.max_steps).reshape(
+        (1,) * count.ndim + (self.max_steps,))
+    return steps < jnp.expand_dims(count, -1)
 
   @property
   def truncated(self) -> jax.Array:

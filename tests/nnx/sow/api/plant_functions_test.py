@@ -531,7 +531,7 @@ class ErrorTest(parameterized.TestCase):
         ValueError, rf"ran {L} steps, but the values planted into 'h' hold"
         rf' {L - 1}'
     ):
-      plant(layers_while, {'h': (jnp.zeros((L - 1, D)),)})(X)
+      plant(layers_while, {'h': (jnp.zeros((L - 1, D), jnp.float32),)})(X)
 
   def test_not_a_tuple_nor_a_function(self):
     with self.assertRaisesRegex(TypeError, r'or a function fn\(value, index\)'):

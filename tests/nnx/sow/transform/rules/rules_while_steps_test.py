@@ -142,7 +142,7 @@ class BoundedAppendTest(parameterized.TestCase):
   def test_pytree_values_clobbers_and_program_order(self):
 
     def f(x, n):
-      sow(jnp.zeros(()), name='last', mode='clobber')
+      sow(jnp.zeros((), jnp.float32), name='last', mode='clobber')
 
       def body(c):
         i, h = c
