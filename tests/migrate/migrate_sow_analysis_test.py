@@ -20,27 +20,18 @@ the call ending an earlier one (``cells``). ``reexports`` follows the names
 a package's ``__init__.py`` re-exports to where they are defined.
 """
 
-import importlib
-import importlib.util
 import json
-import os
-import sys
 import textwrap
 
-import sow_layout
+import codemod_testing
 from absl.testing import absltest
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
-_SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
-if _SCRIPTS not in sys.path:
-  sys.path.append(_SCRIPTS)
 # pylint: disable=g-import-not-at-top,wrong-import-position
-analysis = importlib.import_module('sow_migrate.analysis')
-documents = importlib.import_module('sow_migrate.documents')
-reexports = importlib.import_module('sow_migrate.reexports')
+analysis = codemod_testing.codemod_module('analysis')
+documents = codemod_testing.codemod_module('documents')
+reexports = codemod_testing.codemod_module('reexports')
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 

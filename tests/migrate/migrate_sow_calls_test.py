@@ -22,34 +22,25 @@ collector they serve (``facts.Collector``) comes with the facts of a
 module; here a small visitor gives them the metadata they ask for.
 """
 
-import importlib
-import importlib.util
-import os
-import sys
 import textwrap
 import types
 
-import sow_layout
+import codemod_testing
 from absl.testing import absltest, parameterized
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-_SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
-if _SCRIPTS not in sys.path:
-  sys.path.append(_SCRIPTS)
-attributes = importlib.import_module('sow_migrate.attributes')
-calls = importlib.import_module('sow_migrate.calls')
-consumers = importlib.import_module('sow_migrate.consumers')
-functions = importlib.import_module('sow_migrate.functions')
-methods = importlib.import_module('sow_migrate.methods')
-names = importlib.import_module('sow_migrate.names')
+attributes = codemod_testing.codemod_module('attributes')
+calls = codemod_testing.codemod_module('calls')
+consumers = codemod_testing.codemod_module('consumers')
+functions = codemod_testing.codemod_module('functions')
+methods = codemod_testing.codemod_module('methods')
+names = codemod_testing.codemod_module('names')
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 

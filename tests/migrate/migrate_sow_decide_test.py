@@ -21,27 +21,18 @@ the same values, with Flax 0.12.8's ``nnx.capture`` (``hazards``) or
 ``capture_compat``'s. A flag says why, as ``flags.Flag`` prints it.
 """
 
-import importlib
-import importlib.util
-import os
-import sys
 import textwrap
 
-import sow_layout
+import codemod_testing
 from absl.testing import absltest
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
-_SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
-if _SCRIPTS not in sys.path:
-  sys.path.append(_SCRIPTS)
 # pylint: disable=g-import-not-at-top,wrong-import-position
-analysis = importlib.import_module('sow_migrate.analysis')
-decide = importlib.import_module('sow_migrate.decide')
-flags = importlib.import_module('sow_migrate.flags')
-hazards = importlib.import_module('sow_migrate.hazards')
+analysis = codemod_testing.codemod_module('analysis')
+decide = codemod_testing.codemod_module('decide')
+flags = codemod_testing.codemod_module('flags')
+hazards = codemod_testing.codemod_module('hazards')
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 

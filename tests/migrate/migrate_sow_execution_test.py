@@ -18,20 +18,18 @@ The oracle of each rewrite is the original program: both run, with Flax
 capture must agree (bitwise where the same operations run).
 """
 
-import importlib.util
 import os
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
+import codemod_testing
 import sow_layout
 import sow_testing
 from absl.testing import absltest
 from flax.nnx import capture_compat
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 # The command line's helpers (read) and the codemod (ms).
 cli = sow_layout.test_module('migrate_sow_test')

@@ -21,28 +21,19 @@ the popped object before it (``earlier``); the classes with their methods;
 the uses of ``nnx.Intermediate`` outside those calls (``other_uses``).
 """
 
-import importlib
-import importlib.util
-import os
-import sys
 import textwrap
 
-import sow_layout
+import codemod_testing
 from absl.testing import absltest
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import libcst as cst
 from libcst import metadata
 from libcst.helpers import ModuleNameAndPackage
 
-_SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
-if _SCRIPTS not in sys.path:
-  sys.path.append(_SCRIPTS)
-facts = importlib.import_module('sow_migrate.facts')
+facts = codemod_testing.codemod_module('facts')
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 INTERMEDIATE = ('flax.nnx.Intermediate',)

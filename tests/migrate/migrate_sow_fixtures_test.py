@@ -29,12 +29,11 @@ import os
 import sys
 import textwrap
 
+import codemod_testing
 import sow_layout
 from absl.testing import absltest, parameterized
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 _SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
 # The codemod's input and expected files, beside this file.

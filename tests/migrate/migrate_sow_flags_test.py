@@ -23,15 +23,13 @@ as it is.
 """
 
 import glob
-import importlib.util
 import os
 
+import codemod_testing
 import sow_layout
 from absl.testing import absltest
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 fixtures = sow_layout.test_module('migrate_sow_fixtures_test')
 ms = sow_layout.test_module('migrate_sow_test').ms

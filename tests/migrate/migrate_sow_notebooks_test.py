@@ -19,7 +19,6 @@ between decide whether the pair may become a capture. Outputs, metadata and
 magics are kept, byte for byte where nothing changed.
 """
 
-import importlib.util
 import json
 import os
 import tempfile
@@ -27,12 +26,11 @@ import textwrap
 import warnings
 
 import numpy as np
+import codemod_testing
 import sow_layout
 from absl.testing import absltest, parameterized
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 # The command line's helpers (write, read, run).
 cli = sow_layout.test_module('migrate_sow_test')

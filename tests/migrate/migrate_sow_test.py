@@ -28,12 +28,11 @@ import sys
 import tempfile
 import textwrap
 
+import codemod_testing
 import sow_layout
 from absl.testing import absltest
 
-if importlib.util.find_spec('libcst') is None:
-  # Not a Flax dependency: these tests run where it is installed.
-  raise absltest.SkipTest('the codemod needs libcst (pip install libcst)')
+codemod_testing.require_libcst()
 
 _SCRIPT = os.path.join(sow_layout.ROOT, 'scripts', 'migrate', 'migrate_sow.py')
 # The codemod's input and expected files, beside this file.
@@ -52,7 +51,7 @@ def _load_codemod():
 
 
 ms = _load_codemod()
-reexports = importlib.import_module('sow_migrate.reexports')
+reexports = codemod_testing.codemod_module('reexports')
 
 
 def write(directory, relative, text):
