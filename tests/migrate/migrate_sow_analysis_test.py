@@ -157,7 +157,7 @@ class AnalyseTest(absltest.TestCase):
     cells = (CELLS[0], 'warmup = model(x)\n') + CELLS[1:]
     result = analysis.analyse('nb.ipynb', _notebook(cells).encode('utf-8'),
                               '/r')
-    (_, pop), = [(i, s) for i, s in _sites(result) if s.kind == 'pop']
+    (_, pop), = ((i, s) for i, s in _sites(result) if s.kind == 'pop')
     self.assertEqual(pop.pop_call_unit, 2)
     self.assertEqual([(what, where) for what, _, where, _ in pop.earlier],
                      [('model(...)', 'in an earlier cell')])
@@ -172,7 +172,7 @@ class AnalyseTest(absltest.TestCase):
         ''', CELLS[2])
     result = analysis.analyse('nb.ipynb', _notebook(cells).encode('utf-8'),
                               '/r', '/r/nb.ipynb')
-    (pop,) = [s for _, s in _sites(result) if s.kind == 'pop']
+    (pop,) = (s for _, s in _sites(result) if s.kind == 'pop')
     self.assertEqual(pop.root, 'nb.unit1.Other')
 
 

@@ -20,7 +20,6 @@ import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -15,7 +15,6 @@
 ``f`` as ``f`` itself does, and drops the values a clobber supersedes.
 """
 
-import gc
 
 from absl.testing import absltest
 from absl.testing import parameterized

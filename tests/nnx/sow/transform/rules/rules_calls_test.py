@@ -17,7 +17,6 @@ program order, and what is re-bound keeps its parameters.
 """
 
 import functools
-import gc
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -33,7 +32,7 @@ from flax.nnx.sow.transform import primitive
 
 from sow_pytree_models import Clipped, PYTREES, TRANSFORMS, clip, lo_hi  # pylint: disable=g-multiple-import
 import sow_testing
-from sow_testing import CHAIN, SHAPE, LiveArrays, chain  # pylint: disable=g-multiple-import
+from sow_testing import SHAPE, LiveArrays, chain  # pylint: disable=g-multiple-import
 
 
 X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
