@@ -226,16 +226,16 @@ def _while(scope: Scope, eqn, invals):
       cond_jaxpr=cond_jaxpr,
       body_nconsts=p['body_nconsts'] + len(t.hoisted) + len(stacked),
   )
-  carry, clobbered_leaves, buffers, steps, ends = support.split(
+  carry, clobbered_out, buffers_out, steps, ends = support.split(
       outs, n_carry, len(init), len(buffers), len(steps)
   )
-  clobbered_leaves, buffers = iter(clobbered_leaves), iter(buffers)
+  clobbered_leaves, written = iter(clobbered_out), iter(buffers_out)
   for site, bound in zip(t.sites, bounds):
     if bound is None:
       leaves = [next(clobbered_leaves) for _ in range(site.num_leaves)]
       scope.record(scope.here(site, eqn), leaves)
     else:
-      values = [next(buffers) for _ in range(site.num_leaves)]
+      values = [next(written) for _ in range(site.num_leaves)]
       scope.record(scope.here(_steps_site(site, bound), eqn),
                    [*values, steps[0]])
   if any(b is not None for b in bounds) and (
@@ -271,12 +271,12 @@ def _planted_steps(scope: Scope, eqn, sites):
     at = site.outer_vmaps
     if isinstance(entry, Steps):
       length = entry.max_steps
-      leaves = scope.plant(scope.here(_steps_site(site, length), eqn))
+      leaves = _plant(scope, scope.here(_steps_site(site, length), eqn))
       values, held = leaves[:-1], leaves[-1]
     else:
       shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(entry)]
       length = shapes[0][at] if shapes and len(shapes[0]) > at else 0
-      values = scope.plant(scope.here(site.with_loop_axis(length), eqn))
+      values = _plant(scope, scope.here(site.with_loop_axis(length), eqn))
       lead = site.avals[0][0][:at] if site.avals else ()
       held = jnp.full(lead, length, jnp.int32)
     if length < 1:
@@ -285,6 +285,12 @@ def _planted_steps(scope: Scope, eqn, sites):
           f' {where(eqn)}) hold no step.'
       )
     planted.append((values, held, length))
+  return planted
+
+
+def _plant(scope: Scope, site: Site) -> list[tp.Any]:
+  planted = scope.plant(site)
+  assert planted is not None, site  # the planter had an entry for it
   return planted
 
 
