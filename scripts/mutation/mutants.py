@@ -757,7 +757,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '  refusing = False',
        "Flax's own Module.sow in a functional capture raises, naming install"),
     _m('taps-released-by-the-first-call', 'lift/taps.py',
-       '      if not held[1]:\n',
+       '      if not held.calls:\n',
        '      if True:\n',
        'threads tapping the same model each see all its calls'),
     # -- capture.py --------------------------------------------------------

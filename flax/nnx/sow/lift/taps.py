@@ -343,7 +343,16 @@ def _watching_class(cls: type, names: frozenset[str]) -> type:
 # which calls in other threads may watch too: a module gets its class back
 # when the last of them ends (the watching class only routes calls; which
 # call sows what is decided by each thread's frames, see `_active`).
-_HELD: dict[int, list[tp.Any]] = {}
+@dataclasses.dataclass
+class _Held:
+  """A watched module's class before its first watch, and how many calls
+  watch it."""
+
+  cls: type
+  calls: int = 0
+
+
+_HELD: dict[int, _Held] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -363,9 +372,9 @@ def watch(
       if watching is not cls:
         _set_class(module, watching)
       if held is None:
-        held = _HELD[id(module)] = [cls, 0]
-      held[1] += 1
-      changed.append((module, held[0]))
+        held = _HELD[id(module)] = _Held(cls)
+      held.calls += 1
+      changed.append((module, held.cls))
   return changed
 
 
@@ -380,8 +389,8 @@ def restore(
     for module, cls in reversed(changed):
       previous[type(module)] = cls
       held = _HELD[id(module)]
-      held[1] -= 1
-      if not held[1]:
+      held.calls -= 1
+      if not held.calls:
         del _HELD[id(module)]
         _set_class(module, cls)
     if not previous or not returned:
