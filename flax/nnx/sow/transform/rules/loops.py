@@ -295,8 +295,8 @@ def _plant(scope: Scope, site: Site) -> list[tp.Any]:
 
 
 def _check_planted(eqn, count, held, site: Site) -> None:
-  """Raises if the loop ran more steps than the planted values hold: now,
-  if the counts are concrete, else when the program runs (a callback)."""
+  """Raises if the loop ran more steps than the planted values hold
+  (``_when_known``)."""
   at = where(eqn)
 
   def check(count, held):
@@ -309,12 +309,7 @@ def _check_planted(eqn, count, held, site: Site) -> None:
           f' {int(np.min(np.asarray(held)))}: plant a value for every step.'
       )
 
-  try:
-    concrete = np.asarray(count), np.asarray(held)
-  except jax.errors.TracerArrayConversionError:
-    jax.debug.callback(check, count, held)
-  else:
-    check(*concrete)
+  _when_known(check, count, held)
 
 
 def _buffers(eqn, sites, bounds, cond: core.ClosedJaxpr):
@@ -370,8 +365,8 @@ def _steps_site(site: Site, bound: int) -> Site:
 
 
 def _check_overflow(eqn, count, sites, bounds) -> None:
-  """Raises if the loop ran more steps than a site keeps: now, if the count
-  is concrete, else when the program runs (a callback)."""
+  """Raises if the loop ran more steps than a site keeps
+  (``_when_known``)."""
   smallest = min(b for b in bounds if b is not None)
   names = [s.name for s, b in zip(sites, bounds) if b == smallest]
   at = where(eqn)
@@ -386,12 +381,18 @@ def _check_overflow(eqn, count, sites, bounds) -> None:
           ' to keep the first steps (Steps.count says how many ran).'
       )
 
+  _when_known(check, count)
+
+
+def _when_known(check: tp.Callable[..., None], *values) -> None:
+  """Runs ``check`` on ``values`` now if they are concrete (eagerly), else
+  when the program runs, from a host callback (under a trace)."""
   try:
-    concrete = np.asarray(count)
+    concrete = [np.asarray(v) for v in values]
   except jax.errors.TracerArrayConversionError:
-    jax.debug.callback(check, count)
+    jax.debug.callback(check, *values)
   else:
-    check(concrete)
+    check(*concrete)
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
