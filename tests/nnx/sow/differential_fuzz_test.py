@@ -245,6 +245,31 @@ class RegressionTest(absltest.TestCase):
     _, collected = capture(jax.vmap(h))(xs)
     np.testing.assert_array_equal(collected['b'][0], expected)
 
+  def test_perturb_under_vmap_of_grad_inside_a_loop(self):
+    # Found by the long profile (seed 20261201): a perturb's gradient, sown
+    # by its custom_vjp's backward rule under vmap(grad(...)) inside a loop,
+    # came back with the loop axis last, (2, 3, n) instead of (n, 2, 3):
+    # JAX's name stack of that rule repeats the vmap around the grad, so the
+    # vmap was counted twice, once as outside the loop. Its relatives: the
+    # same under a checkpoint (partial evaluation repeats the stack too).
+    # Oracle: the eager evaluator, which unrolls the loops.
+    perturb_node = fp.Perturb(name='a', tag=None)
+    vmapped = lambda body: fp.Vmap(size=2, axis=0, body=fp.Grad(body=body))
+    bodies = {
+        'perturb': perturb_node,
+        'checkpoint': fp.Checkpoint(
+            body=perturb_node, policy='none', prevent_cse=True),
+        'custom_vjp': fp.CustomVjp(body=perturb_node),
+    }
+    for n in (0, 1, 2):
+      for label, body in bodies.items():
+        for loop in (fp.Fori(n=n, body=vmapped(body)),
+                     fp.Scan(length=n, reverse=False, body=vmapped(body))):
+          for jit in (False, True):
+            with self.subTest(n=n, body=label, loop=type(loop).__name__,
+                              jit=jit):
+              check_against_oracle(self, loop, (3,), jit=jit)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -49,7 +49,6 @@ import typing as tp
 import jax
 import jax.extend.core as core
 import jax.numpy as jnp
-import numpy as np
 
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.sites import Site
@@ -218,11 +217,11 @@ def check_value(
   for leaf, (shape, dtype) in zip(leaves, avals):
     leaf = leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf)
     got_shape, got_dtype = aval_of(leaf)
-    if (got_shape, got_dtype) != (tuple(shape), np.dtype(dtype)):
+    # `dtype` is a site's: a NumPy dtype, or an extended one (a PRNG key's).
+    if (got_shape, got_dtype) != (tuple(shape), dtype):
       raise ValueError(
-          f'{where} {has_leaf} {np.dtype(got_dtype).name}'
-          f'{list(got_shape)}, but {site_has}'
-          f' {np.dtype(dtype).name}{list(shape)}{advice}'
+          f'{where} {has_leaf} {got_dtype}{list(got_shape)}, but {site_has}'
+          f' {dtype}{list(shape)}{advice}'
       )
     checked.append(leaf)
   return checked

@@ -77,7 +77,18 @@ class Site:
   def outer_vmaps(self) -> int:
     """The leading axes from vmaps applied outside this scope's jaxpr: a loop
     of this scope adds its axis after them."""
-    return self.vmapped - self.inner_vmaps
+    outer = self.vmapped - self.inner_vmaps
+    if not 0 <= outer <= self.vmapped:
+      # JAX's name stacks (what `inner_vmaps` is read from) disagree with the
+      # count of the sow's own batching rule: rather than put a loop axis in
+      # a guessed place, refuse.
+      raise NotImplementedError(
+          f'capture: cannot tell where a loop puts its axis in the values of'
+          f' sow {self.name!r}: {self.vmapped} vmap(s) batch it, of which'
+          f' {self.inner_vmaps} were counted inside the loop. Please report'
+          ' this program; capturing inside the loop body avoids it.'
+      )
+    return outer
 
   def with_leading(self, *dims: int) -> Site:
     """This site seen from outside a map that adds leading axes."""
@@ -117,21 +128,78 @@ def vmaps_in(source_info: tp.Any) -> int:
   """``vmaps_of`` an equation staged with ``source_info``."""
   return sum(
       1
-      for part in source_info.name_stack.stack
+      for part in _without_repeated_contexts(source_info.name_stack.stack)
       if isinstance(part, _jax.Transform) and part.name == 'vmap'
   )
 
 
+def _without_repeated_contexts(stack: tuple[tp.Any, ...]) -> list[tp.Any]:
+  """``stack`` without the copies JAX makes of it under ``transpose``.
+
+  The backward pass stages a transposed equation under the name stack
+  ``context + transpose + recorded``, where ``recorded`` is the stack of the
+  linear equation relative to the linearization that emitted it (it starts
+  with that linearization's ``jvp`` marker). Two paths of JAX record more
+  than that, and would count the vmaps around ``jax.grad`` (and in it)
+  twice:
+
+  - the linearization of a ``custom_vjp`` call records its ``custom_lin``
+    equation under the whole stack, so what its backward rule stages (a
+    ``perturb``'s sow) reads ``context + transpose + context + relative``:
+    ``vmap(transpose(vmap(jvp())))`` for ``jax.vmap(jax.grad(f))``;
+  - partial evaluation of a linear ``checkpoint`` appends the whole stack
+    of its equation to the relative one: ``context + transpose + relative +
+    context + relative``, ``vmap(transpose(jvp(vmap(jvp()))))``.
+
+  Each copy is removed, so every vmap counts once.
+  """
+  kept = []
+  i = 0
+  while i < len(stack):
+    part = stack[i]
+    kept.append(part)
+    i += 1
+    if not (isinstance(part, _jax.Transform) and part.name == 'transpose'):
+      continue
+    context = tuple(kept[:-1])
+    rest = tuple(stack[i:])
+    if context and rest[: len(context)] == context:
+      i += len(context)  # custom_lin: the context, then the relative stack
+      continue
+    for n in range(len(rest) // 2, 0, -1):
+      relative = rest[:n]
+      copy = context + relative
+      if (_is_jvp(relative[0])
+          and rest[n : n + len(copy)] == copy):
+        # checkpoint: the relative stack, then context + relative again
+        kept.extend(relative)
+        i += n + len(copy)
+        break
+  return kept
+
+
+def _is_jvp(part: tp.Any) -> bool:
+  return isinstance(part, _jax.Transform) and part.name == 'jvp'
+
+
 def aval_of(value: tp.Any) -> Aval:
   aval = jax.typeof(value)
-  return tuple(aval.shape), np.dtype(aval.dtype)
+  return tuple(aval.shape), _dtype(aval.dtype)
+
+
+def _dtype(dtype: tp.Any) -> tp.Any:
+  # A PRNG key's dtype (`key<fry>`) is one of JAX's extended dtypes, which
+  # NumPy cannot represent: it is kept as it is.
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+    return dtype
+  return np.dtype(dtype)
 
 
 @functools.lru_cache(maxsize=256)
 def _avals(jax_avals: tuple[tp.Any, ...]) -> tuple[Aval, ...]:
   # Shared between sites: a program with thousands of sows of a few shapes
   # then allocates no tuples per sow (fewer garbage collections).
-  return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in jax_avals)
+  return tuple((tuple(a.shape), _dtype(a.dtype)) for a in jax_avals)
 
 
 def site_of(eqn: core.JaxprEqn) -> Site:

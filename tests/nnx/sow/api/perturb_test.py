@@ -185,3 +185,109 @@ class PerturbNumpyIntegerNameTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+def _grads_of_sin(v):
+  """d sum(sin(v)) / dv per row of ``v``: the oracle of the loops below."""
+  return jax.vmap(jax.grad(lambda row: jnp.sum(jnp.sin(row))))(v)
+
+
+# Per-row gradients of the loss at `perturb(y * c)`, each through a different
+# stack of transforms around the perturbation; all sow cos(x * c) per row of
+# `x`, with the vmapped axis leading. The name says the stack.
+_LOSS = lambda c: lambda y: jnp.sum(jnp.sin(perturb(y * c, name='g')))
+_PER_ROW = {
+    'vmap(grad)': lambda x, c: jax.vmap(jax.grad(_LOSS(c)))(x),
+    'vmap(grad(checkpoint))': (
+        lambda x, c: jax.vmap(jax.grad(jax.checkpoint(_LOSS(c))))(x)),
+    'vmap(checkpoint(grad))': (
+        lambda x, c: jax.vmap(jax.checkpoint(jax.grad(_LOSS(c))))(x)),
+    'vmap(jit(grad))': lambda x, c: jax.vmap(jax.jit(jax.grad(_LOSS(c))))(x),
+    'vmap(grad(cond))': lambda x, c: jax.vmap(jax.grad(
+        lambda y: lax.cond(c > 0, _LOSS(c), _LOSS(c), y)))(x),
+    'vmap(in_axes=1)(grad)': lambda x, c: jax.vmap(
+        jax.grad(_LOSS(c)), in_axes=1, out_axes=1)(x.T).T,
+}
+
+
+class PerturbInLoopsTest(parameterized.TestCase):
+  """A ``perturb`` under ``vmap`` of ``grad`` inside a loop.
+
+  Its gradient is sown by the backward rule of a ``custom_vjp``, staged
+  under name stacks that JAX writes with copies of the vmaps around the
+  ``grad`` (see ``sites._without_repeated_contexts``): the loop axis of its
+  values must still come first, before the axis of the vmap inside the loop,
+  as for a plain ``sow`` there.
+  """
+
+  @parameterized.product(
+      stack=sorted(_PER_ROW), loop=['fori_loop', 'scan'], n=[0, 1, 2],
+      jit=[False, True])
+  def test_loop_axis_first_and_values_against_jax_grad(self, stack, loop, n,
+                                                       jit):
+    per_row = _PER_ROW[stack]
+    x = jnp.arange(6.0).reshape(2, 3) / 7
+
+    def step(c):
+      return c + 0.1 * jnp.sum(per_row(x, c))
+
+    def f(x):
+      del x  # closed over by `per_row`'s callers, as a model's weights are
+      if loop == 'fori_loop':
+        return lax.fori_loop(0, n, lambda i, c: step(c), 1.0)
+      return lax.scan(lambda c, _: (step(c), None), 1.0, None, length=n)[0]
+
+    run = jax.jit(capture(f)) if jit else capture(f)
+    _, collected = run(x)
+    (got,) = collected['g']
+    # The oracle: the carries by a Python loop, and the gradient of each
+    # step's loss by jax.grad of the function without perturb.
+    cs, c = [], jnp.float32(1.0)
+    for _ in range(n):
+      cs.append(c)
+      c = c + 0.1 * jnp.sum(_grads_of_sin(x * c) * c)
+    want = (np.stack([_grads_of_sin(x * c) for c in cs]) if n
+            else np.zeros((0, 2, 3), np.float32))
+    sow_testing.assert_close(got, want)
+
+  @parameterized.parameters(0, 1, 2)
+  def test_same_axes_as_a_plain_sow_of_the_same_gradient(self, n):
+    x = jnp.arange(6.0).reshape(2, 3) / 7
+
+    def f(mark):
+      def loss(y, c):
+        return jnp.sum(jnp.sin(mark(y * c)))
+
+      def step(i, c):
+        del i
+        return c + jnp.sum(jax.vmap(jax.grad(loss), (0, None))(x, c))
+
+      return lambda: lax.fori_loop(0, n, step, 1.0)
+
+    _, perturbed = capture(f(lambda v: perturb(v, name='g')))()
+    _, sown = capture(f(lambda v: sow(v, name='g')))()
+    self.assertEqual(perturbed['g'][0].shape, (n, 2, 3))
+    self.assertEqual(sown['g'][0].shape, (n, 2, 3))
+
+  def test_vmap_outside_the_loop_comes_before_the_loop_axis(self):
+    x = jnp.arange(12.0).reshape(2, 2, 3) / 7
+
+    def f(xs):
+      def one(x):
+        def step(i, c):
+          del i
+          return c + 0.1 * jnp.sum(jax.vmap(jax.grad(_LOSS(c)))(x))
+        return lax.fori_loop(0, 3, step, 1.0)
+
+      return jax.vmap(one)(xs)
+
+    _, collected = capture(f)(x)
+    (got,) = collected['g']
+    self.assertEqual(got.shape, (2, 3, 2, 3))  # outer vmap, loop, inner vmap
+    for k in range(2):
+      cs, c = [], jnp.float32(1.0)
+      for _ in range(3):
+        cs.append(c)
+        c = c + 0.1 * jnp.sum(_grads_of_sin(x[k] * c) * c)
+      sow_testing.assert_close(
+          got[k], np.stack([_grads_of_sin(x[k] * c) for c in cs]))

@@ -106,6 +106,14 @@ _UNREAD = {
 
 class PlantTest(parameterized.TestCase):
 
+  def test_plant_a_prng_key(self):
+    f = lambda key: jax.random.normal(sow(key, name='k'), (2,))
+    np.testing.assert_array_equal(
+        plant(f, {'k': (jax.random.key(5),)})(jax.random.key(0)),
+        jax.random.normal(jax.random.key(5), (2,)))
+    with self.assertRaisesRegex(ValueError, r'key<fry>\[\]'):
+      plant(f, {'k': (jnp.zeros((), jnp.uint32),)})(jax.random.key(0))
+
   def test_round_trip_is_bitwise(self):
     out, collected = capture(_program)(X)
     np.testing.assert_array_equal(plant(_program, collected)(X), out)

@@ -19,6 +19,7 @@ of jaxprs traced here, with no interpretation.
 """
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 
@@ -73,6 +74,72 @@ class SiteOfTest(absltest.TestCase):
     where = sites.where(eqn)
     self.assertIn(__file__.rsplit('/', 1)[-1], where)
     self.assertIn('(pair)', where)
+
+
+@jax.custom_vjp
+def sow_cotangent(x):
+  """An identity whose backward rule sows its cotangent, as ``perturb``."""
+  return x
+
+
+sow_cotangent.defvjp(
+    lambda x: (x, None),
+    lambda _, ct: (primitive.sow(ct, name='ct'),),
+)
+
+
+def loss(y):
+  return jnp.sum(jnp.sin(sow_cotangent(y)))
+
+
+def vmaps_to_the_sow(jaxpr, depth=0):
+  """``(vmapped, vmaps counted from the sow to the root)`` of the one sow."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is primitive.sow_p:
+      return eqn.params['vmapped'], sites.vmaps_of(eqn)
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      found = vmaps_to_the_sow(sub)
+      if found is not None:
+        return found[0], found[1] + sites.vmaps_of(eqn)
+  return None
+
+
+class TransposedVmapsTest(parameterized.TestCase):
+  """Under ``transpose`` JAX's name stacks repeat the vmaps around a
+  ``grad`` (in a ``custom_vjp``'s backward rule, a linear ``checkpoint``):
+  each vmap still counts once, as the sow's batching rule counts it."""
+
+  @parameterized.named_parameters(
+      ('vmap_grad', lambda: jax.vmap(jax.grad(loss)), (2, 3)),
+      ('vmap_vmap_grad', lambda: jax.vmap(jax.vmap(jax.grad(loss))),
+       (4, 2, 3)),
+      ('grad_vmap', lambda: jax.grad(lambda y: jnp.sum(jax.vmap(loss)(y))),
+       (2, 3)),
+      ('vmap_grad_vmap', lambda: jax.vmap(jax.grad(
+          lambda y: jnp.sum(jax.vmap(loss)(y)))), (4, 2, 3)),
+      ('vmap_grad_checkpoint',
+       lambda: jax.vmap(jax.grad(jax.checkpoint(loss))), (2, 3)),
+      ('grad_vmap_checkpoint', lambda: jax.grad(
+          lambda y: jnp.sum(jax.vmap(jax.checkpoint(loss))(y))), (2, 3)),
+      ('vmap_grad_vmap_checkpoint', lambda: jax.vmap(jax.grad(
+          lambda y: jnp.sum(jax.vmap(jax.checkpoint(loss))(y)))), (4, 2, 3)),
+      ('vmap_grad_checkpoint_vmap', lambda: jax.vmap(jax.grad(jax.checkpoint(
+          lambda y: jnp.sum(jax.vmap(loss)(y))))), (4, 2, 3)),
+  )
+  def test_each_vmap_counts_once(self, make, shape):
+    with primitive.harvesting(True):
+      jaxpr = jax.make_jaxpr(make())(jnp.ones(shape))
+    vmapped, counted = vmaps_to_the_sow(jaxpr.jaxpr)
+    self.assertEqual(vmapped, len(shape) - 1)
+    self.assertEqual(counted, vmapped)
+
+  def test_a_count_the_batching_rule_contradicts_is_refused(self):
+    site = sites.Site(
+        name='h', tag=None, mode='append',
+        tree=jax.tree_util.tree_structure(0), avals=(((2, 3), FLOAT),),
+        vmapped=1, inner_vmaps=2)
+    with self.assertRaisesRegex(NotImplementedError, "sow 'h': 1 vmap"):
+      site.with_loop_axis(7)
 
 
 class SiteViewsTest(absltest.TestCase):
