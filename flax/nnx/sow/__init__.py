@@ -46,6 +46,8 @@ to learn, so it is gone).
 
 import os as _os
 
+import flax.nnx as _nnx
+
 from flax.nnx.sow.capture import capture as capture
 from flax.nnx.sow.perturb import perturb as perturb
 from flax.nnx.sow.plant import plant as plant
@@ -55,7 +57,9 @@ from flax.nnx.sow.transform.primitive import sow as sow
 from flax.nnx.sow.transform.primitive import sow_p as sow_p
 from flax.nnx.sow.transform.steps import Steps as Steps
 
-# An equation's location names the user's code, not this package's.
+# An equation's location names the user's code, not this package's, nor
+# NNX's (`nnx.while_loop` stages the loop that the user's call of it makes).
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
+_sites.skip_frames_in(_os.path.dirname(_os.path.abspath(_nnx.__file__)))
 
 __all__ = ['Steps', 'capture', 'perturb', 'plant', 'sow', 'sow_p', 'tap']

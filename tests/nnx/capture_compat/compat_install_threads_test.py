@@ -74,7 +74,7 @@ def by_hand(model, x):
 # runs (flax.nnx.sow.lift.module_paths): an eager capture marks the caller's own
 # modules, so other threads' captures may show theirs; it is no attribute
 # of the model's and is gone once every capture has returned.
-_MARK = '_nnx_capture_paths'
+_MARK = '_pytree__sow_paths'
 
 
 def attributes(model, modules=None) -> dict[tuple, dict[str, tp.Any]]:

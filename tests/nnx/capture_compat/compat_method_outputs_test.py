@@ -21,6 +21,7 @@ import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 
 from flax import nnx
@@ -75,6 +76,43 @@ class MethodOutputsTest(CompatTestCase):
         ('linear', '__call__'): [features],
     })
     self.assertTreeEqual(out, out_legacy)
+
+  def test_a_method_returning_modules_with_rng_keys(self):
+    # Found by the NNX fuzzer: a method's output holding an nnx.Dropout, whose
+    # RngStream has a PRNG key (an extended dtype, `key<fry>`), raised an
+    # internal TypeError from NumPy. Flax 0.12.8 sows it as any pytree.
+    class Holder(nnx.Module):
+
+      def __init__(self, rngs):
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+      def parts(self):
+        return [self.dropout]
+
+      def __call__(self, x):
+        return self.parts()[0](x)
+
+    kwargs = dict(method_outputs=nnx.Intermediate)
+    out, state = nnx.capture(Holder(nnx.Rngs(dropout=1)), nnx.Intermediate,
+                             **kwargs)(X)
+    with sow_legacy.flax_methods():
+      out_legacy, state_legacy = sow_legacy.capture(
+          Holder(nnx.Rngs(dropout=1)), nnx.Intermediate, **kwargs)(X)
+    self.assertTreeEqual(out, out_legacy)
+    (held,) = state['parts'].get_value()[0]
+    (held_legacy,) = state_legacy['parts'].get_value()[0]
+    self.assertTrue(jax.dtypes.issubdtype(held.rngs.key.get_value().dtype,
+                                          jax.dtypes.prng_key))
+    # The module as the user sees it; Flax 0.12.8's copy also has the
+    # `__captures__` it is being captured with (a documented difference).
+    self.assertNotIn('__captures__', vars(held))
+    self.assertIn('__captures__', vars(held_legacy))
+    self.assertEqual(sorted(vars(held)),
+                     sorted(set(vars(held_legacy)) - {'__captures__'}))
+    keys = lambda m: jax.random.key_data(m.rngs.key.get_value())
+    self.assertTreeEqual(keys(held), keys(held_legacy))
+    self.assertTreeEqual(held.rngs.count.get_value(),
+                         held_legacy.rngs.count.get_value())
 
   def test_no_class_is_modified(self):
     model = self.Model(nnx.Rngs(0))

@@ -304,6 +304,94 @@ class TransformsTest(CompatTestCase):
     with self.assertRaisesRegex(ValueError, 'sorting'):
       sow_legacy.capture(with_cond, nnx.Intermediate)(net, X)
 
+  @parameterized.parameters(False, True)
+  def test_an_nnx_dict_iterated_inside_the_capture(self, jit):
+    # Found by the NNX fuzzer: Flax 0.12.8's `__captures__` is an attribute
+    # of every module, so an nnx.Dict iterated inside the capture yields it
+    # as an item; the new path mark is an attribute NNX does not show.
+    class Layers(nnx.Module):
+
+      def __init__(self):
+        self.layers = nnx.Dict({
+            'a': Block(3, 3, nnx.Rngs(0)), 'b': Block(3, 3, nnx.Rngs(1))})
+
+      def __call__(self, x):
+        self.sow(nnx.Intermediate, 'keys', jnp.asarray(len(self.layers)))
+        for layer in self.layers.values():
+          x = layer(x)
+        return x
+
+    model = Layers()
+    run = (lambda f: nnx.jit(f)) if jit else (lambda f: f)
+    out, state = run(lambda m: nnx.capture(m, nnx.Intermediate)(X))(model)
+    x, expected = X, {('keys',): [jnp.asarray(2)]}
+    for key in ('a', 'b'):
+      linear = model.layers[key].linear
+      h = x @ linear.kernel[...] + linear.bias[...]
+      expected[('layers', key, 'h')] = [h]
+      x = jnp.tanh(h)
+    self.assertCollected(state, expected)
+    self.assertTreeEqual(out, x)
+    with sow_legacy.flax_methods(), self.assertRaisesRegex(
+        TypeError, "'tuple' object is not callable"):
+      run(lambda m: sow_legacy.capture(m, nnx.Intermediate)(X))(Layers())
+
+  def test_a_sum_reducer_inside_cond_adds_the_values(self):
+    # Found by the NNX fuzzer: Flax 0.12.8 adds the values inside the traced
+    # branch, where XLA fuses the additions with the computation of the
+    # values (here a mean); the new nnx.capture adds the collected values
+    # after the call: eagerly, the sum of the values themselves; under
+    # nnx.jit, in the compiled program, to float rounding. Oracle: the values
+    # (a tuple reducer), added as reduce_fn adds them.
+    class Mean(nnx.Module):
+
+      def __init__(self, reduce_fn, init_fn, rngs):
+        self.reduce_fn, self.init_fn = reduce_fn, init_fn
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+      def __call__(self, x):
+        h = jnp.tanh(self.linear(x))
+        kwargs = {} if self.reduce_fn is None else dict(
+            reduce_fn=self.reduce_fn, init_fn=self.init_fn)
+        self.sow(nnx.Intermediate, 'm', jnp.mean(h, axis=-1), **kwargs)
+        return h
+
+    class Model(nnx.Module):
+
+      def __init__(self, reduce_fn, init_fn):
+        rngs = nnx.Rngs(0)
+        self.layers = nnx.Dict({f'c{i}': Mean(reduce_fn, init_fn, rngs)
+                                for i in range(3)})
+        self.again = self.layers['c1']
+
+      def body(self, x):
+        for key in ('c0', 'c1', 'c2'):
+          x = self.layers[key](x)
+        return self.again(x)
+
+      def __call__(self, x):
+        return nnx.cond(jnp.sum(x) > 0, lambda m, x: m.body(x),
+                        lambda m, x: m.body(2 * x), self, x)
+
+    x = jax.random.normal(jax.random.key(0), (2, 3), jnp.float32)
+    add, zero = (lambda a, b: a + b), (lambda: 0.0)
+    for run in (lambda f: f, nnx.jit):
+      _, values = run(lambda m: nnx.capture(m, nnx.Intermediate)(x))(
+          Model(None, None))
+      _, state = run(lambda m: nnx.capture(m, nnx.Intermediate)(x))(
+          Model(add, zero))
+      with sow_legacy.flax_methods():
+        _, legacy = run(lambda m: sow_legacy.capture(m, nnx.Intermediate)(x))(
+            Model(add, zero))
+      # The shared layer's path is its first in nnx.iter_modules: 'again'.
+      first, second = values['again']['m'].get_value()
+      total = state['again']['m'].get_value()
+      if run is nnx.jit:  # added in the compiled program, as legacy's
+        sow_testing.assert_close(total, add(add(zero(), first), second))
+      else:  # the sum of the values themselves
+        np.testing.assert_array_equal(total, add(add(zero(), first), second))
+      sow_testing.assert_close(total, legacy['again']['m'].get_value())
+
   class Cell(nnx.Module):
 
     def __init__(self, reduce_fn):
@@ -372,6 +460,8 @@ class TransformsTest(CompatTestCase):
       nnx.capture(forward, nnx.Intermediate)(self.Cell(None), X,
                                             jnp.asarray(2))
     self.assertIn('keep_last', '\n'.join(e.exception.__notes__))
+    # The location is the user's call of nnx.while_loop, not a line of Flax.
+    self.assertIn(f'(at {__file__}:', str(e.exception))
     # Keeping the last value is asked for explicitly: a reducer is never
     # called while tracing, nor is its code inspected, so a lambda that
     # returns its second argument appends like any other reducer.

@@ -47,7 +47,7 @@ class VariableUpdatesTest(CompatTestCase):
       # static attribute, part of its graph definition, removed after the
       # call) where Flax 0.12.8 adds `__captures__`.
       self.assertIs(m, model)
-      self.assertIn('_nnx_capture_paths', vars(m))
+      self.assertIn('_pytree__sow_paths', vars(m))
       self.assertNotIn('__captures__', vars(m))
       return m(x)
 
@@ -83,7 +83,7 @@ class PathMarksTest(CompatTestCase):
 
   def unmarked(self, node):
     return all(
-        '_nnx_capture_paths' not in vars(m)
+        '_pytree__sow_paths' not in vars(m)
         for _, m in nnx.iter_graph(node)
         if isinstance(m, nnx.Module)
     )

@@ -200,7 +200,7 @@ class TapTest(ModulesTestCase):
 
     returned, _ = capture(tap(f, ('blocks', 0)))(self.model, X)
     self.assertIs(type(returned), Block)
-    self.assertNotIn('_nnx_capture_paths', vars(returned))
+    self.assertNotIn('_pytree__sow_paths', vars(returned))
 
   def test_outside_any_capture_just_calls(self):
     tapped = tap(forward, ('blocks', '*'))

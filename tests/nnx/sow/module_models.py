@@ -117,7 +117,7 @@ class ModulesTestCase(parameterized.TestCase):
       self.assertIs(type(block), Block)
       self.assertNotIn('h', vars(block))
       self.assertNotIn('pre', vars(block))
-      self.assertNotIn('_nnx_capture_paths', vars(block))
+      self.assertNotIn('_pytree__sow_paths', vars(block))
     jax.tree.map(
         np.testing.assert_array_equal, nnx.state(model), before_state
     )

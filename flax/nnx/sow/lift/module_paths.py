@@ -135,8 +135,10 @@ def innermost_functional() -> Frame | None:
 # Path marks: how a module copy knows its path, through every transform
 # ---------------------------------------------------------------------------
 
-# The attribute of a module that holds its mark.
-_MARK_ATTRIBUTE = '_nnx_capture_paths'
+# The attribute of a module that holds its mark. NNX leaves the attributes
+# named `_pytree__*` out of what a module shows its user (the keys of an
+# `nnx.Dict`, its repr), while flattening them like any other attribute.
+_MARK_ATTRIBUTE = '_pytree__sow_paths'
 # An eager call marks the caller's own modules, which calls in other threads
 # may be marking and walking too. Marking reads the mark and writes it back,
 # and adding or removing the attribute changes the size of the module's
@@ -210,6 +212,20 @@ def unmark(
         del vars(node)[_MARK_ATTRIBUTE]
         if refused:  # the last call that marked it: no call refuses now
           _allow_legacy_sows(node)
+
+
+def clear_marks(tree: tp.Any) -> None:
+  """Removes the marks of the graph nodes in ``tree`` (and those they reach).
+
+  For the modules in sown values: each is rebuilt from the sow's pytree
+  structure, of which the mark of the module it was sown from is a part, so
+  it would carry the mark of a call that has ended. No frame holds them.
+  """
+  with _MARKS_LOCK:
+    for _, node in graphlib.iter_graph(graph_nodes.graph_nodes_in(tree),
+                                       graph=True):
+      if _mark_of(node) is not None:
+        del vars(node)[_MARK_ATTRIBUTE]
 
 
 def resolve(

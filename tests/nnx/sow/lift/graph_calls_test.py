@@ -107,7 +107,7 @@ class StagedTest(absltest.TestCase):
     self.assertEqual(paths, [[('blocks', 0), ('blocks', 1)]])
     self.assertEqual(module_paths.FRAMES.stack, [])
     # Only the copies were marked with their paths.
-    self.assertNotIn('_nnx_capture_paths', vars(model.blocks[0]))
+    self.assertNotIn('_pytree__sow_paths', vars(model.blocks[0]))
 
   def test_sows_are_staged_for_the_interpreter_or_taken(self):
     def f(m, x):
