@@ -661,6 +661,26 @@ the few import shims); without the directory they skip. Tests only.''',
         files=(C + 'parity_external_test.py', N + 'sow_external_models.py'),
     ),
     Commit(
+        'nnx-fuzz',
+        'nnx: differential fuzzing of nnx.capture against Flax 0.12.8',
+        '''\
+Random NNX models (sow_fuzz_models.py: Linear, BatchNorm, Dropout and a
+call-counting layer in nnx.List/nnx.Dict/attribute blocks with shared
+children; Module.sow of each Variable type, reducer and value form;
+Module.perturb; blocks run through nnx.remat, nnx.cond, nnx.switch,
+nnx.fori_loop, nnx.while_loop; stacks built by nnx.vmap and run by
+nnx.scan or nnx.vmap), called eagerly or under nnx.jit in graph and tree
+mode, under nnx.grad with perturbations as `init=`, with method_outputs,
+in train and eval mode. Each runs on identical clones under Flax 0.12.8's
+nnx.capture and the new one: results and the model state after the call
+compared bitwise; where 0.12.8 fails, only in ways the behavior-changes
+guide lists, and the new one runs or refuses as documented. The new State
+must also equal the functional capture's values reduced by the sows'
+reducers. Tests only.''',
+        files=(C + 'compat_differential_fuzz_test.py',
+               N + 'sow_fuzz_models.py'),
+    ),
+    Commit(
         'decode-samplers',
         'nnx.sow: tests of capture and plant in real samplers\' decode loops',
         '''\

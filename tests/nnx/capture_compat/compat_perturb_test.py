@@ -65,6 +65,56 @@ class PerturbTest(CompatTestCase):
     self.assertTreeClose(perturb_grads['h'].get_value(), dh)
     self.assertCollected(sowed, {('h',): [h]})
 
+  def test_a_perturbation_added_twice_inside_cond(self):
+    # Found by the NNX fuzzer: a shared module perturbs its output at both
+    # of its calls inside an nnx.cond. Flax 0.12.8 accumulates the two
+    # cotangents of its one Variable inside the transposed branch, the new
+    # capture those of the two planted values after it: the same sum, equal
+    # to float rounding. Oracle: jax.grad of the loss as an explicit
+    # function of the perturbation.
+    class Layer(nnx.Module):
+
+      def __init__(self):
+        self.calls = nnx.BatchStat(jnp.zeros((), jnp.float32))
+
+      def __call__(self, x):
+        self.calls[...] = self.calls[...] + 1.0
+        return self.perturb('p', jnp.sin(x) + self.calls[...])
+
+    class Model(nnx.Module):
+
+      def __init__(self):
+        self.layer = Layer()
+        self.again = self.layer
+
+      def __call__(self, x):
+        body = lambda m, x: m.again(m.layer(x))
+        return nnx.cond(jnp.sum(x) > 0, body, body, self, x)
+
+    x = jax.random.normal(jax.random.key(0), (2, 3), jnp.float32)
+
+    def perturbation_grad(capture):
+      model = Model()
+      _, perturbations = capture(model, nnx.Perturbation)(x)
+
+      def loss(perturbations, model):
+        out, _ = capture(model, nnx.Intermediate, init=perturbations)(x)
+        return jnp.sum(out * out)
+
+      return nnx.grad(loss)(perturbations, model)['again']['p'].get_value()
+
+    def explicit(p):  # the first capture counted calls 1 and 2
+      h = jnp.sin(x) + 3.0 + p
+      return jnp.sum((jnp.sin(h) + 4.0 + p) ** 2)
+
+    expected = jax.grad(explicit)(jnp.zeros((2, 3), jnp.float32))
+    got = perturbation_grad(nnx.capture)
+    with sow_legacy.flax_methods():
+      legacy = perturbation_grad(sow_legacy.capture)
+    self.assertTreeClose(got, expected)
+    self.assertTreeClose(legacy, expected)
+    self.assertTreeClose(got, legacy)
+
   def test_perturbation_under_its_own_type(self):
     model = self.Model(nnx.Rngs(0))
     h = X @ model.a.kernel[...] + model.a.bias[...]

@@ -1,0 +1,198 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Runs the differential fuzzers for a time budget: the long search.
+
+Two fuzzers, each the property of a test of the suite, run here on fresh
+random inputs until the budget is spent:
+
+* ``programs``: random JAX programs through ``capture``/``plant`` against an
+  eager oracle (``tests/nnx/sow/differential_fuzz_test.py``);
+* ``nnx``: random NNX models through ``nnx.capture`` against Flax 0.12.8's
+  own (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``).
+
+Each runs in a process of its own (``--fuzzers programs nnx`` runs both side
+by side: one core each), in rounds of ``--round`` examples, each round with
+a seed of its own drawn from ``--seed``. A failure stops that fuzzer and
+prints what hypothesis prints: the shrunk input, ready to paste into a test,
+with the round's seed and the ``@reproduce_failure`` blob. Every minute and
+at the end, each fuzzer prints its examples, examples/s and failures.
+
+Run from the repository root (or with a checkout of Flax whose tests hold
+these files, ``--tests``)::
+
+  python scripts/fuzz/run_fuzzers.py --minutes 60
+  python scripts/fuzz/run_fuzzers.py --minutes 5 --fuzzers nnx --seed 7
+
+Exits 1 if any fuzzer found a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import random
+import sys
+import time
+import traceback
+import typing as tp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass
+class Report:
+  fuzzer: str
+  examples: int = 0
+  seconds: float = 0.0
+  rounds: int = 0
+  failure: str | None = None
+
+  @property
+  def rate(self) -> float:
+    return self.examples / self.seconds if self.seconds else 0.0
+
+  def line(self) -> str:
+    status = 'FAILED' if self.failure else 'no failure'
+    return (f'{self.fuzzer}: {self.examples} examples in {self.seconds:.0f} s'
+            f' ({self.rate:.2f}/s, {self.rounds} rounds): {status}')
+
+
+def _import_paths(tests: str) -> None:
+  """What the suite's conftest.py does: the helpers and this tree."""
+  sys.path.insert(0, os.path.join(tests, 'nnx', 'sow'))
+  sys.path.insert(0, os.path.join(tests, 'nnx', 'capture_compat'))
+  if os.path.exists(os.path.join(ROOT, '_worktree.py')):
+    sys.path.insert(0, ROOT)
+    import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+
+def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
+  """(strategy, check) of ``fuzzer``: the suite's property tests' own."""
+  # pylint: disable=g-import-not-at-top
+  import hypothesis.strategies as st
+  if fuzzer == 'programs':
+    import differential_fuzz_test as test
+    import sow_fuzz_programs as fp
+    case = test.DifferentialFuzzTest()
+
+    def check_program(drawn):
+      (program, shape), jit = drawn
+      test.check_against_oracle(case, program, shape, jit=jit)
+
+    return st.tuples(fp.programs(), st.booleans()), check_program
+  import compat_differential_fuzz_test as test
+  import sow_fuzz_models as fm
+  import sow_legacy
+  if not sow_legacy.is_available():
+    raise SystemExit(f'nnx: {sow_legacy.SKIP_REASON}')
+  case = test.CompatDifferentialFuzzTest()
+
+  def check_model(drawn):
+    spec, call = drawn
+    case.check(spec, call)
+
+  return fm.models(), check_model
+
+
+def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
+         tests: str, queue) -> None:
+  """One fuzzer in this process, until ``seconds`` are spent."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  warnings.filterwarnings('ignore', category=DeprecationWarning)
+  _import_paths(tests)
+  import hypothesis  # pylint: disable=g-import-not-at-top
+
+  strategy, check = _property(fuzzer)
+  report = Report(fuzzer)
+  seeds = random.Random(seed)
+  start = last_print = time.monotonic()
+  while time.monotonic() - start < seconds and report.failure is None:
+    round_seed = seeds.randrange(2**32)
+
+    @hypothesis.seed(round_seed)
+    @hypothesis.settings(
+        max_examples=round_size, database=None, deadline=None,
+        derandomize=False, print_blob=True,
+        suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(strategy)
+    def one_round(drawn):
+      report.examples += 1
+      check(drawn)
+
+    try:
+      one_round()  # pylint: disable=no-value-for-parameter
+    except Exception:  # pylint: disable=broad-exception-caught
+      report.failure = (f'round seed {round_seed}'
+                        f' (@hypothesis.seed({round_seed})):\n'
+                        + traceback.format_exc())
+    report.rounds += 1
+    report.seconds = time.monotonic() - start
+    if time.monotonic() - last_print >= 60 or report.failure:
+      print(report.line(), flush=True)
+      last_print = time.monotonic()
+  report.seconds = time.monotonic() - start
+  queue.put(dataclasses.asdict(report))
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--minutes', type=float, required=True,
+                      help='wall-clock budget of each fuzzer')
+  parser.add_argument('--fuzzers', nargs='+', default=['programs', 'nnx'],
+                      choices=['programs', 'nnx'],
+                      help='which fuzzers to run, each in its own process')
+  parser.add_argument('--seed', type=int, default=None,
+                      help='seed of the rounds\' seeds (default: random,'
+                      ' printed)')
+  parser.add_argument('--round', type=int, default=100,
+                      help='examples per round (one hypothesis run)')
+  parser.add_argument('--tests', default=os.path.join(ROOT, 'tests'),
+                      help='the folder holding nnx/sow and'
+                      ' nnx/capture_compat (default: this repository\'s)')
+  parser.add_argument('--json', default=None,
+                      help='also write the reports to this file')
+  args = parser.parse_args(argv)
+  seed = args.seed if args.seed is not None else random.randrange(2**31)
+  print(f'seed {seed}; {args.minutes} min each: {" ".join(args.fuzzers)}',
+        flush=True)
+  context = multiprocessing.get_context('spawn')
+  queue = context.Queue()
+  processes = [
+      context.Process(target=_run, args=(
+          fuzzer, args.minutes * 60, seed + i, args.round, args.tests, queue))
+      for i, fuzzer in enumerate(args.fuzzers)
+  ]
+  for process in processes:
+    process.start()
+  reports = [Report(**queue.get()) for _ in processes]
+  for process in processes:
+    process.join()
+  print()
+  for report in reports:
+    print(report.line())
+    if report.failure:
+      print(report.failure)
+  if args.json:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'seed': seed, 'reports': [dataclasses.asdict(r)
+                                           for r in reports]}, f, indent=2)
+  return 1 if any(r.failure for r in reports) else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

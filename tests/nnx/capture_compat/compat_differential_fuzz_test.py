@@ -1,0 +1,221 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Differential fuzzing of the compat layer against Flax 0.12.8.
+
+Random NNX models and calls (``sow_fuzz_models``) run on identical clones
+under Flax 0.12.8's own ``nnx.capture`` (``sow_legacy``, the oracle) and
+under the compat layer's. Where both run, the result (outputs, captured
+State, gradients) and the model state after the call are compared bitwise,
+as ``parity_test.py`` compares its models. Where 0.12.8 fails, the failure
+must be one the behavior-changes guide lists, and the new implementation
+must either run (a documented improvement) or raise an error that names
+``capture`` and says why; it may not fail in another way.
+
+Either way the new ``nnx.capture`` must agree with the functional
+``flax.nnx.sow.capture`` of the same call, as the guide states: each State
+path ``(*module_path, name)`` holds the values the functional capture
+collects under that name (tagged with the sown Variable type), reduced by
+the sow's ``reduce_fn``/``init_fn``.
+
+The hypothesis profile ``ci`` (the default, see conftest.py) runs 200 models;
+``scripts/fuzz/run_fuzzers.py --minutes N`` runs the long search.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import typing as tp
+
+from absl.testing import absltest
+import hypothesis
+import jax
+import numpy as np
+from flax import nnx
+
+from flax.nnx import capture_compat
+from flax.nnx import sow as functional
+import parity_test
+import sow_fuzz_models as fm
+import sow_legacy
+import sow_layout
+
+# Flax 0.12.8's failures that the behavior-changes guide lists (its table
+# "Failures of 0.12.8 that the new implementation fixes"), as the errors it
+# raises.
+LEGACY_FAILURES = {
+    'the loop carry changes structure (nnx.fori_loop, nnx.while_loop)':
+        r'same (pytree|reference and pytree) structure',
+    'sorting the keys of an nnx.List (nnx.remat, nnx.cond, nnx.switch)':
+        r'Comparator raised exception while sorting pytree dictionary keys'
+        r"|'<' not supported between instances",
+    'an nnx.Dict iterated inside the capture yields __captures__':
+        r"'tuple' object is not callable",
+}
+
+# The new implementation's refusals, as the guide documents them.
+NEW_REFUSALS = {
+    'an appending reducer in a while_loop':
+        r"capture: a while_loop \(at .*\) sows .* with mode='append'",
+}
+
+
+# Inside a traced nnx.cond or nnx.switch, Flax 0.12.8 accumulates two things
+# inside the branch that the new nnx.capture accumulates after it: the
+# values of a summing reducer (these names), and the cotangents of a
+# perturbation added more than once. Those are equal to float rounding; the
+# rest bitwise (the behavior-changes guide, "Other differences").
+ROUNDED_REDUCERS = tuple(
+    name for name, reducer in fm.NAME_REDUCERS.items() if reducer == 'sum')
+
+
+def _accumulated_in_a_branch(path: str, call: fm.CallSpec) -> bool:
+  """Whether the value at ``path`` of a result may be accumulated inside a
+  branch by Flax 0.12.8: a sum, or a perturbation's gradient (the
+  ``perturbation_grads`` of ``fm.run``)."""
+  if any(f"['{name}']" in path for name in ROUNDED_REDUCERS):
+    return True
+  return call.grad and path.startswith('[1]')
+
+
+def _reduced_in_a_branch(spec) -> bool:
+  if isinstance(spec, fm.BlockSpec):
+    return spec.wrap in ('cond', 'switch') or any(
+        map(_reduced_in_a_branch, spec.children))
+  return False
+
+
+def _legacy_failure(error: BaseException) -> str | None:
+  for why, pattern in LEGACY_FAILURES.items():
+    if re.search(pattern, str(error)):
+      return why
+  return None
+
+
+def _refusal(error: BaseException) -> str | None:
+  for why, pattern in NEW_REFUSALS.items():
+    if re.search(pattern, str(error), re.DOTALL):
+      return why
+  return None
+
+
+def execute(spec, call: fm.CallSpec, implementation: str):
+  """Builds a fresh clone and runs ``call`` on it; (result, model state)."""
+  if implementation == 'legacy':
+    routing, capture = sow_legacy.flax_methods(), sow_legacy.capture
+  else:
+    routing, capture = sow_layout.overlay(), capture_compat.capture
+  with routing:
+    model = fm.build(spec, nnx.Rngs(0, dropout=1))
+    result = fm.run(capture, model, fm.input_for(), call)
+    return result, nnx.state(model)
+
+
+def _reduce(name: str, values: tuple[tp.Any, ...]):
+  reducer = fm.REDUCERS[fm.NAME_REDUCERS[name]]
+  if not reducer:
+    return values
+  init = reducer.get('init_fn', tuple)
+  return functools.reduce(reducer['reduce_fn'], values, init())
+
+
+def functional_state(spec, call: fm.CallSpec):
+  """The new ``nnx.capture``'s State as the guide derives it from the
+  functional capture of a direct call (outer transforms and gradients
+  aside: the forward call of a fresh clone)."""
+  with sow_layout.overlay():
+    states = []
+    for var_type in (fm.VAR_TYPES[t] for t in call.types):
+      # A fresh clone per call (Dropout's stream advances on each call).
+      model = fm.build(spec, nnx.Rngs(0, dropout=1))
+      if call.train:
+        model.train()
+      else:
+        model.eval()
+      # nnx.capture selects each type exactly (not its subclasses).
+      expected = {}
+      _, collected = functional.capture(
+          lambda m, x: m(x), tag=var_type)(model, fm.input_for())
+      for name, values in collected.items():
+        expected[name] = var_type(_reduce(name[-1], values))
+      states.append(nnx.from_flat_state(expected))
+  return tuple(states)
+
+
+class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
+
+  def setUp(self):
+    super().setUp()
+    if not sow_legacy.is_available():
+      self.skipTest(sow_legacy.SKIP_REASON)
+
+  def check(self, spec, call: fm.CallSpec):
+    try:
+      legacy = execute(spec, call, 'legacy')
+      legacy_error = None
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      legacy, legacy_error = None, e
+    try:
+      new = execute(spec, call, 'new')
+      new_error = None
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      new, new_error = None, e
+
+    if legacy_error is not None:
+      why = _legacy_failure(legacy_error)
+      hypothesis.note(f'Flax 0.12.8 fails: {legacy_error!r:.300}')
+      if new_error is not None and _legacy_failure(new_error) is None and (
+          type(new_error) is type(legacy_error)
+          and str(new_error) == str(legacy_error)):
+        return  # the same error, of Flax or JAX, not of the capture
+      self.assertIsNotNone(
+          why, f'Flax 0.12.8 fails in a way the guide does not list:'
+          f' {legacy_error!r}')
+      hypothesis.event(f'legacy fails: {why}')
+    if new_error is not None:
+      refusal = _refusal(new_error)
+      if refusal is None:
+        raise AssertionError(
+            f'the new nnx.capture fails where Flax 0.12.8'
+            f' {"also fails" if legacy_error else "runs"}') from new_error
+      hypothesis.event(f'new refuses: {refusal}')
+      return
+
+    result, state = new
+    if legacy is not None:
+      hypothesis.event('compared with Flax 0.12.8')
+      rounded = _reduced_in_a_branch(spec)
+      self.assert_same(result, legacy[0], 'result', bitwise=not rounded)
+      self.assert_same(state, legacy[1], 'updated model state')
+      if rounded:  # bitwise, except what is accumulated in the branch
+        for (path, _, a), (_, _, b) in zip(parity_test._flat(result),  # pylint: disable=protected-access
+                                           parity_test._flat(legacy[0])):  # pylint: disable=protected-access
+          if not _accumulated_in_a_branch(path, call):
+            np.testing.assert_array_equal(a, b, err_msg=f'result at {path}')
+    if not call.grad and not call.method_outputs:
+      sown = result[1:]  # a State per captured type
+      # The forward call outside any outer transform: the same operations
+      # as under nnx.jit only up to XLA's compilation of the program.
+      self.assert_same(sown, functional_state(spec, call),
+                       'State vs the functional capture',
+                       bitwise=call.outer == 'eager')
+
+  @hypothesis.given(fm.models())
+  def test_new_capture_matches_flax_0_12_8(self, spec_and_call):
+    spec, call = spec_and_call
+    self.check(spec, call)
+
+
+if __name__ == '__main__':
+  absltest.main()
