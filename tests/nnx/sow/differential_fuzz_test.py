@@ -108,6 +108,31 @@ def check_against_oracle(test, program, shape, *, jit: bool):
     planted = plant(fn, values)(x)
     np.testing.assert_array_equal(planted, fn(x), err_msg='plant round trip')
     np.testing.assert_array_equal(planted, want_out, err_msg='plant output')
+  # Function plants of the same names, checked against the oracle planting
+  # by itself (plant_fn depends on the value and its execution index), under
+  # jit or not, and under jax.vmap of the planted function. Not through a
+  # nested capture (it would collect what the plant replaced).
+  if values and 'Capture' not in _node_kinds(program):
+    check_function_plants(test, program, fn, x, sorted(values, key=repr),
+                          jit=jit)
+
+
+def check_function_plants(test, program, fn, x, names, *, jit: bool):
+  hypothesis.event('function plants')
+  plants = {name: fp.plant_fn for name in names}
+  planted = plant(fn, plants)
+  got = (jax.jit(planted) if jit else planted)(x)
+  want, _ = fp.Oracle(plants).run(program, x)
+  np.testing.assert_array_equal(got, want, err_msg=f'function plants {names}')
+  if 'Cond' in _node_kinds(program):
+    return  # a cond's index from the state is refused under vmap
+  hypothesis.event('vmap of function plants')
+  xs = jnp.stack([x, jnp.sin(x)])
+  got = jax.vmap(planted)(xs)
+  want = np.stack([fp.Oracle(plants).run(program, xs[k])[0]
+                   for k in range(2)])
+  np.testing.assert_array_equal(got, want,
+                                err_msg=f'vmap of function plants {names}')
 
 
 def _clobbered_names(node) -> set:

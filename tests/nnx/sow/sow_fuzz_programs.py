@@ -377,6 +377,15 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
   raise TypeError(node)
 
 
+def plant_fn(value, index):
+  """The function plant of the fuzzers: depends on the value and on its
+  index. ``sin(v + 0.125 * index)`` of each float leaf: ``0.125 * index`` is
+  exact, so XLA computes the same floats however it fuses it."""
+  return jax.tree.map(
+      lambda v: jnp.sin(v + 0.125 * index).astype(jnp.result_type(v))
+      if jnp.issubdtype(jnp.result_type(v), jnp.inexact) else v, value)
+
+
 # ---------------------------------------------------------------------------
 # (b) The oracle.
 
@@ -511,10 +520,14 @@ class _GradCtx:
 class Oracle:
   """Evaluates a program tree eagerly, recording sows by itself."""
 
-  def __init__(self):
+  def __init__(self, plants: tp.Optional[dict] = None):
     self.capture_names: dict = {}
     # False while differentiating: values are tracers, records unused.
     self.recording = True
+    # name -> fn(value, index): what `plant(f, plants)` does to the sows of
+    # that name; `index` counts their executions (`counts`), as plant's does.
+    self.plants = plants or {}
+    self.counts: dict = {}
 
   def run(self, node, x):
     return self.ev(node, x, None)
@@ -525,6 +538,10 @@ class Oracle:
       return _op(node, x), []
     if isinstance(node, Sow):
       value = _value(node.kind, x)
+      if node.name in self.plants:
+        index = self.counts.get(node.name, 0)
+        self.counts[node.name] = index + 1
+        value = self.plants[node.name](value, index)
       if node.threaded:
         x = _THREAD[node.kind](value)
       if not self.recording:
@@ -564,7 +581,7 @@ class Oracle:
       if node.reverse:
         order.reverse()
       if not order:
-        _, dry = self.ev(node.body, x, _dry(grad))
+        _, dry = self._without_counting(node.body, x, _dry(grad))
         return x, empty_iterations(dry)
       per_iter = [None] * node.length
       for i in order:
@@ -572,7 +589,7 @@ class Oracle:
       return x, stack_iterations(per_iter, order)
     if isinstance(node, Fori):
       if node.n == 0:
-        _, dry = self.ev(node.body, x, _dry(grad))
+        _, dry = self._without_counting(node.body, x, _dry(grad))
         return x, empty_iterations(dry)
       per_iter = []
       for i in range(node.n):
@@ -587,7 +604,10 @@ class Oracle:
     if isinstance(node, Vmap):
       offs = _offsets(node.size)
       outs, per_example = [], []
+      before = dict(self.counts)
       for k in range(node.size):
+        # The examples run as one execution of each sow: the same indices.
+        self.counts = dict(before)
         out, r = self.ev(node.body, jnp.sin(x + offs[k]), grad)
         outs.append(out)
         per_example.append(r)
@@ -632,9 +652,20 @@ class Oracle:
       return x, recs
     raise TypeError(node)
 
+  def _without_counting(self, node, x, grad):
+    """``ev`` of a pass that does not run the program (a dry run, a pass of
+    the oracle's own differentiation): plant indices are left as they were."""
+    before = dict(self.counts)
+    try:
+      return self.ev(node, x, grad)
+    finally:
+      self.counts = before
+
   def _grad(self, node: Grad, x):
+    # The program runs the body once, forward; the oracle three times (to
+    # find the perturbations, to differentiate, to record): the last counts.
     found = _GradCtx('discover', [])
-    self.ev(node.body, x, found)
+    self._without_counting(node.body, x, found)
     eps = [jnp.zeros(shape, F32) for shape in found.values]
 
     def loss(v, eps):
@@ -642,10 +673,12 @@ class Oracle:
       return jnp.sum(out)
 
     self.recording = False
+    before = dict(self.counts)
     try:
       gx, geps = jax.grad(loss, argnums=(0, 1))(x, eps)
     finally:
       self.recording = True
+      self.counts = before
     out, recs = self.ev(node.body, x, _GradCtx('fill', list(geps)))
     forward = [r for r in recs if not r.backward]
     backward = [dataclasses.replace(r, backward=False)

@@ -92,13 +92,17 @@ class Counter:
 
   def advance(self, count: int | None, end: tp.Any):
     """After a sub-program that ran ``count`` executions (``None``: only its
-    traced ``end`` index is known)."""
+    traced ``end`` index is known).
+
+    The sub-program sows the name (it is only asked about those it does), so
+    the name counts as seen even if it ran zero times: a loop of length 0
+    plants nothing, as a value plant of its empty stack does.
+    """
+    self.seen = True
     if count is None:
       self.dynamic, self.offset = end, 0
-      self.seen = True
     else:
       self.offset += count
-      self.seen = self.seen or count > 0
 
 
 class Counting:

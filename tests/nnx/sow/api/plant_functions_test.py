@@ -290,6 +290,25 @@ class SweepTest(sow_testing.StateAssertions, parameterized.TestCase):
 
 class LoopTest(sow_testing.StateAssertions, parameterized.TestCase):
 
+  @parameterized.parameters('fori_loop', 'scan')
+  def test_a_loop_of_length_zero_plants_nothing(self, loop):
+    # Found by the program fuzzer: a function plant of a name sown only in a
+    # loop that runs zero times raised "the function never sows"; a value
+    # plant of its (empty) capture was accepted. The site is there: the
+    # function runs zero times, as the loop body does.
+    x = jnp.arange(3.0)
+
+    def f(x):
+      if loop == 'fori_loop':
+        return lax.fori_loop(0, 0, lambda i, c: sow(c * 2, name='a'), x)
+      return lax.scan(lambda c, _: (sow(c * 2, name='a'), None), x, None,
+                      length=0)[0]
+
+    fn = lambda v, i: v * 3
+    np.testing.assert_array_equal(plant(f, {'a': fn})(x), x)
+    with self.assertRaisesRegex(ValueError, "never sows 'b'"):
+      plant(f, {'b': fn})(x)
+
   @parameterized.named_parameters(
       ('scan', layers_scan),
       ('fori_loop', layers_fori),
