@@ -44,6 +44,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import queue as queue_lib
 import random
 import sys
 import time
@@ -179,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
   ]
   for process in processes:
     process.start()
-  reports = [Report(**queue.get()) for _ in processes]
+  reports = []
+  while len(reports) < len(processes):
+    try:
+      reports.append(Report(**queue.get(timeout=5)))
+    except queue_lib.Empty:
+      # A fuzzer that died (an import error, a crash of XLA) sends nothing.
+      done = {r.fuzzer for r in reports}
+      for fuzzer, process in zip(args.fuzzers, processes):
+        if not process.is_alive() and fuzzer not in done:
+          reports.append(Report(fuzzer, failure=(
+              f'the process exited with code {process.exitcode} before'
+              ' reporting (its error is printed above)')))
   for process in processes:
     process.join()
   print()

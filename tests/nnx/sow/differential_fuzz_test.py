@@ -79,7 +79,7 @@ def check_against_oracle(test, program, shape, *, jit: bool):
   x = fp.input_for(shape)
   seen = {}
   fn = fp.build(program, seen)
-  run = capture(fn)
+  run = capture(fn, **fp.capture_bounds(program))
   out, collected = (jax.jit(run) if jit else run)(x)
 
   oracle = fp.Oracle()
@@ -181,6 +181,9 @@ class DifferentialFuzzTest(absltest.TestCase):
     program, shape = program_and_shape
     for kind in sorted(_node_kinds(program)):
       hypothesis.event(kind)  # shown by --hypothesis-show-statistics
+    bounds = fp.capture_bounds(program)
+    if bounds:
+      hypothesis.event(f"bounded while, on_overflow={bounds['on_overflow']}")
     check_against_oracle(self, program, shape, jit=jit)
 
 

@@ -210,11 +210,20 @@ class Capture:
 
 @dataclasses.dataclass(frozen=True)
 class While:
+  """``lax.while_loop`` of ``trips`` steps whose body sows ``name``.
+
+  ``bound`` None: the sows are clobbers, and one before the loop gives a
+  zero-trip loop its value. Else they append, captured with
+  ``max_steps={name: bound}`` (``on_overflow='truncate'`` where the loop runs
+  more steps): each site gives a ``Steps``.
+  """
+
   ident: int
   tag: tp.Any
   kind: str
   trips: int
   body: tp.Any
+  bound: tp.Optional[int] = None
 
   @property
   def name(self):
@@ -278,6 +287,48 @@ def _offsets(size: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------
 # (a) The program as a JAX function.
+
+def bounded_whiles(node) -> list[While]:
+  """The ``While`` nodes with a bound in ``node``, not inside a ``Capture``
+  (which gets its own bounds)."""
+  found = []
+  if isinstance(node, While) and node.bound is not None and _sows(node.body):
+    found.append(node)  # a bound needs a site (else capture says so)
+  if isinstance(node, Capture):
+    return found
+  children = (node.children if isinstance(node, Seq)
+              else node.branches if isinstance(node, Cond)
+              else (node.body,) if getattr(node, 'body', None) is not None
+              else ())
+  for child in children:
+    found += bounded_whiles(child)
+  return found
+
+
+def _sows(node) -> bool:
+  """Whether the program of ``node`` has a sow site (a Python loop of no
+  iterations has none)."""
+  if isinstance(node, Sow):
+    return True
+  if isinstance(node, PyLoop) and node.n == 0:
+    return False
+  children = (node.children if isinstance(node, Seq)
+              else node.branches if isinstance(node, Cond)
+              else (node.body,) if getattr(node, 'body', None) is not None
+              else ())
+  return any(map(_sows, children))
+
+
+def capture_bounds(node) -> dict:
+  """The ``max_steps``/``on_overflow`` arguments a capture of ``node``
+  needs: none without bounded whiles."""
+  whiles = bounded_whiles(node)
+  if not whiles:
+    return {}
+  truncate = any(w.trips > w.bound for w in whiles)
+  return {'max_steps': {w.name: w.bound for w in whiles},
+          'on_overflow': 'truncate' if truncate else 'error'}
+
 
 def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
   """The JAX function of ``node``; ``seen`` gets nested captures' names."""
@@ -357,7 +408,7 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
     return g
   if isinstance(node, Capture):
     inner = capture(build(node.body, seen), tag=node.tag,
-                    names=names_filter(node.names))
+                    names=names_filter(node.names), **capture_bounds(node.body))
     def f(x):
       x, collected = inner(x)
       seen.setdefault(node.ident, set()).add(tuple(collected))
@@ -367,7 +418,9 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
   if isinstance(node, While):
     body = build(node.body, seen)
     def f(x):
-      sow(_value(node.kind, x), name=node.name, tag=node.tag, mode='clobber')
+      if node.bound is None:
+        sow(_value(node.kind, x), name=node.name, tag=node.tag,
+            mode='clobber')
       def step(s):
         i, c = s
         return i + 1, body(c)
@@ -470,6 +523,33 @@ def empty_iterations(dry: list[Record]) -> list[Record]:
                     for k, v in l.cands.items()}, l.approx)
               for l in r.leaves]
     out.append(dataclasses.replace(r, leaves=leaves))
+  return out
+
+
+def stack_steps(per_step: list[list[Record]], template: list[Record],
+                bound: int) -> list[Record]:
+  """A bounded while_loop's records: per append site, a ``Steps`` of its
+  first ``bound`` steps' values (zeros after the last step) and the count
+  of steps that ran. ``template`` has the sites (a dry run if none ran)."""
+  from flax.nnx.sow import Steps  # pylint: disable=g-import-not-at-top
+  out = []
+  for k, r0 in enumerate(template):
+    for recs in per_step:
+      _same_sites(recs[k], r0)
+    kept = per_step[:bound]
+    leaves = []
+    for j, l0 in enumerate(r0.leaves):
+      (key,) = l0.cands  # one layout: nothing stacked outside this loop yet
+      zero = np.zeros_like(l0.cands[key])
+      values = [recs[k].leaves[j].cands[key] for recs in kept]
+      values += [zero] * (bound - len(values))
+      leaves.append(Leaf({key: np.stack(values)}, l0.approx))
+    count = Leaf({(): np.asarray(len(per_step), np.int32)}, False)
+    tree = jax.tree_util.tree_structure(
+        Steps(jax.tree_util.tree_unflatten(r0.tree, [0] * r0.tree.num_leaves),
+              0))
+    out.append(Record(r0.name, r0.tag, 'append', tree, [*leaves, count],
+                      r0.backward))
   return out
 
 
@@ -641,6 +721,15 @@ class Oracle:
           entries, is_leaf=lambda v: isinstance(v, Leaf))
       return x, outer + [Record(('cap', node.ident), None, 'append', tree,
                                 leaves)]
+    if isinstance(node, While) and node.bound is not None:
+      if node.trips == 0:
+        _, dry = self._without_counting(node.body, x, _dry(grad))
+        return x, stack_steps([], dry, node.bound)
+      per_step = []
+      for _ in range(node.trips):
+        x, r = self.ev(node.body, x, grad)
+        per_step.append(r)
+      return x, stack_steps(per_step, per_step[0], node.bound)
     if isinstance(node, While):
       recs = []
       if self.recording:
@@ -745,8 +834,8 @@ class Generator:
 
   def sow(self, ctx: Ctx) -> Sow:
     if ctx.while_site is not None:
-      name, tag, kind = ctx.while_site
-      return Sow(name, tag, 'clobber', kind,
+      name, tag, kind, mode = ctx.while_site
+      return Sow(name, tag, mode, kind,
                  kind in _THREAD and self.one_of([False, True]))
     kind = self.one_of(CARRY_KINDS if ctx.in_grad_loop else KINDS)
     return Sow(self.one_of(NAMES), self.one_of(TAGS),
@@ -824,9 +913,14 @@ class Generator:
       ident = self._ident()
       tag = self.one_of(TAGS)
       wkind = self.one_of(KINDS)
+      trips = self.integer(0, 3)
+      # Bounded appends: a bound at, above or (truncating) below the trips.
+      bound = self.one_of([None, None, max(1, trips - 1), trips or 1,
+                           trips + 2])
+      mode = 'clobber' if bound is None else 'append'
       body = self.seq(dataclasses.replace(
-          inner, while_site=(('w', ident), tag, wkind)))
-      return While(ident, tag, wkind, self.integer(0, 3), body)
+          inner, while_site=(('w', ident), tag, wkind, mode)))
+      return While(ident, tag, wkind, trips, body, bound)
     raise AssertionError(kind)
 
   def mirror(self, node):
