@@ -131,9 +131,9 @@ def _reduce(name: str, values: tuple[tp.Any, ...]):
 
 
 def functional_state(spec, call: fm.CallSpec):
-  """The new ``nnx.capture``'s State as the guide derives it from the
-  functional capture of a direct call (outer transforms and gradients
-  aside: the forward call of a fresh clone)."""
+  """The new ``nnx.capture``'s States as the guide derives them from the
+  functional capture of the same forward call (under the same outer
+  ``nnx.jit``, on a fresh clone): one per captured type."""
   with sow_layout.overlay():
     states = []
     for var_type in (fm.VAR_TYPES[t] for t in call.types):
@@ -144,9 +144,13 @@ def functional_state(spec, call: fm.CallSpec):
       else:
         model.eval()
       # nnx.capture selects each type exactly (not its subclasses).
+      forward = functional.capture(lambda m, x: m(x), tag=var_type)
+      if call.outer == 'jit':
+        forward = nnx.jit(forward)
+      elif call.outer == 'jit_tree':
+        forward = nnx.jit(forward, graph=False)
+      _, collected = forward(model, fm.input_for())
       expected = {}
-      _, collected = functional.capture(
-          lambda m, x: m(x), tag=var_type)(model, fm.input_for())
       for name, values in collected.items():
         expected[name] = var_type(_reduce(name[-1], values))
       states.append(nnx.from_flat_state(expected))
@@ -205,11 +209,18 @@ class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
             np.testing.assert_array_equal(a, b, err_msg=f'result at {path}')
     if not call.grad and not call.method_outputs:
       sown = result[1:]  # a State per captured type
-      # The forward call outside any outer transform: the same operations
-      # as under nnx.jit only up to XLA's compilation of the program.
-      self.assert_same(sown, functional_state(spec, call),
-                       'State vs the functional capture',
-                       bitwise=call.outer == 'eager')
+      expected = functional_state(spec, call)
+      # The values are computed by the same operations: bitwise. A sum is
+      # added eagerly here, and inside the compiled program by nnx.capture
+      # under nnx.jit: equal to float rounding there.
+      self.assert_same(sown, expected, 'State vs the functional capture',
+                       bitwise=False)
+      for (path, _, a), (_, _, b) in zip(parity_test._flat(sown),  # pylint: disable=protected-access
+                                         parity_test._flat(expected)):  # pylint: disable=protected-access
+        if call.outer == 'eager' or not any(
+            f"['{n}']" in path for n in ROUNDED_REDUCERS):
+          np.testing.assert_array_equal(
+              a, b, err_msg=f'State vs the functional capture at {path}')
 
   @hypothesis.given(fm.models())
   def test_new_capture_matches_flax_0_12_8(self, spec_and_call):
