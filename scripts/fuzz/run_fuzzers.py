@@ -51,6 +51,8 @@ import time
 import traceback
 import typing as tp
 
+SHARDS = 4  # sow_fuzz_programs.SHARDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
@@ -115,6 +117,10 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
   """One fuzzer in this process, until ``seconds`` are spent."""
   import warnings  # pylint: disable=g-import-not-at-top
   warnings.filterwarnings('ignore', category=DeprecationWarning)
+  if fuzzer == 'programs':
+    # Simulated CPU devices, for the programs' shard_maps (before JAX starts).
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
+                               + f' --xla_force_host_platform_device_count={SHARDS}')
   _import_paths(tests)
   import hypothesis  # pylint: disable=g-import-not-at-top
 

@@ -104,6 +104,8 @@ def check_against_oracle(test, program, shape, *, jit: bool):
   # and every sow of it read (plant refuses a sow whose result is unused).
   refused = _clobbered_names(program) | _unread_names(program)
   values = {n: v for n, v in collected.items() if n not in refused}
+  if 'ShardMap' in _node_kinds(program):
+    return  # planting into a shard_map is refused (not implemented)
   if values:
     planted = plant(fn, values)(x)
     np.testing.assert_array_equal(planted, fn(x), err_msg='plant round trip')

@@ -191,6 +191,19 @@ class Vmap:
 
 
 @dataclasses.dataclass(frozen=True)
+class ShardMap:
+  """``jax.shard_map`` over ``SHARDS`` devices: shard ``k`` runs ``body`` on
+  its own copy of the state (offset as a ``Vmap`` example is); the outputs
+  are summed. Drawn only where the process has that many devices
+  (``run_fuzzers.py`` simulates them)."""
+
+  body: tp.Any
+
+
+SHARDS = 4
+
+
+@dataclasses.dataclass(frozen=True)
 class Grad:
   body: tp.Any
 
@@ -289,20 +302,25 @@ def _offsets(size: int) -> np.ndarray:
 # (a) The program as a JAX function.
 
 def bounded_whiles(node) -> list[While]:
-  """The ``While`` nodes with a bound in ``node``, not inside a ``Capture``
-  (which gets its own bounds)."""
+  """The ``While`` nodes with a bound in ``node`` whose sows a capture of
+  ``node`` collects: those a ``Capture`` inside collects are its own."""
   found = []
   if isinstance(node, While) and node.bound is not None and _sows(node.body):
     found.append(node)  # a bound needs a site (else capture says so)
-  if isinstance(node, Capture):
-    return found
   children = (node.children if isinstance(node, Seq)
               else node.branches if isinstance(node, Cond)
               else (node.body,) if getattr(node, 'body', None) is not None
               else ())
   for child in children:
     found += bounded_whiles(child)
+  if isinstance(node, Capture):
+    return [w for w in found if not _collects(node, w)]
   return found
+
+
+def _collects(node: Capture, loop: While) -> bool:
+  return selects(node.tag, node.names,
+                 Record(loop.name, loop.tag, 'append', None, []))
 
 
 def _sows(node) -> bool:
@@ -319,10 +337,12 @@ def _sows(node) -> bool:
   return any(map(_sows, children))
 
 
-def capture_bounds(node) -> dict:
-  """The ``max_steps``/``on_overflow`` arguments a capture of ``node``
-  needs: none without bounded whiles."""
+def capture_bounds(node, within: tp.Optional[Capture] = None) -> dict:
+  """The ``max_steps``/``on_overflow`` arguments a capture of ``node`` (the
+  capture ``within``, if given) needs: none without bounded whiles."""
   whiles = bounded_whiles(node)
+  if within is not None:
+    whiles = [w for w in whiles if _collects(within, w)]
   if not whiles:
     return {}
   truncate = any(w.trips > w.bound for w in whiles)
@@ -395,6 +415,22 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
       return functools.reduce(lambda a, b: a + b,
                               [outs[k] for k in range(node.size)])
     return f
+  if isinstance(node, ShardMap):
+    body = build(node.body, seen)
+    mesh = jax.make_mesh((SHARDS,), ('shards',),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    spec = jax.sharding.PartitionSpec('shards')
+    # Under jit: JAX runs an eager shard_map primitive by primitive, where
+    # its sows cannot be seen (capture says so).
+    per_shard = jax.jit(jax.shard_map(
+        lambda xb: body(xb[0])[None], mesh=mesh, in_specs=spec,
+        out_specs=spec))
+    def f(x):
+      offs = _offsets(SHARDS)
+      outs = per_shard(jnp.sin(x[None] + offs.reshape((-1,) + (1,) * x.ndim)))
+      return functools.reduce(lambda a, b: a + b,
+                              [outs[k] for k in range(SHARDS)])
+    return f
   if isinstance(node, Grad):
     body = build(node.body, seen)
     def f(x):
@@ -408,7 +444,8 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
     return g
   if isinstance(node, Capture):
     inner = capture(build(node.body, seen), tag=node.tag,
-                    names=names_filter(node.names), **capture_bounds(node.body))
+                    names=names_filter(node.names),
+                    **capture_bounds(node.body, within=node))
     def f(x):
       x, collected = inner(x)
       seen.setdefault(node.ident, set()).add(tuple(collected))
@@ -693,6 +730,17 @@ class Oracle:
         per_example.append(r)
       return (functools.reduce(lambda a, b: a + b, outs),
               stack_examples(per_example))
+    if isinstance(node, ShardMap):  # as a Vmap: one shard per example
+      offs = _offsets(SHARDS)
+      outs, per_shard = [], []
+      before = dict(self.counts)
+      for k in range(SHARDS):
+        self.counts = dict(before)
+        out, r = self.ev(node.body, jnp.sin(x + offs[k]), grad)
+        outs.append(out)
+        per_shard.append(r)
+      return (functools.reduce(lambda a, b: a + b, outs),
+              stack_examples(per_shard))
     if isinstance(node, Grad):
       assert grad is None, 'no Grad inside a Grad'
       return self._grad(node, x)
@@ -856,6 +904,9 @@ class Generator:
                      'custom_vjp']
       if ctx.while_site is None:
         combinators += ['vmap']
+        if (not ctx.in_vmap and not ctx.in_grad
+            and jax.device_count() >= SHARDS):
+          combinators += ['shard_map']
         if not ctx.in_grad_loop:  # its report may be loop-invariant
           combinators += ['capture']
         if not ctx.in_grad:
@@ -896,6 +947,9 @@ class Generator:
     if kind == 'vmap':
       return Vmap(self.integer(2, 3), self.one_of([0, -1]),
                   self.seq(dataclasses.replace(inner, in_vmap=True)))
+    if kind == 'shard_map':
+      # Like a vmap: a cond inside takes a constant index.
+      return ShardMap(self.seq(dataclasses.replace(inner, in_vmap=True)))
     if kind == 'capture':
       names = self.one_of([None, 'one', 'set', 'pred'])
       if names == 'one':

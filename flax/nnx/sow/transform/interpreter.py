@@ -525,10 +525,12 @@ def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
 
   They are the sites a collecting request records whose name is planted
   with a tuple of values, so this reuses (and caches) that transformation.
+  It collects only the planted sows: another sow (an append in a
+  ``while_loop``, which needs a bound to be collected) is not its business.
   """
   if request.planted is None:
     return ()
-  selection = request.selection
+  selection = selection_lib.Both(request.selection, request.planted)
   if request.fn_names:
     selection = selection_lib.Excluding(selection, frozenset(request.fn_names))
   collecting = dataclasses.replace(

@@ -125,6 +125,17 @@ class Excluding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Both:
+  """The sows that ``first`` and ``second`` both match."""
+
+  first: SiteFilter
+  second: SiteFilter
+
+  def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
+    return self.first.matches(params) and self.second.matches(params)
+
+
+@dataclasses.dataclass(frozen=True)
 class Appends:
   """The sows of ``selection`` with mode ``'append'``."""
 

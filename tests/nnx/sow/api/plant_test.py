@@ -106,6 +106,25 @@ _UNREAD = {
 
 class PlantTest(parameterized.TestCase):
 
+  @parameterized.parameters(False, True)
+  def test_an_append_in_a_while_loop_does_not_stop_other_plants(self, jit):
+    # Found by the program fuzzer: plant looked for its sites with a capture
+    # of every sow, and an append inside a while_loop cannot be captured
+    # without a bound: planting any other name into a program whose
+    # sub-program has one raised "appended values need a bound". Oracle: the function with the planted value written in.
+    def f(x, a=None):
+      h = sow(x * 2, name='a') if a is None else a
+      # In a sub-program (here a checkpoint), where plant looks for sites.
+      return jax.checkpoint(lambda h: lax.while_loop(
+          lambda c: c[0] < 2,
+          lambda c: (c[0] + 1, sow(c[1] + 1, name='w')), (0, h + 1))[1])(h)
+
+    x = jnp.arange(3.0)
+    for values in ({'a': (-x,)}, {'a': lambda v, i: -x}):
+      planted = plant(f, values)
+      got = (jax.jit(planted) if jit else planted)(x)
+      np.testing.assert_array_equal(got, f(x, a=-x))
+
   def test_plant_a_prng_key(self):
     f = lambda key: jax.random.normal(sow(key, name='k'), (2,))
     np.testing.assert_array_equal(
