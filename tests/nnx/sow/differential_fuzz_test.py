@@ -119,8 +119,14 @@ def check_against_oracle(test, program, shape, *, jit: bool):
                           jit=jit)
 
 
+def _event(text: str) -> None:
+  """A statistic of the property test (the regression tests run outside)."""
+  if hypothesis.control.currently_in_test_context():
+    hypothesis.event(text)
+
+
 def check_function_plants(test, program, fn, x, names, *, jit: bool):
-  hypothesis.event('function plants')
+  _event('function plants')
   plants = {name: fp.plant_fn for name in names}
   planted = plant(fn, plants)
   got = (jax.jit(planted) if jit else planted)(x)
@@ -128,7 +134,7 @@ def check_function_plants(test, program, fn, x, names, *, jit: bool):
   np.testing.assert_array_equal(got, want, err_msg=f'function plants {names}')
   if 'Cond' in _node_kinds(program):
     return  # a cond's index from the state is refused under vmap
-  hypothesis.event('vmap of function plants')
+  _event('vmap of function plants')
   xs = jnp.stack([x, jnp.sin(x)])
   got = jax.vmap(planted)(xs)
   want = np.stack([fp.Oracle(plants).run(program, xs[k])[0]
