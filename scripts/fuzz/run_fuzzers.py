@@ -23,8 +23,9 @@ random inputs until the budget is spent:
 
 Each runs in a process of its own (``--fuzzers programs nnx`` runs both side
 by side: one core each), in rounds of ``--round`` examples, each round with
-a seed of its own drawn from ``--seed``. A failure stops that fuzzer and
-prints what hypothesis prints: the shrunk input, ready to paste into a test,
+a seed of its own drawn from ``--seed``. A failure stops that fuzzer
+(``--keep-going``: it goes on, with the next round) and prints what
+hypothesis prints: the shrunk input, ready to paste into a test,
 with the round's seed and the ``@reproduce_failure`` blob. Every minute and
 at the end, each fuzzer prints its examples, examples/s and failures.
 
@@ -70,7 +71,8 @@ class Report:
     return self.examples / self.seconds if self.seconds else 0.0
 
   def line(self) -> str:
-    status = 'FAILED' if self.failure else 'no failure'
+    status = ('no failure' if not self.failure else
+              f"FAILED in {self.failure.count('round seed ')} round(s)")
     return (f'{self.fuzzer}: {self.examples} examples in {self.seconds:.0f} s'
             f' ({self.rate:.2f}/s, {self.rounds} rounds): {status}')
 
@@ -113,7 +115,7 @@ def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
 
 
 def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
-         tests: str, queue) -> None:
+         tests: str, keep_going: bool, queue) -> None:
   """One fuzzer in this process, until ``seconds`` are spent."""
   import warnings  # pylint: disable=g-import-not-at-top
   warnings.filterwarnings('ignore', category=DeprecationWarning)
@@ -128,7 +130,8 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
   report = Report(fuzzer)
   seeds = random.Random(seed)
   start = last_print = time.monotonic()
-  while time.monotonic() - start < seconds and report.failure is None:
+  failures = []
+  while time.monotonic() - start < seconds and (keep_going or not failures):
     round_seed = seeds.randrange(2**32)
 
     @hypothesis.seed(round_seed)
@@ -141,16 +144,21 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
       report.examples += 1
       check(drawn)
 
+    failed = False
     try:
       one_round()  # pylint: disable=no-value-for-parameter
     except Exception:  # pylint: disable=broad-exception-caught
-      report.failure = (f'round seed {round_seed}'
-                        f' (@hypothesis.seed({round_seed})):\n'
-                        + traceback.format_exc())
+      failed = True
+      failures.append(f'round seed {round_seed}'
+                      f' (@hypothesis.seed({round_seed})):\n'
+                      + traceback.format_exc())
+      report.failure = '\n\n'.join(failures)
     report.rounds += 1
     report.seconds = time.monotonic() - start
-    if time.monotonic() - last_print >= 60 or report.failure:
+    if time.monotonic() - last_print >= 60 or failed:
       print(report.line(), flush=True)
+      if failed:
+        print(failures[-1], flush=True)
       last_print = time.monotonic()
   report.seconds = time.monotonic() - start
   queue.put(dataclasses.asdict(report))
@@ -171,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--tests', default=os.path.join(ROOT, 'tests'),
                       help='the folder holding nnx/sow and'
                       ' nnx/capture_compat (default: this repository\'s)')
+  parser.add_argument('--keep-going', action='store_true',
+                      help='after a failure, go on with the next round'
+                      ' (every failure is printed and reported)')
   parser.add_argument('--json', default=None,
                       help='also write the reports to this file')
   args = parser.parse_args(argv)
@@ -181,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
   queue = context.Queue()
   processes = [
       context.Process(target=_run, args=(
-          fuzzer, args.minutes * 60, seed + i, args.round, args.tests, queue))
+          fuzzer, args.minutes * 60, seed + i, args.round, args.tests,
+          args.keep_going, queue))
       for i, fuzzer in enumerate(args.fuzzers)
   ]
   for process in processes:

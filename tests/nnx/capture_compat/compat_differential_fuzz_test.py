@@ -74,19 +74,22 @@ NEW_REFUSALS = {
 # Inside a traced nnx.cond or nnx.switch, Flax 0.12.8 accumulates two things
 # inside the branch that the new nnx.capture accumulates after it: the
 # values of a summing reducer (these names), and the cotangents of a
-# perturbation added more than once. Those are equal to float rounding; the
-# rest bitwise (the behavior-changes guide, "Other differences").
+# perturbation added more than once (and so those of the parameters it
+# flows into). Those are equal to float rounding; the rest bitwise (the
+# behavior-changes guide, "Other differences").
 ROUNDED_REDUCERS = tuple(
     name for name, reducer in fm.NAME_REDUCERS.items() if reducer == 'sum')
 
 
 def _accumulated_in_a_branch(path: str, call: fm.CallSpec) -> bool:
-  """Whether the value at ``path`` of a result may be accumulated inside a
-  branch by Flax 0.12.8: a sum, or a perturbation's gradient (the
-  ``perturbation_grads`` of ``fm.run``)."""
+  """Whether the value at ``path`` of a result may be accumulated in another
+  order than Flax 0.12.8's: a sum, or a gradient (``fm.run``'s ``grads``
+  and ``perturbation_grads``: a perturbation added more than once in a
+  branch changes the order in which cotangents are added, for the
+  parameters it flows into too)."""
   if any(f"['{name}']" in path for name in ROUNDED_REDUCERS):
     return True
-  return call.grad and path.startswith('[1]')
+  return call.grad and path.startswith(('[0]', '[1]'))
 
 
 def _reduced_in_a_branch(spec) -> bool:

@@ -306,6 +306,26 @@ class RegressionTest(absltest.TestCase):
                               jit=jit):
               check_against_oracle(self, loop, (3,), jit=jit)
 
+  def test_function_plant_of_a_name_a_perturb_sows_too(self):
+    # Found by the long profile with function plants (round seed
+    # 3929725690): the oracle did not count the perturb's sow, which runs in
+    # the backward pass of the Grad before the later sow of the same name,
+    # so its index was one off. plant counts it, as documented: the
+    # executions of the name in the order they run.
+    program = fp.Seq((
+        fp.Grad(fp.Perturb(name='a', tag=None)),
+        fp.Sow(name='a', tag=None, mode='append', kind='x', threaded=True),
+    ))
+    for jit in (False, True):
+      check_against_oracle(self, program, (3,), jit=jit)
+    seen = {}
+    fn = fp.build(program, seen)
+    x = fp.input_for((3,))
+    indices = []
+    record = lambda v, i: (indices.append(i), v)[1]
+    plant(fn, {'a': record})(x)
+    self.assertEqual(indices, [0, 1])  # the perturb's, then the sow's
+
 
 if __name__ == '__main__':
   absltest.main()

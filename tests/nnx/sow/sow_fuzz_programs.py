@@ -820,6 +820,12 @@ class Oracle:
     forward = [r for r in recs if not r.backward]
     backward = [dataclasses.replace(r, backward=False)
                 for r in reversed(recs) if r.backward]
+    # A perturb's sow runs in the backward pass, after the forward sows, in
+    # reverse order: a function plant of its name counts it there (the value
+    # it plants is a cotangent, which reaches the output only times zero).
+    for r in backward:
+      if r.name in self.plants:
+        self.counts[r.name] = self.counts.get(r.name, 0) + 1
     return out + 0.0 * gx, forward + backward
 
 
