@@ -19,7 +19,8 @@ random inputs until the budget is spent:
 * ``programs``: random JAX programs through ``capture``/``plant`` against an
   eager oracle (``tests/nnx/sow/differential_fuzz_test.py``);
 * ``nnx``: random NNX models through ``nnx.capture`` against Flax 0.12.8's
-  own (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``).
+  own, and their taps against its ``method_outputs``
+  (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``).
 
 Each runs in a process of its own (``--fuzzers programs nnx`` runs both side
 by side: one core each), in rounds of ``--round`` examples, each round with
@@ -111,7 +112,9 @@ def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
     spec, call = drawn
     case.check(spec, call)
 
-  return fm.models(), check_model
+  # Mostly any model; a quarter plain ones, where taps are compared too.
+  return st.one_of(fm.models(), fm.models(), fm.models(),
+                   fm.plain_models()), check_model
 
 
 def _run(fuzzer: str, seconds: float, seed: int, round_size: int,

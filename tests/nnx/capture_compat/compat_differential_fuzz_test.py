@@ -46,6 +46,7 @@ from flax import nnx
 
 from flax.nnx import capture_compat
 from flax.nnx import sow as functional
+from flax.nnx.sow import tap
 import parity_test
 import sow_fuzz_models as fm
 import sow_legacy
@@ -97,6 +98,29 @@ def _reduced_in_a_branch(spec) -> bool:
     return spec.wrap in ('cond', 'switch') or any(
         map(_reduced_in_a_branch, spec.children))
   return False
+
+
+def _taps_apply(spec, call: fm.CallSpec) -> bool:
+  """Whether the model's calls are plain Python calls of its modules (no
+  NNX transform inside, whose copies a tap names as the transform sees
+  them), run eagerly: where a tap and ``method_outputs`` see the same."""
+  if call.outer != 'eager' or call.grad:
+    return False
+
+  def plain(node) -> bool:
+    if isinstance(node, fm.StackSpec):
+      return False
+    if isinstance(node, fm.BlockSpec):
+      return node.wrap == 'none' and all(map(plain, node.children))
+    return True
+
+  return plain(spec)
+
+
+def _flat_state(state) -> list[tuple[tuple[tp.Any, ...], tp.Any]]:
+  """(path, value) of each Variable of ``state``."""
+  return [(tuple(path), variable.get_value())
+          for path, variable in nnx.to_flat_state(state)]
 
 
 def _legacy_failure(error: BaseException) -> str | None:
@@ -200,6 +224,11 @@ class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
       return
 
     result, state = new
+    if (legacy is not None and call.method_outputs
+        and 'intermediate' in call.types and _taps_apply(spec, call)):
+      # method_outputs=nnx.Intermediate: in the State of that type.
+      self.check_taps(
+          spec, call, legacy[0][1 + call.types.index('intermediate')])
     if legacy is not None:
       hypothesis.event('compared with Flax 0.12.8')
       rounded = _reduced_in_a_branch(spec)
@@ -225,8 +254,58 @@ class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
           np.testing.assert_array_equal(
               a, b, err_msg=f'State vs the functional capture at {path}')
 
+  def check_taps(self, spec, call: fm.CallSpec, legacy_outputs) -> None:
+    """``tap`` of every module that Flax 0.12.8's ``method_outputs`` saw
+    called: the outputs of its calls, in call order, bitwise equal.
+
+    A tap's pattern is the module's path, or (where several modules
+    answer) that path with one component replaced by ``'*'``.
+    """
+    hypothesis.event('taps compared with method_outputs')
+    calls = {path[:-1]: value for path, value in _flat_state(legacy_outputs)
+             if path[-1] == '__call__'}
+    patterns = sorted(calls, key=repr)
+    self.assertNotEmpty(patterns, 'method_outputs saw no __call__')
+    with sow_layout.overlay():
+      model = fm.build(spec, nnx.Rngs(0, dropout=1))
+      if call.train:
+        model.train()
+      else:
+        model.eval()
+      tapped = tap(lambda m, x: m(x), *patterns, inputs=False)
+      _, collected = functional.capture(tapped)(model, fm.input_for())
+    for path in patterns:
+      got = collected[(*path, '__call__', 'output')]
+      want = calls[path]
+      self.assertLen(got, len(want), f'calls of {path}')
+      for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b, err_msg=f'tap of {path}')
+    # One wildcard: the modules that answer it, each with its own calls.
+    for path in patterns:
+      for i in range(len(path)):
+        wild = (*path[:i], '*', *path[i + 1:])
+        matched = [p for p in patterns if len(p) == len(path) and all(
+            w == '*' or w == c for w, c in zip(wild, p))]
+        with sow_layout.overlay():
+          model = fm.build(spec, nnx.Rngs(0, dropout=1))
+          model.train() if call.train else model.eval()
+          tapped = tap(lambda m, x: m(x), wild, inputs=False)
+          _, wild_collected = functional.capture(tapped)(
+              model, fm.input_for())
+        outputs = {name[:-2] for name in wild_collected}
+        # Modules without a __call__ output in legacy (never called) are
+        # absent from both; every one legacy saw is tapped.
+        self.assertContainsSubset(matched, outputs, f'pattern {wild}')
+        return  # one wildcard per model keeps the check short
+
   @hypothesis.given(fm.models())
   def test_new_capture_matches_flax_0_12_8(self, spec_and_call):
+    spec, call = spec_and_call
+    self.check(spec, call)
+
+  @hypothesis.given(fm.plain_models())
+  def test_taps_match_method_outputs(self, spec_and_call):
+    # The same check, on models where it also compares taps (check_taps).
     spec, call = spec_and_call
     self.check(spec, call)
 

@@ -334,9 +334,11 @@ def input_for(seed: int = 0):
 class Generator:
   """Draws model and call specs; ``budget`` bounds the number of modules."""
 
-  def __init__(self, draw, budget: int):
+  def __init__(self, draw, budget: int, plain: bool = False):
     self.draw = draw
     self.budget = budget
+    # Plain Python calls only: no NNX transform in the model.
+    self.plain = plain
 
   def one_of(self, options):
     return self.draw(st.sampled_from(list(options)))
@@ -366,7 +368,8 @@ class Generator:
                      self.one_of([None, None, 'p']))
 
   def node(self, depth: int):
-    choice = self.one_of(['layer', 'layer', 'block', 'stack'])
+    choice = self.one_of(['layer', 'layer', 'block'] if self.plain
+                         else ['layer', 'layer', 'block', 'stack'])
     if choice == 'block' and depth < 3 and self.budget > 1:
       return self.block(depth + 1)
     if choice == 'stack' and self.budget > 0:
@@ -386,8 +389,9 @@ class Generator:
     return BlockSpec(
         self.one_of(['list', 'dict', 'dict', 'dict_iter', 'attrs']), children,
         shared,
-        self.one_of(['none', 'none', 'none', 'remat', 'cond', 'switch',
-                     'fori', 'while']),
+        'none' if self.plain else self.one_of(
+            ['none', 'none', 'none', 'remat', 'cond', 'switch', 'fori',
+             'while']),
         self.sows())
 
   def call(self) -> CallSpec:
@@ -428,5 +432,20 @@ def models(max_budget: int = 6):
       # JAX has no reverse-mode derivative of a while_loop.
       call = dataclasses.replace(call, grad=False)
     return spec, call
+
+  return strategy()
+
+
+def plain_models(max_budget: int = 6):
+  """A strategy of ``(BlockSpec, CallSpec)``: models of plain Python calls
+  (no NNX transform inside), called eagerly with ``method_outputs``, where a
+  ``tap`` and Flax 0.12.8's ``method_outputs`` see the same calls."""
+
+  @st.composite
+  def strategy(draw):
+    gen = Generator(draw, draw(st.integers(1, max_budget)), plain=True)
+    call = CallSpec('eager', False, gen.one_of([True, False]),
+                    ('intermediate',), True)
+    return gen.block(), call
 
   return strategy()
