@@ -325,6 +325,11 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if not 0 <= outer <= self.vmapped:',
        '    if False:',
        'a vmap count the batching rule contradicts is refused'),
+    _m('sites-key-dtype-to-numpy', 'transform/sites.py',
+       '  if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):\n'
+       '    return dtype\n',
+       '',
+       'a PRNG key is sown and planted'),
     _m('sites-params-without-meta', 'transform/sites.py',
        "    return {'sow_name': self.name, 'tag': self.tag, 'meta': self.meta}",
        "    return {'sow_name': self.name, 'tag': self.tag}",
@@ -353,8 +358,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if site.mode == 'clobber' and False:",
        'an eager capture frees the values a clobber supersedes'),
     # -- transform/planting.py ---------------------------------------------
+    _m('planting-zero-trip-name-unseen', 'transform/planting.py',
+       '    self.seen = True\n    if count is None:',
+       '    self.seen = self.seen or bool(count)\n    if count is None:',
+       'a function plant of a name sown only in an empty loop is accepted'),
     _m('planting-value-dtype-unchecked', 'transform/planting.py',
-       '    if (got_shape, got_dtype) != (tuple(shape), np.dtype(dtype)):',
+       '    if (got_shape, got_dtype) != (tuple(shape), dtype):',
        '    if got_shape != tuple(shape):',
        'a planted value of the wrong dtype is refused'),
     _m('planting-value-tree-unchecked', 'transform/planting.py',
@@ -383,8 +392,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '  is_tracer = [False for c in consts]',
        'fn closing over a jit argument works inside a sub-jaxpr'),
     _m('planting-value-shape-unchecked', 'transform/planting.py',
-       '    if (got_shape, got_dtype) != (tuple(shape), np.dtype(dtype)):',
-       '    if got_dtype != np.dtype(dtype):',
+       '    if (got_shape, got_dtype) != (tuple(shape), dtype):',
+       '    if got_dtype != dtype:',
        'a planted value (or a planted function\'s result) of the wrong shape'
        ' is refused'),
     _m('planting-fn-message-as-entry', 'transform/planting.py',
@@ -394,6 +403,10 @@ MUTANTS: tuple[Mutant, ...] = (
        'a planted function returning a wrong value is told what it must'
        ' return'),
     # -- transform/interpreter.py ------------------------------------------
+    _m('interpreter-plant-collects-every-sow', 'transform/interpreter.py',
+       '  selection = selection_lib.Both(request.selection, request.planted)',
+       '  selection = request.selection',
+       'plant works beside an append in a while_loop in a sub-program'),
     _m('interpreter-planter-wrong-site', 'transform/planting.py',
        '        self.leaves[: site.num_leaves],\n'
        '        self.leaves[site.num_leaves :],',
@@ -693,6 +706,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '',
        'a leaf in nested immutable pytrees is written back'),
     # -- lift/module_paths.py ----------------------------------------------
+    _m('module-paths-mark-shown-as-attribute', 'lift/module_paths.py',
+       "_MARK_ATTRIBUTE = '_pytree__sow_paths'",
+       "_MARK_ATTRIBUTE = '_nnx_sow_paths'",
+       'an nnx.Dict iterated inside a capture has only its own items'),
+    _m('module-paths-sown-module-keeps-mark', 'lift/module_paths.py',
+       '      if _mark_of(node) is not None:\n'
+       '        del vars(node)[_MARK_ATTRIBUTE]',
+       '      pass',
+       'a module in a sown value carries no mark of the ended call'),
     _m('compat-name-order', 'lift/module_paths.py',
        '  for part in (*path, name):',
        '  for part in (name, *path):',
