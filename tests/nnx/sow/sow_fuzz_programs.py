@@ -305,6 +305,8 @@ def bounded_whiles(node) -> list[While]:
   """The ``While`` nodes with a bound in ``node`` whose sows a capture of
   ``node`` collects: those a ``Capture`` inside collects are its own."""
   found = []
+  if isinstance(node, PyLoop) and node.n == 0:
+    return found  # not in the program
   if isinstance(node, While) and node.bound is not None and _sows(node.body):
     found.append(node)  # a bound needs a site (else capture says so)
   children = (node.children if isinstance(node, Seq)

@@ -207,17 +207,28 @@ def _while(scope: Scope, eqn, invals):
   # occurrence indices go after the original carries; the hoisted values
   # after the constants of the body.
   n_carry, n_fns = len(eqn.outvars), len(t.fn_names)
-  buffers, count = _buffers(eqn, t.sites, bounds, p['cond_jaxpr'])
   body_jaxpr, cond_jaxpr = _while_jaxprs(
       t.jaxpr, p['cond_jaxpr'], p['body_nconsts'], n_carry, n_fns,
-      len(t.hoisted), t.sites, bounds, count.shape,
+      len(t.hoisted), t.sites, bounds,
+      _count_shape(eqn, t.sites, bounds, p['cond_jaxpr']),
       scope.request.bounds.on_overflow == 'truncate',
       t.planted_sites, lengths
   )
+  # As `_while_jaxprs` decides: a count if a site appends (a sown value
+  # without leaves still has its count) or is planted.
+  counted = any(b is not None for b in bounds) or bool(planted)
+  buffers, count = [], None
+  if counted:
+    buffers, count = _buffers(
+        body_jaxpr,
+        p['body_nconsts'] + len(t.hoisted) + len(stacked) + n_carry
+        + len(init),
+        len(_buffer_avals(t.sites, bounds)),
+    )
   n_cond = p['cond_nconsts']
   consts, carry = support.split(invals, n_cond + p['body_nconsts'])
   starts = scope.start_indices(t.fn_names)
-  steps = [count] if buffers or planted else []
+  steps = [count] if counted else []
   outs = interpreter.bind(
       eqn,
       [*consts, *t.hoisted, *stacked, *carry, *init, *buffers, *steps,
@@ -312,13 +323,12 @@ def _check_planted(eqn, count, held, site: Site) -> None:
   _when_known(check, count, held)
 
 
-def _buffers(eqn, sites, bounds, cond: core.ClosedJaxpr):
-  """Zero buffers of each bound's steps, and the step count."""
-  lead = _count_shape(eqn, sites, bounds, cond)
-  buffers = [
-      jnp.zeros(shape, dtype) for shape, dtype in _buffer_avals(sites, bounds)
-  ]
-  return buffers, jnp.zeros(lead, jnp.int32)
+def _buffers(body: core.ClosedJaxpr, at: int, n_buffers: int):
+  """Zero buffers of each bound's steps, and the step count: of the types
+  the body takes them with (inputs ``at`` on), as a carry must be."""
+  zeros = [_jax.zeros_like_aval(aval)
+           for aval in body.in_avals[at : at + n_buffers + 1]]
+  return zeros[:n_buffers], zeros[n_buffers]
 
 
 def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
@@ -499,19 +509,27 @@ def _appending_body(closed: core.ClosedJaxpr, sites, bounds, n_consts,
   clobbered_avals = [
       v.aval for (_, vs), b in zip(per_site, bounds) if b is None for v in vs
   ]
-
-  def struct(aval):
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype,
-                                weak_type=aval.weak_type)
-
+  # A buffer has the type of the values written into it, its step axis
+  # added: inside a shard_map, their varying manual axes too (a carry's
+  # type must not change from step to step).
+  written_avals = [
+      v.aval for (_, vs), b in zip(per_site, bounds) if b is not None
+      for v in vs
+  ]
+  buffer_in = [
+      aval.update(shape=shape, weak_type=False)
+      for aval, (shape, _) in zip(written_avals, buffer_avals)
+  ]
+  # The abstract values themselves (not ShapeDtypeStructs, which drop the
+  # varying manual axes).
   avals = [
-      *(struct(v.aval) for v in [*consts_in, *hoisted_in]),
+      *(v.aval for v in [*consts_in, *hoisted_in]),
       *stacked_avals,
-      *(struct(v.aval) for v in carry_in),
-      *map(struct, clobbered_avals),
-      *(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in buffer_avals),
+      *(v.aval for v in carry_in),
+      *clobbered_avals,
+      *buffer_in,
       jax.ShapeDtypeStruct(count_shape, jnp.int32),
-      *(struct(v.aval) for v in starts_in),
+      *(v.aval for v in starts_in),
   ]
   return jax.make_jaxpr(step)(*avals)
 

@@ -109,6 +109,34 @@ if _CHILD:
               g[i, j], 2 * np.sin(x[2 * i:2 * i + 2, j:j + 1]))
       sow_testing.assert_close(grad, jax.grad(loss)(self.x))
 
+    def test_bounded_appends_in_a_while_loop_inside_shard_map(self):
+      # Found by the program fuzzer: the buffers of a bounded append were
+      # zeros without the varying manual axes of the values written into
+      # them, and JAX refused the loop's carry ("varying manual axes to
+      # match"). Oracle: each shard's loop unrolled by hand.
+      def body(block):
+        def step(c):
+          i, h = c
+          h = jnp.sin(h * 0.5)
+          sow(h, name='h')
+          return i + 1, h
+        return lax.while_loop(lambda c: c[0] < 2, step, (0, block))[1]
+
+      f = jax.jit(jax.shard_map(body, mesh=self.mesh, in_specs=P('x', 'y'),
+                                out_specs=P('x', 'y')))
+      out, collected = capture(f, max_steps=3)(self.x)
+      (steps,) = collected['h']
+      self.assertEqual(steps.values.shape, (4, 2, 3, 2, 1))
+      np.testing.assert_array_equal(steps.count, np.full((4, 2), 2))
+      for i in range(4):
+        for j in range(2):
+          h = self.x[2 * i:2 * i + 2, j:j + 1]
+          for k in range(2):
+            h = jnp.sin(h * 0.5)
+            np.testing.assert_array_equal(steps.values[i, j, k], h)
+          np.testing.assert_array_equal(steps.values[i, j, 2], 0 * h)
+      np.testing.assert_array_equal(out, f(self.x))
+
     def test_pmap_stacks_per_device(self):
       xs = jnp.arange(8.0)
       f = jax.pmap(lambda v: sow(v * 3, name='p') + 1)
@@ -145,7 +173,7 @@ class SowShardingTest(absltest.TestCase):
         check=False,
     )
     self.assertEqual(result.returncode, 0, result.stderr[-4000:])
-    self.assertIn('Ran 5 tests', result.stderr)
+    self.assertIn('Ran 6 tests', result.stderr)
     self.assertIn('OK', result.stderr)
 
 

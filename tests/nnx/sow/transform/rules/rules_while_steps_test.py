@@ -193,6 +193,24 @@ class BoundedAppendTest(parameterized.TestCase):
         ValueError, r"max_steps bounds 'nope', which no while_loop"):
       capture(decode, max_steps={'h': 3, 'nope': 2})(X, 2)
 
+  @parameterized.parameters(0, 2)
+  def test_a_sown_value_without_leaves_still_counts_steps(self, n):
+    # Found by the program fuzzer: a bounded append of an empty pytree has
+    # no buffer, and the loop was bound without the step count its body
+    # carries (an internal JaxprTypeError).
+    def f(x):
+      def body(c):
+        i, h = c
+        sow((), name='e')
+        return i + 1, h + 1
+      return lax.while_loop(lambda c: c[0] < n, body, (0, x))[1]
+
+    out, collected = capture(f, max_steps=3)(jnp.ones(2))
+    (steps,) = collected['e']
+    self.assertEqual(steps.values, ())
+    self.assertEqual(int(steps.count), n)
+    np.testing.assert_array_equal(out, jnp.ones(2) + n)
+
   def test_sows_outside_the_loop_are_unchanged(self):
 
     def f(x, n):
