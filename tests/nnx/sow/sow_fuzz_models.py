@@ -23,8 +23,8 @@ attribute) that may run their children through ``nnx.remat``, ``nnx.cond``,
 layers built with ``nnx.vmap`` and run with ``nnx.scan`` or ``nnx.vmap``.
 A *call spec* says how the model is captured: ``nnx.capture`` of some
 Variable types, eagerly or under ``nnx.jit`` (graph or tree mode), with
-``method_outputs=``, under ``nnx.grad`` with perturbations as ``init=``, in
-train or eval mode.
+``method_outputs=``, under ``nnx.grad`` or ``nnx.value_and_grad`` with
+perturbations as ``init=``, in train or eval mode.
 
 ``build(spec, rngs)`` makes the model; every build from the same seeds is an
 identical clone, so Flax 0.12.8's ``nnx.capture`` and the compat layer run
@@ -113,6 +113,7 @@ class StackSpec:
   mode: str  # 'scan' | 'vmap'
   n: int
   layer: LayerSpec
+  out_axis: int = 0  # nnx.vmap's out_axes (the members' axis of the output)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +132,8 @@ class CallSpec:
   train: bool
   types: tuple[str, ...]  # keys of VAR_TYPES captured
   method_outputs: bool
+  # With grad: nnx.value_and_grad (the loss returned too) for nnx.grad.
+  value_and_grad: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -206,11 +209,11 @@ class Stack(nnx.Module):
 
       return forward(x, self.layers)
 
-    @nnx.vmap(in_axes=(state_axes, None), out_axes=0)
+    @nnx.vmap(in_axes=(state_axes, None), out_axes=self.spec.out_axis)
     def members(layer, x):
       return layer(x)
 
-    return jnp.mean(members(self.layers, x), axis=0)
+    return jnp.mean(members(self.layers, x), axis=self.spec.out_axis)
 
 
 def build(spec, rngs: nnx.Rngs) -> nnx.Module:
@@ -312,6 +315,10 @@ def run(capture: tp.Callable[..., tp.Any], model: nnx.Module, x,
                            method_outputs=outputs)(x)
       return jnp.sum(out * out), sown
 
+    if call.value_and_grad:
+      (value, sown), (grads, perturbation_grads) = nnx.value_and_grad(
+          loss, argnums=(0, 1), has_aux=True)(model, perturbations)
+      return grads, perturbation_grads, sown, value
     (grads, perturbation_grads), sown = nnx.grad(
         loss, argnums=(0, 1), has_aux=True)(model, perturbations)
     return grads, perturbation_grads, sown
@@ -376,7 +383,7 @@ class Generator:
       # The layers of a stack: kinds whose state nnx.vmap/nnx.scan split.
       layer = self.layer(('linear', 'counter'))  # each has an array
       return StackSpec(self.one_of(['scan', 'vmap']), self.one_of([1, 2, 3]),
-                       layer)
+                       layer, self.one_of([0, 1]))
     return self.layer()
 
   def block(self, depth: int = 0) -> BlockSpec:
@@ -402,7 +409,8 @@ class Generator:
         self.one_of([False, False, True]),
         self.one_of([True, False]),
         types,
-        self.one_of([False, False, False, True]))
+        self.one_of([False, False, False, True]),
+        self.one_of([False, True]))
 
 
 def _has_shared(spec) -> bool:
