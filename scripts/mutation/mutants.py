@@ -404,8 +404,9 @@ MUTANTS: tuple[Mutant, ...] = (
        ' return'),
     # -- transform/interpreter.py ------------------------------------------
     _m('interpreter-plant-collects-every-sow', 'transform/interpreter.py',
-       '  selection = selection_lib.Both(request.selection, request.planted)',
-       '  selection = request.selection',
+       '  selection: selection_lib.SiteFilter = selection_lib.Both(\n'
+       '      request.selection, request.planted)',
+       '  selection: selection_lib.SiteFilter = request.selection',
        'plant works beside an append in a while_loop in a sub-program'),
     _m('interpreter-planter-wrong-site', 'transform/planting.py',
        '        self.leaves[: site.num_leaves],\n'

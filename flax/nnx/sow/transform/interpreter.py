@@ -530,7 +530,8 @@ def sites_to_plant(closed: core.ClosedJaxpr, request: Request):
   """
   if request.planted is None:
     return ()
-  selection = selection_lib.Both(request.selection, request.planted)
+  selection: selection_lib.SiteFilter = selection_lib.Both(
+      request.selection, request.planted)
   if request.fn_names:
     selection = selection_lib.Excluding(selection, frozenset(request.fn_names))
   collecting = dataclasses.replace(
