@@ -22,9 +22,10 @@ random inputs until the budget is spent:
   own, and their taps against its ``method_outputs``
   (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``).
 
-Each runs in a process of its own (``--fuzzers programs nnx`` runs both side
+Each runs in processes of its own (``--fuzzers programs nnx`` runs both side
 by side: one core each), in rounds of ``--round`` examples, each round with
-a seed of its own drawn from ``--seed``. A failure stops that fuzzer
+a seed of its own drawn from ``--seed``; a fresh process takes over every
+``--rounds-per-process`` rounds (see ``_chain``). A failure stops that fuzzer
 (``--keep-going``: it goes on, with the next round) and prints what
 hypothesis prints: the shrunk input, ready to paste into a test,
 with the round's seed and the ``@reproduce_failure`` blob. Every minute and
@@ -49,6 +50,7 @@ import os
 import queue as queue_lib
 import random
 import sys
+import threading
 import time
 import traceback
 import typing as tp
@@ -118,8 +120,9 @@ def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
 
 
 def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
-         tests: str, keep_going: bool, queue) -> None:
-  """One fuzzer in this process, until ``seconds`` are spent."""
+         tests: str, keep_going: bool, max_rounds: int, queue) -> None:
+  """One fuzzer in this process, until ``seconds`` are spent or
+  ``max_rounds`` rounds have run."""
   import warnings  # pylint: disable=g-import-not-at-top
   warnings.filterwarnings('ignore', category=DeprecationWarning)
   if fuzzer == 'programs':
@@ -134,7 +137,8 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
   seeds = random.Random(seed)
   start = last_print = time.monotonic()
   failures = []
-  while time.monotonic() - start < seconds and (keep_going or not failures):
+  while (time.monotonic() - start < seconds and report.rounds < max_rounds
+         and (keep_going or not failures)):
     round_seed = seeds.randrange(2**32)
 
     @hypothesis.seed(round_seed)
@@ -167,6 +171,51 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
   queue.put(dataclasses.asdict(report))
 
 
+def _chain(context, fuzzer: str, seconds: float, seed: int, args,
+           reports: list[Report], slot: int) -> None:
+  """Runs ``fuzzer`` in fresh processes of at most
+  ``args.rounds_per_process`` rounds each, until ``seconds`` are spent,
+  and puts the sum of their reports at ``reports[slot]``.
+
+  A process lives for a bounded number of rounds: in one process, after
+  about 2,500 inputs of the nnx fuzzer, every round failed with a
+  RecursionError inside hypothesis' own engine, at a shallow stack (the
+  interpreter's recursion count leaks somewhere; not found yet).
+  """
+  total = Report(fuzzer)
+  start = time.monotonic()
+  failures = []
+  part = 0
+  while time.monotonic() - start < seconds and (args.keep_going
+                                                or not failures):
+    queue = context.Queue()
+    process = context.Process(target=_run, args=(
+        fuzzer, seconds - (time.monotonic() - start), seed + part,
+        args.round, args.tests, args.keep_going, args.rounds_per_process,
+        queue))
+    process.start()
+    report = None
+    while report is None:
+      try:
+        report = Report(**queue.get(timeout=5))
+      except queue_lib.Empty:
+        if not process.is_alive():
+          # It died (an import error, a crash of XLA) and sends nothing.
+          report = Report(fuzzer, failure=(
+              f'the process exited with code {process.exitcode} before'
+              ' reporting (its error is printed above)'))
+          args.keep_going = False  # it would die again
+    process.join()
+    part += 1
+    total.examples += report.examples
+    total.rounds += report.rounds
+    if report.failure:
+      failures.append(report.failure)
+  total.seconds = time.monotonic() - start
+  total.failure = '\n\n'.join(failures) or None
+  reports[slot] = total
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--minutes', type=float, required=True,
@@ -185,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--keep-going', action='store_true',
                       help='after a failure, go on with the next round'
                       ' (every failure is printed and reported)')
+  parser.add_argument('--rounds-per-process', type=int, default=10,
+                      help='rounds a fuzzer runs in one process before a'
+                      ' fresh one goes on')
   parser.add_argument('--json', default=None,
                       help='also write the reports to this file')
   args = parser.parse_args(argv)
@@ -192,29 +244,17 @@ def main(argv: list[str] | None = None) -> int:
   print(f'seed {seed}; {args.minutes} min each: {" ".join(args.fuzzers)}',
         flush=True)
   context = multiprocessing.get_context('spawn')
-  queue = context.Queue()
-  processes = [
-      context.Process(target=_run, args=(
-          fuzzer, args.minutes * 60, seed + i, args.round, args.tests,
-          args.keep_going, queue))
+  reports: list[Report] = [None] * len(args.fuzzers)  # type: ignore[list-item]
+  threads = [
+      threading.Thread(target=_chain, args=(
+          context, fuzzer, args.minutes * 60, seed + 1000 * i, args, reports,
+          i))
       for i, fuzzer in enumerate(args.fuzzers)
   ]
-  for process in processes:
-    process.start()
-  reports = []
-  while len(reports) < len(processes):
-    try:
-      reports.append(Report(**queue.get(timeout=5)))
-    except queue_lib.Empty:
-      # A fuzzer that died (an import error, a crash of XLA) sends nothing.
-      done = {r.fuzzer for r in reports}
-      for fuzzer, process in zip(args.fuzzers, processes):
-        if not process.is_alive() and fuzzer not in done:
-          reports.append(Report(fuzzer, failure=(
-              f'the process exited with code {process.exitcode} before'
-              ' reporting (its error is printed above)')))
-  for process in processes:
-    process.join()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
   print()
   for report in reports:
     print(report.line())
