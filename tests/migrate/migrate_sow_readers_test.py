@@ -484,10 +484,17 @@ class CaptureHazardTest(absltest.TestCase):
       warnings.simplefilter('ignore', DeprecationWarning)
       _, count = namespace['run'](namespace['Heads'](nnx.Rngs(0)), x)
     self.assertEqual(count, 1)
-    # Written by hand, the capture sees one more entry (__captures__),
-    # which is no head.
-    with self.assertRaises(TypeError):
-      nnx.capture(namespace['Heads'](nnx.Rngs(0)), nnx.Intermediate)(x)
+    # Written by hand with Flax 0.12.8's capture, the dict has one more
+    # entry (__captures__), which is no head: the hazard the flag names.
+    # The new nnx.capture (Flax's own in its tree) has no such entry.
+    if sow_legacy.is_available():
+      with sow_legacy.flax_methods(), self.assertRaises(TypeError):
+        sow_legacy.capture(namespace['Heads'](nnx.Rngs(0)),
+                           nnx.Intermediate)(x)
+    with sow_layout.overlay():
+      _, state = nnx.capture(namespace['Heads'](nnx.Rngs(0)),
+                             nnx.Intermediate)(x)
+    self.assertEqual(state['count'].get_value(), (1,))
 
   def test_an_object_of_unknown_class_may_be_any_model_of_the_project(self):
     source = _read(os.path.join(_DATA, 'flag_capture_hazard.input.py'))
