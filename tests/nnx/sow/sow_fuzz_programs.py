@@ -721,28 +721,9 @@ class Oracle:
                else node.index)
       return self.ev(node.branches[index], x, grad)
     if isinstance(node, Vmap):
-      offs = _offsets(node.size)
-      outs, per_example = [], []
-      before = dict(self.counts)
-      for k in range(node.size):
-        # The examples run as one execution of each sow: the same indices.
-        self.counts = dict(before)
-        out, r = self.ev(node.body, jnp.sin(x + offs[k]), grad)
-        outs.append(out)
-        per_example.append(r)
-      return (functools.reduce(lambda a, b: a + b, outs),
-              stack_examples(per_example))
+      return self._examples(node.body, x, node.size, grad)
     if isinstance(node, ShardMap):  # as a Vmap: one shard per example
-      offs = _offsets(SHARDS)
-      outs, per_shard = [], []
-      before = dict(self.counts)
-      for k in range(SHARDS):
-        self.counts = dict(before)
-        out, r = self.ev(node.body, jnp.sin(x + offs[k]), grad)
-        outs.append(out)
-        per_shard.append(r)
-      return (functools.reduce(lambda a, b: a + b, outs),
-              stack_examples(per_shard))
+      return self._examples(node.body, x, SHARDS, grad)
     if isinstance(node, Grad):
       assert grad is None, 'no Grad inside a Grad'
       return self._grad(node, x)
@@ -790,6 +771,21 @@ class Oracle:
         recs += r
       return x, recs
     raise TypeError(node)
+
+  def _examples(self, body, x, size: int, grad):
+    """``body`` on ``size`` offset copies of ``x``: a vmap's examples, a
+    shard_map's shards. The outputs summed, the records stacked."""
+    offs = _offsets(size)
+    outs, per_example = [], []
+    before = dict(self.counts)
+    for k in range(size):
+      # The examples run as one execution of each sow: the same indices.
+      self.counts = dict(before)
+      out, r = self.ev(body, jnp.sin(x + offs[k]), grad)
+      outs.append(out)
+      per_example.append(r)
+    return (functools.reduce(lambda a, b: a + b, outs),
+            stack_examples(per_example))
 
   def _without_counting(self, node, x, grad):
     """``ev`` of a pass that does not run the program (a dry run, a pass of
