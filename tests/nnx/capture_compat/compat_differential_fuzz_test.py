@@ -51,6 +51,7 @@ import parity_test
 import sow_fuzz_models as fm
 import sow_legacy
 import sow_layout
+import sow_testing
 
 # Flax 0.12.8's failures that the behavior-changes guide lists (its table
 # "Failures of 0.12.8 that the new implementation fixes"), as the errors it
@@ -115,12 +116,6 @@ def _taps_apply(spec, call: fm.CallSpec) -> bool:
     return True
 
   return plain(spec)
-
-
-def _flat_state(state) -> list[tuple[tuple[tp.Any, ...], tp.Any]]:
-  """(path, value) of each Variable of ``state``."""
-  return [(tuple(path), variable.get_value())
-          for path, variable in nnx.to_flat_state(state)]
 
 
 def _legacy_failure(error: BaseException) -> str | None:
@@ -262,7 +257,8 @@ class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
     answer) that path with one component replaced by ``'*'``.
     """
     hypothesis.event('taps compared with method_outputs')
-    calls = {path[:-1]: value for path, value in _flat_state(legacy_outputs)
+    calls = {path[:-1]: value
+             for path, _, value in sow_testing.flat(legacy_outputs)
              if path[-1] == '__call__'}
     patterns = sorted(calls, key=repr)
     self.assertNotEmpty(patterns, 'method_outputs saw no __call__')

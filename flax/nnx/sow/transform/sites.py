@@ -126,9 +126,15 @@ def vmaps_of(eqn: core.JaxprEqn) -> int:
 
 def vmaps_in(source_info: tp.Any) -> int:
   """``vmaps_of`` an equation staged with ``source_info``."""
+  return _vmaps_in_stack(source_info.name_stack.stack)
+
+
+# Every executed sow of an eager capture asks; a program has few stacks.
+@functools.lru_cache(maxsize=256)
+def _vmaps_in_stack(stack: tuple[tp.Any, ...]) -> int:
   return sum(
       1
-      for part in _without_repeated_contexts(source_info.name_stack.stack)
+      for part in _without_repeated_contexts(stack)
       if isinstance(part, _jax.Transform) and part.name == 'vmap'
   )
 

@@ -214,9 +214,7 @@ def _while(scope: Scope, eqn, invals):
       scope.request.bounds.on_overflow == 'truncate',
       t.planted_sites, lengths
   )
-  # As `_while_jaxprs` decides: a count if a site appends (a sown value
-  # without leaves still has its count) or is planted.
-  counted = any(b is not None for b in bounds) or bool(planted)
+  counted = _counts_steps(bounds, t.planted_sites)
   buffers, count = [], None
   if counted:
     buffers, count = _buffers(
@@ -323,6 +321,12 @@ def _check_planted(eqn, count, held, site: Site) -> None:
   _when_known(check, count, held)
 
 
+def _counts_steps(bounds, planted_sites) -> bool:
+  """Whether the loop carries a step count: a site appends (a sown value
+  without leaves too) or is planted."""
+  return any(b is not None for b in bounds) or bool(planted_sites)
+
+
 def _buffers(body: core.ClosedJaxpr, at: int, n_buffers: int):
   """Zero buffers of each bound's steps, and the step count: of the types
   the body takes them with (inputs ``at`` on), as a carry must be."""
@@ -417,7 +421,7 @@ def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
   indices, as extra carries, and the hoisted values and the planted values
   of every step as body constants."""
   n_stacked = sum(s.num_leaves for s in planted_sites)
-  if any(b is not None for b in bounds) or planted_sites:
+  if _counts_steps(bounds, planted_sites):
     new_body = _appending_body(closed, sites, bounds, n_consts, n_carry,
                                n_fns, n_hoisted, count_shape, truncate,
                                planted_sites, lengths)
