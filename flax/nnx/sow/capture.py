@@ -26,6 +26,7 @@ from flax.nnx import variablelib
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import staged_sows
 from flax.nnx.sow.transform import steps
 from flax.nnx.sow.lift import module_paths
@@ -406,6 +407,7 @@ def _call_eagerly(f, selection, bounds, args, kwargs):
   :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
   scope = Scope(Request(selection, bounds=bounds))
   out = eager.run(scope, lambda: graph_calls.call_directly(f, args, kwargs))
+  check_selected(selection, scope.records, lambda: scope.passed)
   return out, collect(scope.records, bounds)
 
 
@@ -426,7 +428,82 @@ def _call_staged(f, selection, bounds, args, kwargs):
         staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope,
         staged.harvested,
     )
+    check_selected(
+        selection, scope.records,
+        lambda: primitive.sow_keys(staged.jaxpr.jaxpr),
+    )
     return staged.unflatten_out(out_flat), collect(scope.records, bounds)
+
+
+def check_selected(
+    selection: Selection,
+    records: tp.Sequence[Record],
+    sown: tp.Callable[[], tp.Iterable[tuple[primitive.Name, tp.Hashable]]],
+) -> None:
+  """Raises if a name, pattern or tag of ``selection`` selected no sow.
+
+  A selection that matches nothing is a typo far more often than a wish for
+  an empty result, so it is an error naming the closest names the call does
+  sow (``sown()``: the (name, tag) of its other sows, asked only then).
+  """
+  missing = selection.unmatched({site.name for site, _ in records})
+  if missing == []:
+    return
+  keys = set(sown()) | {(site.name, site.tag) for site, _ in records}
+  all_names = sorted({name for name, _ in keys}, key=names_lib.spell)
+  given = selection.given
+  if missing is None:  # nothing selected at all
+    asked = []
+    if given is not None:
+      asked.append(f'names={given!r}')
+    if selection.tag is not None:
+      asked.append(f'tag={selection.tag!r}')
+    lines = [f'capture({", ".join(asked)}) selected no sow of this call.']
+    missing = sorted(selection.names or (), key=repr) + list(
+        selection.patterns
+    )
+  else:
+    with_tag = '' if selection.tag is None else f' with tag={selection.tag!r}'
+    lines = [
+        f'capture: {", ".join(map(repr, missing))} selected no sow{with_tag}'
+        ' of this call.'
+    ]
+  if isinstance(given, tuple) and given in all_names:
+    lines.append(
+        f'A tuple of names is a collection of {len(given)} names; to select'
+        f' the tuple name {given!r}, put it in a list: names=[{given!r}].'
+    )
+  if not all_names:
+    lines.append('The call sows nothing.')
+  else:
+    close = []
+    for k in missing:
+      if not any(names_lib.matches(k, name) for name in all_names):
+        close.extend(names_lib.closest(k, all_names))
+    if close:
+      lines.append(
+          'Closest names it sows: '
+          + ', '.join(map(repr, dict.fromkeys(close))) + '.'
+      )
+    shown = ', '.join(map(repr, all_names[:_NAMES_SHOWN]))
+    more = len(all_names) - _NAMES_SHOWN
+    lines.append(
+        f'It sows {len(all_names)} name(s): {shown}'
+        + (f' and {more} more' if more > 0 else '') + '.'
+    )
+    if selection.tag is not None:
+      tags = sorted({repr(tag) for _, tag in keys})
+      lines.append(f'Its tags: {", ".join(tags)}.')
+      for k in missing:
+        other = sorted({
+            repr(tag) for name, tag in keys if names_lib.matches(k, name)})
+        if other:
+          lines.append(f'{k!r} is sown with tag {", ".join(other)}.')
+  raise ValueError(' '.join(lines))
+
+
+# How many of a call's names an error message lists.
+_NAMES_SHOWN = 20
 
 
 def collect(records: tp.Sequence[Record],

@@ -274,6 +274,24 @@ def selects(tag, spec, record) -> bool:
   return is_tuple_name(record.name)
 
 
+class SelectsNothing(Exception):
+  """The oracle's reading of a capture whose selection selects no sow: the
+  capture raises ``ValueError`` (the call's first such capture does)."""
+
+
+def selects_nothing(tag, spec, inner) -> str:
+  """What of a capture's selection selected none of ``inner`` (the records
+  it collects), or ``''``: a tag or a name that matches nothing is an error,
+  a predicate's empty answer is not."""
+  if spec is not None and spec[0] == 'pred':
+    return ''
+  if spec is None:
+    return '' if tag is None or inner else f'tag={tag!r}'
+  wanted = [spec[1]] if spec[0] == 'one' else list(spec[1])
+  got = {r.name for r in inner}
+  return ', '.join(repr(n) for n in wanted if n not in got)
+
+
 def _op(node: Op, x):
   y = x * node.c if node.kind == 'mul' else x + node.c
   return jnp.sin(y) if node.fn == 'sin' else jnp.tanh(y)
@@ -337,6 +355,20 @@ def _sows(node) -> bool:
               else (node.body,) if getattr(node, 'body', None) is not None
               else ())
   return any(map(_sows, children))
+
+
+def sown_names(node) -> list:
+  """The names the sows and loops of ``node`` sow, in program order."""
+  found = []
+  if isinstance(node, (Sow, While)):
+    found.append(node.name)
+  children = (node.children if isinstance(node, Seq)
+              else node.branches if isinstance(node, Cond)
+              else (node.body,) if getattr(node, 'body', None) is not None
+              else ())
+  for child in children:
+    found += [n for n in sown_names(child) if n not in found]
+  return found
 
 
 def capture_bounds(node, within: tp.Optional[Capture] = None) -> dict:
@@ -744,6 +776,9 @@ class Oracle:
                if not r.backward and selects(node.tag, node.names, r)]
       outer = [r for r in recs
                if r.backward or not selects(node.tag, node.names, r)]
+      unmatched = selects_nothing(node.tag, node.names, inner)
+      if unmatched:
+        raise SelectsNothing(f'capture {node.ident}: {unmatched}')
       collected = collect(inner)
       self.capture_names.setdefault(node.ident, set()).add(tuple(collected))
       entries = tuple(tuple(r.value_tree() for r in rs)
@@ -955,16 +990,21 @@ class Generator:
       # Like a vmap: a cond inside takes a constant index.
       return ShardMap(self.seq(dataclasses.replace(inner, in_vmap=True)))
     if kind == 'capture':
+      ident = self._ident()
+      body = self.seq(inner)
+      # Mostly names the body sows: a name it does not sow is an error
+      # (drawn too, but it ends the check of the program there).
+      pool = sown_names(body) if self.one_of([True, True, False]) else ()
+      pool = tuple(pool) or NAMES
       names = self.one_of([None, 'one', 'set', 'pred'])
       if names == 'one':
-        names = ('one', self.one_of(NAMES))
+        names = ('one', self.one_of(pool))
       elif names == 'set':
         names = ('set', tuple(sorted(
-            {self.one_of(NAMES), self.one_of(NAMES)}, key=repr)))
+            {self.one_of(pool), self.one_of(pool)}, key=repr)))
       elif names == 'pred':
         names = ('pred',)
-      return Capture(self._ident(), self.one_of(TAGS), names,
-                     self.seq(inner))
+      return Capture(ident, self.one_of(TAGS), names, body)
     if kind == 'grad':
       return Grad(self.seq(dataclasses.replace(inner, in_grad=True)))
     if kind == 'while':

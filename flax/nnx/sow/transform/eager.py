@@ -122,6 +122,8 @@ class EagerTrace(jax.core.Trace):
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
+      for sub in core.jaxprs_in_params(params):
+        self.scope.passed.update(primitive.sow_keys(sub))
       rule = interpreter.higher_order_rule(prim, params, self.scope.request)
     if rule is not None:
       eqn = _equation(prim, args, params)
@@ -141,6 +143,7 @@ class EagerTrace(jax.core.Trace):
 
   def _sow(self, args, params):
     if not self.scope.request.handles(params):
+      self.scope.passed.add((params['sow_name'], params['tag']))
       return self._forward(primitive.sow_p, args, params)
     leaves = [as_array(a) for a in args]
     site = site_at(params, leaves, source_info_util.current())

@@ -52,6 +52,7 @@ follow the effect through every cache and nesting.
 from __future__ import annotations
 
 import contextlib
+import re
 import typing as tp
 
 import jax
@@ -265,16 +266,37 @@ def check_name(name: tp.Any, *, where: str) -> Name:
   are the same name.
   """
   if isinstance(name, str):
-    return name
+    return _untraced(name, name, where=where)
   if isinstance(name, tuple) and name:
     parts = [name_part(part) for part in name]
     checked = [part for part in parts if part is not None]
     if len(checked) == len(parts):
+      for part in checked:
+        if isinstance(part, str):
+          _untraced(part, name, where=where)
       return tuple(checked)
   raise TypeError(
       f'{where}: name must be a str or a non-empty tuple of str/int, got'
       f' {name!r} of type {type(name).__name__}.'
   )
+
+
+# A tracer formatted into a string (`f'h{i}'` with a traced `i`) leaves its
+# repr there: `JitTracer(~int32[])`, `VmapTracer(...)`, `GradTracer(...)`.
+_TRACER_TEXT = re.compile(r'[A-Za-z]*Tracer[(<]|Traced<')
+
+
+def _untraced(text: str, name: tp.Any, *, where: str) -> str:
+  """Refuses a name formatted from a traced value: it holds the tracer's
+  repr, which changes from trace to trace, so no selection could name it."""
+  if _TRACER_TEXT.search(text):
+    raise TypeError(
+        f'{where}: the name {name!r} was formatted from a traced value. A'
+        ' name is static: build it from Python values (the index of a Python'
+        ' loop), or sow the traced value under a fixed name (lax.scan and'
+        ' fori_loop stack its entries along the loop axis).'
+    )
+  return text
 
 
 def name_part(part: tp.Any) -> str | int | None:
@@ -361,8 +383,24 @@ def flatten_value(value: tp.Any, *, where: str):
           f' {leaf!r} of type {type(leaf).__name__} at'
           f' value{jax.tree_util.keystr(path)}.'
       )
+    if isinstance(leaf, (np.ndarray, np.generic)) and not _is_numeric(
+        leaf.dtype
+    ):
+      # JAX has no arrays of strings, objects or dates: say so here rather
+      # than let its conversion fail with a message naming no sow.
+      raise TypeError(
+          f'{where}: a NumPy array of dtype {leaf.dtype} cannot be sown (JAX'
+          ' arrays are numeric or boolean), at'
+          f' value{jax.tree_util.keystr(path)}.'
+      )
     leaves.append(_as_jax_array(leaf))
   return leaves, treedef
+
+
+def _is_numeric(dtype: np.dtype) -> bool:
+  # `jnp.issubdtype` knows ml_dtypes (bfloat16, float8...), which NumPy
+  # files under the 'V' kind of structured types.
+  return dtype == np.bool_ or jax.numpy.issubdtype(dtype, np.number)
 
 
 MODES = ('append', 'clobber')

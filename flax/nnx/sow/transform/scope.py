@@ -73,6 +73,10 @@ class Scope:
     # vmaps on the call equations whose bodies are being evaluated in place
     # (see `inlined`): for the sites found there, they are inner vmaps.
     self.inline_vmaps = 0
+    # The (name, tag) of the sows an eager interpretation met and did not
+    # handle, for a message naming what a call sows (a staged one reads
+    # them from its jaxpr).
+    self.passed: set[tuple[primitive.Name, tp.Hashable]] = set()
 
   def here(self, site: Site, via: core.JaxprEqn | None = None) -> Site:
     """``site`` as seen from this scope's root jaxpr.

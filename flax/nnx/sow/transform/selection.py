@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import typing as tp
 
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
 
 NameFilter = tp.Union[
@@ -48,15 +49,29 @@ class Selection:
   Attributes:
     tag: only sows with this tag are selected; ``None`` selects every tag.
     names: ``None`` (every name), a frozenset of names, or a predicate.
+    patterns: patterns over spelled names (``names.Pattern``); a sow is
+      selected if ``names`` holds its name or a pattern matches it.
   """
 
   tag: tp.Hashable = None
   names: tp.Union[None, frozenset, tp.Callable[[tp.Any], bool]] = None
+  patterns: tuple[names_lib.Pattern, ...] = ()
+  # The `names` argument as the user wrote it, for messages; not part of
+  # what the selection is (caches compare selections by what they select).
+  given: tp.Any = dataclasses.field(default=None, compare=False)
 
   @classmethod
   def make(cls, *, tag: tp.Hashable, names: NameFilter, where: str):
     tag = primitive.check_static(tag, what='tag', where=where)
-    return cls(tag=tag, names=_name_filter(names, where=where))
+    if names is None or callable(names):
+      return cls(tag=tag, names=names, given=names)
+    keys = _keys(names, where=where)
+    return cls(
+        tag=tag,
+        names=frozenset(k for k in keys if not _is_pattern(k)),
+        patterns=tuple(dict.fromkeys(k for k in keys if _is_pattern(k))),
+        given=names,
+    )
 
   def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
     """Whether the sow equation with these ``params`` is selected."""
@@ -66,13 +81,21 @@ class Selection:
       return True
     # A name predicate is matched only once `resolve` made it the set of
     # names it selects (every capture does so before interpreting).
-    return params['sow_name'] in tp.cast(frozenset, self.names)
+    name = params['sow_name']
+    if name in tp.cast(frozenset, self.names):
+      return True
+    return any(pattern.matches(name) for pattern in self.patterns)
 
   @property
   def by_predicate(self) -> bool:
     """Whether names are chosen by a predicate, which :meth:`resolve` asks
     about the names of a whole program."""
     return callable(self.names)
+
+  @property
+  def everything(self) -> bool:
+    """Whether every sow is selected (no tag, no names)."""
+    return self.tag is None and self.names is None
 
   def resolve(
       self,
@@ -94,17 +117,48 @@ class Selection:
         name for name, tag in keys() if self.tag is None or tag == self.tag
     }
     return Selection(
-        tag=self.tag, names=frozenset(filter(self.names, candidates))
+        tag=self.tag,
+        names=frozenset(filter(self.names, candidates)),
+        given=self.given,
     )
 
+  def unmatched(
+      self, selected: tp.Collection[primitive.Name]
+  ) -> list[names_lib.Key] | None:
+    """The names and patterns of this selection that selected none of the
+    names ``selected`` (those of the sows a call recorded under it): ``[]``
+    if each selected some (or names are chosen by a predicate), ``None`` if
+    the selection selected nothing at all (by tag, or an empty collection
+    of names).
 
-def _name_filter(names: NameFilter, *, where: str):
-  if names is None or callable(names):
-    return names
+    Raises ``ValueError`` for a pattern without wildcards that spells two of
+    them (see ``names.resolve``).
+    """
+    if self.everything or self.given is not None and callable(self.given):
+      # A predicate is a filter in code, asked about the names each call
+      # sows (a smaller input may sow fewer): that it selects none of them
+      # is an answer, where a name or pattern that matches nothing is a typo.
+      return []
+    if not selected:
+      return None
+    missing: list[names_lib.Key] = sorted(
+        (self.names or frozenset()) - set(selected), key=repr
+    )
+    for pattern in self.patterns:
+      if not names_lib.resolve(pattern, selected, where='names'):
+        missing.append(pattern)
+    return missing
+
+
+def _is_pattern(key: tp.Any) -> bool:
+  return isinstance(key, names_lib.Pattern)
+
+
+def _keys(names: NameFilter, *, where: str) -> list[names_lib.Key]:
   if isinstance(names, str):
-    return frozenset([names])
+    return [names_lib.key(names, where=where)]
   if isinstance(names, (list, tuple, set, frozenset)):
-    return frozenset(primitive.check_name(n, where=where) for n in names)
+    return [names_lib.key(n, where=where) for n in names]
   raise TypeError(
       f'{where}: names must be None, a name, a collection of names or a'
       f' predicate, got {names!r} of type {type(names).__name__}.'

@@ -243,7 +243,10 @@ class SelectionTest(parameterized.TestCase):
       ('names', dict(names=['a', ('layer', 0)]), ['a', ('layer', 0)]),
       ('predicate', dict(names=lambda n: isinstance(n, tuple)),
        [('layer', 0)]),
-      ('tag_and_names', dict(tag='act', names={'b', 'c'}), ['b']),
+      ('tag_and_names', dict(tag='act', names={'b'}), ['b']),
+      ('pattern', dict(names='layer.*'), [('layer', 0)]),
+      ('spelled', dict(names=['layer.0', 'a']), ['a', ('layer', 0)]),
+      ('glob', dict(names='*'), ['a', 'b', 'c']),
   )
   def test_select(self, kwargs, expected):
     _, collected = capture(self.f, **kwargs)(X)

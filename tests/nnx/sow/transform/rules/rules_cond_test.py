@@ -69,8 +69,11 @@ class CondTest(parameterized.TestCase):
         ValueError, r'(?s)branches of a cond/switch.*branch 0 sows.*branch 1'
     ):
       capture(f)(X)
-    out, _ = capture(f, names=['unrelated'])(X)  # nothing selected: runs
+    # With the cond's sows not selected, it runs.
+    g = lambda x: f(sow(x, name='unrelated'))
+    out, collected = capture(g, names=['unrelated'])(X)
     np.testing.assert_array_equal(out, f(X))
+    self.assertEqual(list(collected), ['unrelated'])
 
   def test_deep_nesting(self):
     # jit inside scan inside cond inside custom_vjp.
