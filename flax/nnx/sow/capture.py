@@ -48,8 +48,72 @@ class Collected(dict):
 
   A plain ``dict`` subclass, registered as a pytree that keeps insertion
   order: JAX sorts the keys of a plain ``dict``, which fails for a mix of
-  ``str`` and tuple names and would reorder them.
+  ``str`` and tuple names and would reorder them. Its keys are the names
+  themselves; an item may also be read by the name's dotted spelling (see
+  :mod:`flax.nnx.sow.transform.names`), and :meth:`one` reads a name sown
+  once without ``[0]``.
+
+  Example::
+
+    >>> import jax.numpy as jnp
+    >>> from flax.nnx.sow import capture, sow
+    >>> def f(x):
+    ...   return sow(x + 1, name=('layers', 0, 'h'))
+    >>> _, collected = capture(f)(jnp.zeros(2))
+    >>> collected['layers.0.h'] is collected[('layers', 0, 'h')]
+    True
+    >>> collected.one('layers.0.h')
+    Array([1., 1.], dtype=float32)
   """
+
+  def __getitem__(self, key):
+    try:
+      return super().__getitem__(key)
+    except (KeyError, TypeError):
+      pass
+    return super().__getitem__(self._name(key))
+
+  def __contains__(self, key):
+    try:
+      return super().__contains__(key) or (
+          isinstance(key, str) and self._name(key) is not None
+      )
+    except (KeyError, TypeError):
+      return False
+
+  def get(self, key, default=None):
+    return self[key] if key in self else default
+
+  def one(self, key: tp.Any) -> tp.Any:
+    """The one value sown under ``key`` (a name or its spelling); raises if
+    the call sowed it another number of times."""
+    entries = self[key]
+    if len(entries) != 1:
+      raise ValueError(
+          f'Collected.one: {key!r} was sown {len(entries)} times; read an'
+          f' entry with [{key!r}][i].'
+      )
+    return entries[0]
+
+  def _name(self, key: tp.Any) -> primitive.Name:
+    """The collected name a spelled ``key`` names (never a pattern)."""
+    if not isinstance(key, str):
+      raise KeyError(key)
+    spelled = names_lib.Pattern(parts=tuple(key.split('.')), text=key)
+    if spelled.wild:
+      raise KeyError(
+          f'{key!r} is a pattern: select the names it matches with'
+          f' capture(f, names={key!r}), or read one name.'
+      )
+    found = names_lib.resolve(spelled, self, where='Collected')
+    if not found:
+      close = names_lib.closest(key, self)
+      raise KeyError(
+          f'{key!r} is not a name nor the spelling of a name collected here'
+          + (f'; closest: {", ".join(map(repr, close))}' if close else '')
+          + '.'
+      )
+    return found[0]
 
 
 jax.tree_util.register_pytree_with_keys(
@@ -123,12 +187,18 @@ def capture(
   Args:
     f: the function to run.
     tag: only capture sows with this tag; ``None`` captures every tag.
-    names: only capture these names: ``None`` (all), a name, a collection of
-      names (a tuple here is a collection; to select a tuple name, put it in
-      a collection), or a predicate on names. A predicate is asked about the
-      names the call sows, on each call, and compiled programs are kept per
-      set of names selected: a new ``lambda`` selecting the same names
-      compiles nothing.
+    names: only capture these names: ``None`` (all), a name or pattern, a
+      collection of names and patterns (a tuple here is a collection; to
+      select a tuple name, put it in a collection), or a predicate on
+      names. A name may be given by its dotted spelling
+      (``'layers.1.mlp.__call__.output'``) and a pattern has ``'*'`` (one
+      component) or ``'**'`` (any number): see
+      :mod:`flax.nnx.sow.transform.names`. A name, pattern or tag that
+      selects no sow of the call is an error naming the closest names it
+      sows. A predicate is a filter, asked about the names the call sows, on
+      each call (selecting none of them is not an error); compiled programs
+      are kept per set of names selected: a new ``lambda`` selecting the
+      same names compiles nothing.
     max_steps: how many steps of a ``while_loop`` each of its appending sows
       keeps: an int for every name, or ``{name: int}`` (each name must be
       sown so). ``None``: such a sow is an error.
@@ -468,10 +538,11 @@ def check_selected(
         f'capture: {", ".join(map(repr, missing))} selected no sow{with_tag}'
         ' of this call.'
     ]
-  if isinstance(given, tuple) and given in all_names:
+  if isinstance(given, tuple) and _names_something(given, all_names):
     lines.append(
         f'A tuple of names is a collection of {len(given)} names; to select'
-        f' the tuple name {given!r}, put it in a list: names=[{given!r}].'
+        f' the tuple name or pattern {given!r}, put it in a list:'
+        f' names=[{given!r}].'
     )
   if not all_names:
     lines.append('The call sows nothing.')
@@ -500,6 +571,14 @@ def check_selected(
         if other:
           lines.append(f'{k!r} is sown with tag {", ".join(other)}.')
   raise ValueError(' '.join(lines))
+
+
+def _names_something(given: tuple, all_names: list[primitive.Name]) -> bool:
+  try:
+    k = names_lib.key(given)
+  except (TypeError, ValueError):
+    return False
+  return any(names_lib.matches(k, name) for name in all_names)
 
 
 # How many of a call's names an error message lists.

@@ -19,6 +19,7 @@ import functools
 import typing as tp
 
 from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import planting
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.lift import graph_calls
@@ -60,6 +61,15 @@ def plant(
   invariants. ``fn`` sees the value as the sow in ``f`` sees it: for a sow
   under a ``jax.vmap`` in ``f``, one example at a time.
 
+  A key may also be a name's dotted spelling (``'layers.1.h'``) or a
+  pattern (``'layers.*.h'``, ``('layers', '*', 'h')``; see
+  :mod:`flax.nnx.sow.transform.names`). A pattern takes one function for
+  every sow it selects, called as ``fn(value, index, name)`` with the
+  static name it plants at, so a layer index ``name[1]`` can be compared
+  with a traced selector; ``index`` counts the executions of that name. A
+  pattern that selects no sow of the call, or a name two keys select, is an
+  error.
+
   Example::
 
     >>> import jax, jax.numpy as jnp
@@ -81,11 +91,23 @@ def plant(
     >>> # One compiled program for every layer: the second one is zeroed.
     >>> jax.jit(lambda l: plant(layers, {'h': ablate(l)})(jnp.ones(2)))(1)
     Array([1., 1.], dtype=float32)
+    >>> def named_layers(x):
+    ...   for i in range(3):
+    ...     x = sow(x + 1, name=('layers', i, 'h'))
+    ...   return x
+    >>> zero = lambda layer: lambda value, index, name: jnp.where(
+    ...     name[1] == layer, 0.0, value)
+    >>> # Every layer's ablation in one batched program.
+    >>> jax.vmap(lambda l: plant(named_layers, {'layers.*.h': zero(l)})(
+    ...     jnp.ones(1)))(jnp.arange(3))
+    Array([[2.],
+           [1.],
+           [0.]], dtype=float32)
 
   Args:
     f: the function to run.
     values: ``{name: (value, ...)}``, one value per sow of that name, or
-      ``{name: fn}``; both kinds may be mixed.
+      ``{name: fn}``, or ``{pattern: fn}``; the kinds may be mixed.
     tag: only plant into sows with this tag; ``None`` plants into any.
 
   Returns:
@@ -97,22 +119,22 @@ def plant(
     )
   values = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
-  fn_names = tuple(name for name, entry in values.items() if callable(entry))
-  request = Request(
-      selection,
-      collect=False,
-      planted=Selection(names=frozenset(values)),
-      fn_names=fn_names,
-      refuse_unread=True,
-  )
+  by_pattern = any(isinstance(k, names_lib.Pattern) for k in values)
+  fixed = None if by_pattern else _request(selection, values)
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
     with graph_calls.staged(f, args, kwargs) as staged:
+      entries = values
+      if by_pattern:  # the names the patterns select in this program
+        entries = _resolve(values, staged.jaxpr.jaxpr, tag)
+      request = fixed or _request(selection, entries)
       # Per call: what it transforms holds the tracers the functions close
       # over.
-      fns = planting.Functions({name: values[name] for name in fn_names})
-      planter = planting.ValuesPlanter(values, fns)
+      fns = planting.Functions(
+          {name: entries[name] for name in request.fn_names}
+      )
+      planter = planting.ValuesPlanter(entries, fns)
       scope = Scope(request, planter, fns)
       out_flat = interpreter.evaluate(
           staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
@@ -123,6 +145,62 @@ def plant(
   return planted
 
 
+def _request(selection: Selection, entries: dict[primitive.Name, tp.Any]):
+  return Request(
+      selection,
+      collect=False,
+      planted=Selection(names=frozenset(entries)),
+      fn_names=tuple(name for name, e in entries.items() if callable(e)),
+      refuse_unread=True,
+  )
+
+
+def _resolve(
+    values: dict[names_lib.Key, tp.Any], jaxpr: tp.Any, tag: tp.Hashable
+) -> dict[primitive.Name, tp.Any]:
+  """``values`` by the names of the program ``jaxpr`` its keys select.
+
+  A pattern's function is called with the name it plants at; a pattern
+  that selects no sow, or a name two keys select, is an error.
+  """
+  sown = sorted(
+      {name for name, t in primitive.sow_keys(jaxpr)
+       if tag is None or t == tag},
+      key=names_lib.spell,
+  )
+  entries: dict[primitive.Name, tp.Any] = {}
+  by: dict[primitive.Name, names_lib.Key] = {}
+  for k, entry in values.items():
+    if not isinstance(k, names_lib.Pattern):
+      found = [k]
+    else:
+      found = names_lib.resolve(k, sown, where='plant')
+      if not found:
+        close = names_lib.closest(k, sown)
+        raise ValueError(
+            f'plant: the pattern {k.text!r} selects no sow of this call'
+            + (f'; closest names: {", ".join(map(repr, close))}' if close
+               else '; it sows nothing' if not sown else '')
+            + '.'
+        )
+    for name in found:
+      if name in by:
+        raise ValueError(
+            f'plant: {name!r} is selected by both {by[name]!r} and {k!r};'
+            ' give each sow one entry.'
+        )
+      by[name] = k
+      if isinstance(k, names_lib.Pattern) and callable(entry):
+        entries[name] = functools.partial(_called_with_name, entry, name)
+      else:
+        entries[name] = entry
+  return entries
+
+
+def _called_with_name(fn, name, value, index):
+  return fn(value, index, name)
+
+
 def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
   if not isinstance(values, tp.Mapping):
     raise TypeError(
@@ -131,10 +209,16 @@ def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
     )
   checked = {}
   for name, entries in values.items():
-    name = primitive.check_name(name, where='plant')
+    name = names_lib.key(name, where='plant')
     if callable(entries):  # fn(value, index) -> the value to plant
       checked[name] = entries
       continue
+    if isinstance(name, names_lib.Pattern) and name.wild:
+      raise TypeError(
+          f'plant: values[{name.text!r}] is a pattern, which takes a'
+          ' function fn(value, index, name) called at each sow it selects;'
+          f' got {type(entries).__name__}.'
+      )
     if not isinstance(entries, (tuple, list)):
       raise TypeError(
           f'plant: values[{name!r}] must be a tuple with one value per sow'
