@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import typing as tp
 
 from flax.nnx.sow.lift import taps
@@ -25,9 +26,10 @@ def tap(
     f: tp.Callable[..., tp.Any],
     *patterns: taps.Pattern,
     methods: tp.Sequence[str] = ('__call__',),
-    inputs: bool = True,
+    inputs: taps.Inputs = True,
     outputs: bool = True,
     tag: tp.Hashable = None,
+    mode: str = 'append',
 ) -> tp.Callable[..., tp.Any]:
   """Returns ``f`` with the calls of the modules at ``patterns`` sown.
 
@@ -43,8 +45,20 @@ def tap(
   changed: only the private copies the staging runs on. Outside any staging,
   ``tap(f)`` just calls ``f``.
 
-  A pattern is a tuple of path components (``str`` or ``int``); ``'*'``
-  matches exactly one component, and ``()`` the root module.
+  A pattern is a tuple of path components (``str`` or ``int``), or its
+  dotted spelling (``'blocks.*.linear'``, digits read as ints): ``'*'``
+  matches exactly one component, ``'**'`` any number of them, ``'attn*'``
+  any component so beginning, a negative int counts from the last item
+  (``('blocks', -1)``), and ``()`` is the root module. A pattern that
+  matches no module, or only modules without the methods (a container such
+  as an ``nnx.List`` has no ``__call__``), is an error, as is a pattern
+  without wildcards matching such a module.
+
+  ``inputs=True`` sows a call's ``(args, kwargs)``; a hook usually wants one
+  argument: ``inputs=0`` (the first positional argument) or ``inputs='x'``
+  (the argument named ``x``, passed by position or keyword) sows just that
+  argument, as ``(*path, method, 'inputs', 0)`` or ``(*path, method,
+  'inputs', 'x')``, so a planted function takes and returns it directly.
 
   Example::
 
@@ -79,9 +93,12 @@ def tap(
       itself (its modules are named from it).
     *patterns: the module paths to tap.
     methods: the method names to watch on the matching modules.
-    inputs: sow the inputs of those calls.
+    inputs: sow the inputs of those calls: ``True`` (all), ``False``, or one
+      argument by position (int) or by parameter name (str).
     outputs: sow their outputs.
     tag: the tag of the sows.
+    mode: the mode of the sows: ``'clobber'`` keeps the last call's values,
+      as a tap inside a ``lax.while_loop`` needs (see :func:`sow`).
 
   Returns:
     A function with ``f``'s signature.
@@ -99,17 +116,39 @@ def tap(
       raise TypeError(
           f'tap: methods must be method names, got {method!r}.'
       )
+  if isinstance(inputs, bool) or inputs is None:
+    inputs = bool(inputs)
+  elif isinstance(inputs, int):
+    if inputs < 0:
+      raise ValueError(
+          f'tap: inputs={inputs} must be a position from 0 (or a parameter'
+          ' name).'
+      )
+  elif not isinstance(inputs, str) or not inputs.isidentifier():
+    raise TypeError(
+        'tap: inputs must be True, False, a position (int) or a parameter'
+        f' name (str), got {inputs!r}.'
+    )
   spec = taps.TapSpec(
       patterns=tuple(_check_pattern(p) for p in patterns),
       methods=tuple(methods),
-      inputs=bool(inputs),
+      inputs=inputs,
       outputs=bool(outputs),
       tag=primitive.check_static(tag, what='tag', where='tap'),
+      mode=primitive.check_mode(mode, where='tap'),
   )
   return taps.Tapped(f, spec)
 
 
 def _check_pattern(pattern: tp.Any) -> taps.Pattern:
+  if isinstance(pattern, str) and pattern:
+    # The dotted spelling of a module path: digits are item indices.
+    pattern = tuple(
+        int(part) if _INDEX.fullmatch(part) else part
+        for part in pattern.split('.')
+    )
+    if '' in pattern:
+      raise ValueError(f'tap: the pattern {pattern!r} has an empty component.')
   if isinstance(pattern, tuple):
     parts = []
     for part in pattern:
@@ -121,5 +160,8 @@ def _check_pattern(pattern: tp.Any) -> taps.Pattern:
       return tuple(parts)
   raise TypeError(
       'tap: a pattern is a tuple of module path components (str or int,'
-      f" '*' for any one component), got {pattern!r}."
+      f" '*' for any one component) or its dotted spelling, got {pattern!r}."
   )
+
+
+_INDEX = re.compile(r'-?[0-9]+')

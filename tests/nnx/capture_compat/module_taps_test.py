@@ -171,7 +171,7 @@ class TapTest(ModulesTestCase):
 
   def test_bad_patterns_and_methods_are_refused(self):
     with self.assertRaisesRegex(TypeError, 'a pattern is a tuple'):
-      tap(forward, 'blocks')
+      tap(forward, ['blocks'])
     # A part must be a str or an int: not a bool (True == 1 would match
     # block 1) nor a float.
     for part in (True, 1.0, None):

@@ -43,11 +43,19 @@ import jax
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
 
 PathParts = module_paths.PathParts
+# Components: a str (with '*' for any characters: '*' alone is any one
+# component), an int (negative: counted from the last sibling), or '**' for
+# any number of components.
 Pattern = tuple[tp.Union[str, int], ...]
 WILDCARD = '*'
+ANY_DEPTH = '**'
+# What a tap sows of a call's inputs: all of them (`True`), none, or one
+# argument by position or by name.
+Inputs = tp.Union[bool, int, str]
 
 _NOT_PLAIN = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -63,21 +71,31 @@ class TapSpec:
     methods: the method names it watches; ``None`` for the public methods
       (and ``__call__``) each class defines itself, as Flax 0.12.8's
       ``method_outputs`` wraps them.
-    inputs: sow ``(*path, method, 'inputs')``.
+    inputs: ``True``: sow ``(args, kwargs)`` as ``(*path, method,
+      'inputs')``; an int or str: sow that argument (by position, or by
+      parameter name whether passed so or by position) as ``(*path,
+      method, 'inputs', inputs)``; ``False``: none.
     outputs: sow ``(*path, method, 'output')``.
     tag: the tag of those sows.
+    mode: their mode (``'clobber'`` inside a ``while_loop``).
     on_output: instead of sowing the output, ``on_output(module, method,
       result)`` (``nnx.capture``'s ``method_outputs``).
   """
 
   patterns: tuple[Pattern, ...] | None
   methods: tuple[str, ...] | None
-  inputs: bool
+  inputs: Inputs
   outputs: bool
   tag: tp.Hashable
   on_output: tp.Callable[[tp.Any, str, tp.Any], None] | None = None
+  mode: str = 'append'
+  # The paths the patterns matched in the call being tapped (negative
+  # indices are resolved against its modules); `None`: match by pattern.
+  paths: frozenset[PathParts] | None = None
 
   def matches(self, path: PathParts) -> bool:
+    if self.paths is not None:
+      return path in self.paths
     if self.patterns is None:
       return True
     return any(_matches(pattern, path) for pattern in self.patterns)
@@ -91,10 +109,51 @@ class TapSpec:
     return method in self.method_names(cls) and self.matches(path)
 
 
-def _matches(pattern: Pattern, path: PathParts) -> bool:
-  return len(pattern) == len(path) and all(
-      part == WILDCARD or part == step for part, step in zip(pattern, path)
-  )
+def _matches(
+    pattern: Pattern,
+    path: PathParts,
+    siblings: tp.Callable[[PathParts], list[int]] = lambda prefix: [],
+) -> bool:
+  """Whether ``path`` matches ``pattern``; ``siblings(prefix)`` gives the
+  sorted int components after ``prefix`` (for negative indices)."""
+  if not pattern:
+    return not path
+  head, rest = pattern[0], pattern[1:]
+  if head == ANY_DEPTH:
+    return any(_matches(rest, path[i:], _after(siblings, path[:i]))
+               for i in range(len(path) + 1))
+  if not path:
+    return False
+  step = path[0]
+  if isinstance(head, int) and head < 0:
+    ints = siblings(())
+    ok = len(ints) >= -head and ints[head] == step
+  elif isinstance(head, str) and WILDCARD in head:
+    ok = head == WILDCARD or isinstance(step, str) and (
+        names_lib.component_matches(head, step))
+  else:
+    ok = head == step
+  return ok and _matches(rest, path[1:], _after(siblings, (step,)))
+
+
+def _after(siblings, prefix: PathParts):
+  if not prefix:
+    return siblings
+  return lambda more: siblings((*prefix, *more))
+
+
+def _wild(pattern: Pattern) -> bool:
+  return any(isinstance(part, str) and WILDCARD in part for part in pattern)
+
+
+def _class_attr(cls: type, name: str) -> tp.Any:
+  """``name`` as ``cls`` or a base defines it (not its metaclass: NNX's
+  ``PytreeMeta.__call__`` makes every Module class callable, not its
+  instances)."""
+  for klass in cls.__mro__:
+    if name in vars(klass):
+      return vars(klass)[name]
+  return None
 
 
 class Tapped:
@@ -118,7 +177,10 @@ class Tapped:
     if frame is None:
       return call()  # the sows would be identities
     modules = _matching(frame, self.spec, reach)
-    frame.taps.append(self.spec)
+    # Matched in this call: negative indices count its modules.
+    spec = dataclasses.replace(
+        self.spec, paths=frozenset(path for path, _ in modules))
+    frame.taps.append(spec)
     out = None
     watched: list[tuple[tp.Any, type]] = []
     try:
@@ -129,7 +191,7 @@ class Tapped:
     finally:
       restore(watched, graph_nodes.graph_nodes_in(out))
       popped = frame.taps.pop()
-      assert popped is self.spec
+      assert popped is spec
 
 
 def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
@@ -143,9 +205,14 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
         seen.add(id(module))
         candidates.append((path, module))
   assert spec.patterns is not None
+  by_prefix: dict[PathParts, list[int]] = {}
+  for path, _ in candidates:
+    if path and isinstance(path[-1], int):
+      by_prefix.setdefault(path[:-1], []).append(path[-1])
+  siblings = lambda prefix: sorted(by_prefix.get(prefix, ()))
   matched = []
   for pattern in spec.patterns:
-    hits = [(p, m) for p, m in candidates if _matches(pattern, p)]
+    hits = [(p, m) for p, m in candidates if _matches(pattern, p, siblings)]
     if not hits:
       known = ', '.join(repr(p) for p, _ in candidates[:8])
       raise ValueError(
@@ -153,17 +220,34 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
           f' arguments (module paths: {known or "none"}'
           f'{", ..." if len(candidates) > 8 else ""}).'
       )
-    matched.extend(hits)
-  for path, module in matched:
-    for method in spec.method_names(_base(type(module))):
-      attr = inspect.getattr_static(type(module), method, None)
-      if attr is None or not _method_like(attr):
-        raise TypeError(
-            f'tap: the {type(module).__name__} at {path!r} has no method'
-            f' {method!r} to tap.'
-        )
+    tapped = [(p, m) for p, m in hits if not _lacking(spec, m)]
+    if not tapped or not _wild(pattern) and len(tapped) < len(hits):
+      # A module without the method (a container such as an nnx.List):
+      # an error named as `methods=` names it, never nothing tapped.
+      path, module = next((p, m) for p, m in hits if _lacking(spec, m))
+      lacking = _lacking(spec, module)
+      items = [p for p, _ in candidates if p[:len(path)] == path
+               and len(p) == len(path) + 1]
+      hint = (f' Its items are {", ".join(map(repr, items[:4]))}'
+              f'{", ..." if len(items) > 4 else ""}: tap'
+              f' {(*path, WILDCARD)!r} for each.' if items else '')
+      raise TypeError(
+          f'tap: the pattern {pattern!r} matches the'
+          f' {type(module).__name__} at {path!r}, which has no method'
+          f' {lacking!r} to tap.{hint}'
+      )
+    matched.extend(tapped)
   unique = {id(m): (p, m) for p, m in matched}
   return list(unique.values())
+
+
+def _lacking(spec: TapSpec, module: tp.Any) -> str | None:
+  """The first method of ``spec`` that ``module`` has not, or ``None``."""
+  for method in sorted(spec.method_names(_base(type(module)))):
+    attr = _class_attr(type(module), method)
+    if attr is None or not _method_like(attr):
+      return method
+  return None
 
 
 def watch_for(frame, modules) -> list[tuple[tp.Any, type]]:
@@ -225,16 +309,23 @@ def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
       return attr(self, *args, **kwargs)
     path, specs = found
     base = module_paths.sow_name(path, name)
-    for tag in _tags(specs, 'inputs'):
-      args, kwargs = _sow_arrays(
-          (args, kwargs), name=(*base, 'inputs'), tag=tag
-      )
+    for tag, inputs, mode in _sows(specs, 'inputs'):
+      if inputs is True:
+        args, kwargs = _sow_arrays(
+            (args, kwargs), name=(*base, 'inputs'), tag=tag, mode=mode
+        )
+      else:
+        args, kwargs = _sow_argument(
+            attr, self, args, kwargs, inputs, path=path, method=name,
+            name=(*base, 'inputs', inputs), tag=tag, mode=mode,
+        )
     result = attr(self, *args, **kwargs)
     for spec in specs:
       if spec.on_output is not None:
         spec.on_output(self, name, result)
-    for tag in _tags(specs, 'outputs'):
-      result = _sow_arrays(result, name=(*base, 'output'), tag=tag)
+    for tag, _, mode in _sows(specs, 'outputs'):
+      result = _sow_arrays(result, name=(*base, 'output'), tag=tag,
+                           mode=mode)
     return result
 
   if isinstance(attr, types.FunctionType):
@@ -242,14 +333,75 @@ def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
   return method
 
 
-def _tags(specs: tp.Sequence[TapSpec], what: str) -> list[tp.Hashable]:
-  """The distinct tags ``specs`` sow ``what`` with: nested taps of the same
-  module sow it once per tag."""
-  tags: list[tp.Hashable] = []
+def _sows(
+    specs: tp.Sequence[TapSpec], what: str
+) -> list[tuple[tp.Hashable, tp.Any, str]]:
+  """The distinct (tag, what is sown, mode) of the sows ``specs`` ask for
+  ``what``: nested taps of the same module sow it once per tag."""
+  sows: list[tuple[tp.Hashable, tp.Any, str]] = []
   for spec in specs:
-    if spec.on_output is None and getattr(spec, what) and spec.tag not in tags:
-      tags.append(spec.tag)
-  return tags
+    chosen = getattr(spec, what)
+    key = (spec.tag, chosen, spec.mode)
+    if spec.on_output is None and chosen is not False and key not in sows:
+      sows.append(key)
+  return sows
+
+
+def _sow_argument(attr, module, args, kwargs, which: int | str, *, path,
+                  method: str, name, tag, mode):
+  """Sows the argument ``which`` (a position or a parameter name) of a call
+  ``attr(module, *args, **kwargs)`` and puts the sown value in its place."""
+  where = f'tap: {type(module).__name__}.{method} at {path!r}'
+
+  def sown(value):
+    if not any(map(primitive.is_array, jax.tree_util.tree_leaves(value))):
+      raise TypeError(
+          f'{where}: its argument {which!r} holds no array ({value!r}), so'
+          ' there is nothing to sow; tap an argument that is an array.'
+      )
+    return _sow_arrays(value, name=name, tag=tag, mode=mode)
+  if isinstance(which, int):
+    if which < len(args):
+      args = list(args)
+      args[which] = sown(args[which])
+      return tuple(args), kwargs
+    parameters = _parameters(attr)
+    if which >= len(parameters) or parameters[which] not in kwargs:
+      raise TypeError(
+          f'{where} was called with {len(args)} positional argument(s) and'
+          f' no keyword for position {which}: there is no input {which} to'
+          ' sow.'
+      )
+    which = parameters[which]
+  if which in kwargs:
+    kwargs = dict(kwargs)
+    kwargs[which] = sown(kwargs[which])
+    return args, kwargs
+  parameters = _parameters(attr)
+  if which in parameters and parameters.index(which) < len(args):
+    at = parameters.index(which)
+    args = list(args)
+    args[at] = sown(args[at])
+    return tuple(args), kwargs
+  raise TypeError(
+      f'{where}: this call passes no argument {which!r} (its parameters:'
+      f' {", ".join(parameters) or "none"}); tap inputs=True sows every'
+      ' input.'
+  )
+
+
+def _parameters(attr: tp.Any) -> list[str]:
+  """The names of ``attr``'s parameters after the module, in order."""
+  try:
+    signature = inspect.signature(attr)
+  except (TypeError, ValueError):
+    return []
+  names = [
+      p.name for p in signature.parameters.values()
+      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                    p.KEYWORD_ONLY)
+  ]
+  return names[1:] if isinstance(attr, types.FunctionType) else names
 
 
 def _active(module, method: str) -> tuple[PathParts, list[TapSpec]] | None:
@@ -267,7 +419,7 @@ def _active(module, method: str) -> tuple[PathParts, list[TapSpec]] | None:
   return None
 
 
-def _sow_arrays(tree: tp.Any, *, name, tag) -> tp.Any:
+def _sow_arrays(tree: tp.Any, *, name, tag, mode: str = 'append') -> tp.Any:
   """Sows the array leaves of ``tree`` (others ``None``) and puts the sown
   arrays back in their places."""
   leaves, treedef = jax.tree_util.tree_flatten(
@@ -279,7 +431,9 @@ def _sow_arrays(tree: tp.Any, *, name, tag) -> tp.Any:
   view = jax.tree_util.tree_unflatten(
       treedef, [leaf if a else None for leaf, a in zip(leaves, arrays)]
   )
-  sown = jax.tree_util.tree_leaves(primitive.sow(view, name=name, tag=tag))
+  sown = jax.tree_util.tree_leaves(
+      primitive.sow(view, name=name, tag=tag, mode=mode)
+  )
   at = [i for i, a in enumerate(arrays) if a]
   for i, value in zip(at, sown, strict=True):
     leaves[i] = value

@@ -108,7 +108,7 @@ def _match(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
     return any(_match(rest, parts[i:]) for i in range(len(parts) + 1))
   if not parts:
     return False
-  return _component(head, parts[0]) and _match(rest, parts[1:])
+  return component_matches(head, parts[0]) and _match(rest, parts[1:])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -116,7 +116,8 @@ def _glob(component: str) -> re.Pattern[str]:
   return re.compile('.*'.join(map(re.escape, component.split(ONE))))
 
 
-def _component(pattern: str, part: str) -> bool:
+def component_matches(pattern: str, part: str) -> bool:
+  """Whether the component ``part`` matches a pattern's component."""
   if pattern == part:
     return True
   return ONE in pattern and _glob(pattern).fullmatch(part) is not None

@@ -131,7 +131,8 @@ class TapTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('not_callable', lambda: tap(3, ('a',)), 'expected a callable'),
       ('no_pattern', lambda: tap(len), 'at least one module path pattern'),
-      ('string_pattern', lambda: tap(len, 'blocks'), 'a pattern is a tuple'),
+      ('empty_string', lambda: tap(len, ''), 'a pattern is a tuple'),
+      ('set_pattern', lambda: tap(len, {'blocks'}), 'a pattern is a tuple'),
       ('float_part', lambda: tap(len, ('a', 1.5)), 'a pattern is a tuple'),
       ('method_not_a_name', lambda: tap(len, ('a',), methods=[1]),
        'methods must be method names'),

@@ -1,0 +1,184 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``tap`` patterns and inputs as researchers write them: spelled and
+negative-index patterns, containers without the method, one argument as the
+input, and taps inside a ``while_loop``."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from flax import nnx
+from flax.nnx.sow import capture, plant, tap
+import sow_testing
+
+X = jnp.linspace(-1.0, 1.0, 4)
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x, mask=None, *, scale=1.0):
+    y = self.linear(x) * scale
+    if mask is not None:
+      y = y * mask
+    return x + nnx.relu(y)
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs, n=3):
+    self.blocks = nnx.List([Block(rngs) for _ in range(n)])
+
+  def __call__(self, x, mask=None):
+    for block in self.blocks:
+      x = block(x, mask, scale=0.5)
+    return x
+
+
+def by_hand(model, x, *, replace_input_of=None, value=None):
+  """The oracle: the model's forward written out, with the input of block
+  ``replace_input_of`` replaced by ``value``."""
+  for i, block in enumerate(model.blocks):
+    if i == replace_input_of:
+      x = value
+    y = block.linear(x) * 0.5
+    x = x + nnx.relu(y)
+  return x
+
+
+class PatternTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.model = Model(nnx.Rngs(0))
+
+  @parameterized.parameters(
+      (('blocks', -1), [2]),
+      ('blocks.-1', [2]),
+      (('blocks', -3), [0]),
+      ('blocks.1', [1]),
+      ('blocks.*', [0, 1, 2]),
+      ('*.*', [0, 1, 2]),
+  )
+  def test_which_blocks(self, pattern, blocks):
+    tapped = tap(Model.__call__, pattern, inputs=False)
+    _, collected = capture(tapped)(self.model, X)
+    self.assertEqual(
+        list(collected), [('blocks', i, '__call__', 'output') for i in blocks]
+    )
+
+  def test_a_negative_index_past_the_first(self):
+    with self.assertRaisesRegex(ValueError, r'matches no module'):
+      capture(tap(Model.__call__, ('blocks', -4)))(self.model, X)
+
+  @parameterized.parameters(('blocks',), ('*',))
+  def test_a_container_without_the_method_is_an_error(self, pattern):
+    with self.assertRaisesRegex(
+        TypeError, r"matches the List at \('blocks',\), which has no method"
+        r" '__call__'.*tap \('blocks', '\*'\) for each"):
+      capture(tap(Model.__call__, pattern))(self.model, X)
+
+  def test_a_wildcard_skips_modules_without_the_method(self):
+    # '**' matches the List too, which is not tapped, and every module
+    # with a __call__ at any depth, which is.
+    _, collected = capture(tap(Model.__call__, '**', inputs=False))(
+        self.model, X)
+    self.assertEqual(sorted(collected, key=repr), sorted(
+        [('blocks', i, '__call__', 'output') for i in range(3)]
+        + [('blocks', i, 'linear', '__call__', 'output') for i in range(3)],
+        key=repr))
+
+
+class SingleInputTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.model = Model(nnx.Rngs(0))
+
+  @parameterized.parameters((0,), ('x',))
+  def test_one_argument_is_the_input(self, which):
+    tapped = tap(Model.__call__, 'blocks.*', inputs=which, outputs=False)
+    _, collected = capture(tapped)(self.model, X)
+    names = [('blocks', i, '__call__', 'inputs', which) for i in range(3)]
+    self.assertEqual(list(collected), names)
+    np.testing.assert_array_equal(collected[names[0]][0], X)
+
+  @parameterized.parameters((0,), ('x',))
+  def test_a_hook_takes_and_returns_the_argument(self, which):
+    tapped = tap(Model.__call__, 'blocks.*', inputs=which, outputs=False)
+    patched = jnp.full((4,), 0.25)
+    out = jax.jit(plant(tapped, {
+        f'blocks.1.__call__.inputs.{which}': lambda v, i, n: patched,
+    }))(self.model, X)
+    sow_testing.assert_close(
+        out, by_hand(self.model, X, replace_input_of=1, value=patched))
+
+  def test_an_argument_passed_by_keyword_or_position(self):
+    mask = jnp.ones(4)
+    tapped = tap(Model.__call__, 'blocks.0', inputs='mask', outputs=False)
+    _, collected = capture(tapped)(self.model, X, mask)
+    np.testing.assert_array_equal(
+        collected.one('blocks.0.__call__.inputs.mask'), mask)
+    tapped = tap(Model.__call__, 'blocks.0', inputs='scale', outputs=False)
+    with self.assertRaisesRegex(
+        TypeError, r"its argument 'scale' holds no array \(0.5\)"):
+      capture(tapped)(self.model, X)
+
+  def test_an_argument_the_call_does_not_pass(self):
+    tapped = tap(Model.__call__, 'blocks.0', inputs='nope')
+    with self.assertRaisesRegex(
+        TypeError, r"Block.__call__ at \('blocks', 0\): this call passes no"
+        r" argument 'nope' \(its parameters: x, mask, scale\)"):
+      capture(tapped)(self.model, X)
+
+  def test_bad_inputs(self):
+    with self.assertRaisesRegex(ValueError, r'inputs=-1 must be a position'):
+      tap(Model.__call__, 'blocks.0', inputs=-1)
+    with self.assertRaisesRegex(TypeError, r'inputs must be True, False'):
+      tap(Model.__call__, 'blocks.0', inputs=1.5)
+
+
+class WhileLoopTest(absltest.TestCase):
+
+  def test_a_clobbering_tap_inside_a_while_loop(self):
+    model = Model(nnx.Rngs(0), n=1)
+
+    def decode(model, x):
+      x = model(x)  # the prefill: the tap's value if the loop runs no step
+      def body(carry):
+        i, x = carry
+        return i + 1, model(x)
+      return lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+    with self.assertRaisesRegex(Exception, r"mode='clobber'"):
+      capture(tap(decode, 'blocks.0', inputs=False))(model, X)
+    tapped = tap(decode, 'blocks.0', inputs=False, mode='clobber')
+    out, collected = capture(tapped)(model, X)
+    # The last step's output is the loop's result.
+    np.testing.assert_array_equal(
+        collected.one('blocks.0.__call__.output'), out)
+    expected = X
+    for _ in range(4):
+      expected = by_hand(model, expected)
+    sow_testing.assert_close(out, expected)
+
+
+if __name__ == '__main__':
+  absltest.main()
