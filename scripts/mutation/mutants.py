@@ -145,6 +145,13 @@ MODULES_TESTS = (
     'tests/nnx/sow/docstrings_test.py',
 )
 
+# discover and the tables it and Collected print.
+TABLES_TESTS = (
+    'tests/nnx/sow/api/discover_test.py',
+    'tests/nnx/sow/api/render_test.py',
+    'tests/nnx/sow/api/capture_repr_test.py',
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Mutant:
@@ -176,6 +183,8 @@ class Mutant:
       return _LIFT_TESTS[module]  # a new lift/ module must be listed there
     if module == 'tap.py':  # the API of the taps
       return MODULES_TESTS
+    if module in ('discover.py', 'render.py'):
+      return TABLES_TESTS
     return CORE_TESTS  # transform/, capture, plant, perturb
 
 
@@ -945,6 +954,34 @@ MUTANTS: tuple[Mutant, ...] = (
        "        'nnx.capture',\n        threading.get_ident(),\n",
        "        'nnx.capture',\n",
        "threads capturing the same model each get their own values"),
+    # -- discover.py --------------------------------------------------------
+    _m('discover-sds-static', 'discover.py',
+       '  return primitive.is_array(leaf) or isinstance(leaf,'
+       ' jax.ShapeDtypeStruct)',
+       '  return primitive.is_array(leaf)',
+       'jax.ShapeDtypeStruct arguments are traced, not handed to f'),
+    _m('discover-staged-sows-taken', 'discover.py',
+       '          keep_equations=True,',
+       '          keep_equations=False,',
+       'every sow has its source line, top-level ones included'),
+    _m('discover-tag-of-first', 'discover.py',
+       '    if len(self.tags) != 1:',
+       '    if not self.tags:',
+       'a name sown with several tags has no one .tag'),
+    _m('discover-bytes-of-first-entry', 'discover.py',
+       '    return render.nbytes(self.entries)',
+       '    return render.nbytes(self.entries[:1])',
+       'the bytes of a site count every entry'),
+    # -- render.py ----------------------------------------------------------
+    _m('render-tuple-name-repr', 'render.py',
+       "    return '.'.join(str(part) for part in name)",
+       '    return str(name)',
+       "a tuple name is spelled with '.' between its parts"),
+    _m('render-statistics-of-tracers', 'render.py',
+       '  if isinstance(leaf, jax.core.Tracer) or not isinstance(leaf,'
+       ' jax.Array):',
+       '  if not isinstance(leaf, jax.Array):',
+       'a traced value is printed by dtype and shape, without reading it'),
     # -- capture_compat/overlay.py -----------------------------------------
     _m('compat-installed-always', COMPAT + 'overlay.py',
        '  return module_lib.capture is capture\n',
