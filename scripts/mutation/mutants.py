@@ -145,6 +145,13 @@ MODULES_TESTS = (
     'tests/nnx/sow/docstrings_test.py',
 )
 
+# discover and the tables it and Collected print.
+TABLES_TESTS = (
+    'tests/nnx/sow/api/discover_test.py',
+    'tests/nnx/sow/api/render_test.py',
+    'tests/nnx/sow/api/capture_repr_test.py',
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Mutant:
@@ -176,6 +183,8 @@ class Mutant:
       return _LIFT_TESTS[module]  # a new lift/ module must be listed there
     if module == 'tap.py':  # the API of the taps
       return MODULES_TESTS
+    if module in ('discover.py', 'render.py'):
+      return TABLES_TESTS
     return CORE_TESTS  # transform/, capture, plant, perturb
 
 
@@ -270,18 +279,39 @@ MUTANTS: tuple[Mutant, ...] = (
        '    frame = frame.f_back',
        'a sow in an inner cond whose index is not batched, inside a cond'
        ' whose index is, is refused'),
+    # -- transform/names.py ------------------------------------------------
+    _m('names-any-depth-takes-one', 'transform/names.py',
+       'for i in range(len(parts) + 1))',
+       'for i in range(1, len(parts) + 1))',
+       "'**' matches no component too"),
+    _m('names-ambiguity-unrefused', 'transform/names.py',
+       'not k.wild and len(found) > 1:',
+       'not k.wild and len(found) > 2:',
+       "a spelling of two names ('a.b' and ('a', 'b')) is refused"),
+    _m('names-glob-as-exact', 'transform/names.py',
+       "  return ONE in pattern and _glob(pattern).fullmatch(part) is not None",
+       "  return pattern == ONE",
+       "a component 'm*' matches the components beginning with 'm'"),
     # -- transform/selection.py --------------------------------------------
+    _m('selection-patterns-ignored', 'transform/selection.py',
+       '    return any(pattern.matches(name) for pattern in self.patterns)',
+       '    return False',
+       "capture(f, names='layers.*.h') selects what the pattern matches"),
+    _m('selection-nothing-selected-passes', 'transform/selection.py',
+       '    if not selected:\n      return None',
+       '    if not selected:\n      return []',
+       'a tag that selects no sow is an error'),
     _m('selection-str-as-chars', 'transform/selection.py',
-       '    return frozenset([names])',
-       '    return frozenset(names)',
+       '    return [names_lib.key(names, where=where)]',
+       '    return [names_lib.key(n, where=where) for n in names]',
        "names='hidden' selects the name 'hidden', not its letters"),
     _m('selection-tag-ignored', 'transform/selection.py',
        "    if self.tag is not None and params['tag'] != self.tag:",
        "    if self.tag is None and params['tag'] != self.tag:",
        'capture(f, tag=...) selects only sows with that tag'),
     _m('selection-predicate-ignored', 'transform/selection.py',
-       '        tag=self.tag, names=frozenset(filter(self.names, candidates))',
-       '        tag=self.tag, names=frozenset(candidates)',
+       '        names=frozenset(filter(self.names, candidates)),',
+       '        names=frozenset(candidates),',
        'a name predicate selects only the names it accepts'),
     _m('selection-zero-trip-superseded-append', 'transform/selection.py',
        "    return params['mode'] == 'append' and"
@@ -500,8 +530,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '      return list(args)',
        'an enclosing capture sees the sows an inner eager capture leaves'),
     _m('eager-higher-order-forwarded', 'transform/eager.py',
-       '    if _has_jaxprs(params):\n      rule =',
-       '    if False:\n      rule =',
+       '      rule = interpreter.higher_order_rule(prim, params,',
+       '      rule = None and interpreter.higher_order_rule(prim, params,',
        'the sows inside a jit (scan, cond...) called eagerly are collected'),
     _m('eager-custom-jvp-unseen', 'transform/eager.py',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
@@ -752,6 +782,22 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if frame.functional:\n      continue',
        'a functional capture collects the Module.sow sites of its modules'),
     # -- lift/taps.py ------------------------------------------------------
+    _m('taps-negative-index-off-by-one', 'lift/taps.py',
+       '    ok = len(ints) >= -head and ints[head] == step',
+       '    ok = len(ints) > -head and ints[head + 1] == step',
+       "('blocks', -1) taps the last block"),
+    _m('taps-container-tapped-silently', 'lift/taps.py',
+       '    if not tapped:\n',
+       '    if not hits:\n',
+       "('blocks',) on an nnx.List is an error, not nothing tapped"),
+    _m('taps-argument-not-sown', 'lift/taps.py',
+       '      args[which] = sown(args[which])',
+       '      args[which] = args[which]',
+       'tap(inputs=0) sows the first positional argument'),
+    _m('taps-mode-dropped', 'lift/taps.py',
+       '      primitive.sow(view, name=name, tag=tag, mode=mode)',
+       '      primitive.sow(view, name=name, tag=tag)',
+       "tap(mode='clobber') taps inside a while_loop"),
     _m('compat-marks-left-on-returned-modules', 'lift/taps.py',
        '    module_paths.unmark([m for _, m in modules] + returned, frame,'
        ' refusing)',
@@ -766,12 +812,12 @@ MUTANTS: tuple[Mutant, ...] = (
        '      _ = _sow_arrays(\n',
        'a value planted into a tap\'s inputs is the call\'s input'),
     _m('taps-output-not-replaced', 'lift/taps.py',
-       "      result = _sow_arrays(result, name=(*base, 'output'), tag=tag)",
-       "      _sow_arrays(result, name=(*base, 'output'), tag=tag)",
+       "      result = _sow_arrays(result, name=(*base, 'output'), tag=tag,",
+       "      _sow_arrays(result, name=(*base, 'output'), tag=tag,",
        "a value planted into a tap's output is the call's result"),
     _m('taps-wildcard-any-length', 'lift/taps.py',
-       '  return len(pattern) == len(path) and all(',
-       '  return all(',
+       '  if not pattern:\n    return not path',
+       '  if not pattern:\n    return True',
        'a pattern matches paths of its own length only'),
     _m('taps-unmatched-pattern-accepted', 'lift/taps.py',
        '    if not hits:\n',
@@ -796,6 +842,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '      if True:\n',
        'threads tapping the same model each see all its calls'),
     # -- capture.py --------------------------------------------------------
+    _m('capture-unmatched-unchecked', 'capture.py',
+       '  if missing == []:\n    return',
+       '  if not missing:\n    return',
+       'a selection of nothing by tag is an error'),
+    _m('collected-spelling-unread', 'capture.py',
+       '    return super().__getitem__(self._name(key))',
+       '    raise KeyError(key)',
+       "collected['layers.1.h'] reads ('layers', 1, 'h')"),
     _m('capture-runner-ignores-statics', 'capture.py',
        '        static_argnums=info.static_argnums,\n'
        '        static_argnames=info.static_argnames,',
@@ -868,6 +922,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if False:',
        'a max_steps name that bounds no loop is an error'),
     # -- plant.py ----------------------------------------------------------
+    _m('plant-pattern-name-spelled', 'plant.py',
+       '  return fn(value, index, name)',
+       '  return fn(value, index, names_lib.spell(name))',
+       'a pattern function gets the name (its int parts ints)'),
     _m('plant-unused-silent', 'plant.py',
        '      planter.check_all_used(tag)\n',
        '',
@@ -945,6 +1003,34 @@ MUTANTS: tuple[Mutant, ...] = (
        "        'nnx.capture',\n        threading.get_ident(),\n",
        "        'nnx.capture',\n",
        "threads capturing the same model each get their own values"),
+    # -- discover.py --------------------------------------------------------
+    _m('discover-sds-static', 'discover.py',
+       '  return primitive.is_array(leaf) or isinstance(leaf,'
+       ' jax.ShapeDtypeStruct)',
+       '  return primitive.is_array(leaf)',
+       'jax.ShapeDtypeStruct arguments are traced, not handed to f'),
+    _m('discover-staged-sows-taken', 'discover.py',
+       '          keep_equations=True,',
+       '          keep_equations=False,',
+       'every sow has its source line, top-level ones included'),
+    _m('discover-tag-of-first', 'discover.py',
+       '    if len(self.tags) != 1:',
+       '    if not self.tags:',
+       'a name sown with several tags has no one .tag'),
+    _m('discover-bytes-of-first-entry', 'discover.py',
+       '    return render.nbytes(self.entries)',
+       '    return render.nbytes(self.entries[:1])',
+       'the bytes of a site count every entry'),
+    # -- render.py ----------------------------------------------------------
+    _m('render-tuple-name-repr', 'transform/names.py',
+       "  return '.'.join(map(str, name))",
+       '  return str(name)',
+       "a tuple name is spelled with '.' between its parts"),
+    _m('render-statistics-of-tracers', 'render.py',
+       '  if isinstance(leaf, jax.core.Tracer) or not isinstance(leaf,'
+       ' jax.Array):',
+       '  if not isinstance(leaf, jax.Array):',
+       'a traced value is printed by dtype and shape, without reading it'),
     # -- capture_compat/overlay.py -----------------------------------------
     _m('compat-installed-always', COMPAT + 'overlay.py',
        '  return module_lib.capture is capture\n',

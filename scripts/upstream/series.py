@@ -197,12 +197,16 @@ it (next commit):
 - `sites.py`: a `Site` is one sow as a scope of a program sees it (its
   parameters, the shapes of its leaves, the vmaps around it, seen from
   outside a map or a loop), and `where` names the user's line that staged it;
-- `selection.py`: which sows an interpretation handles, by tag and name (a
-  name predicate is resolved to the names it selects, so that caches compare
-  predicates by what they select); its tests, which use requests, come with
-  them (next commit).''',
-        files=(T + 'selection.py', T + 'sites.py',
-               N + 'transform/sites_test.py'),
+- `selection.py`: which sows an interpretation handles, by tag, name and
+  pattern (a name predicate is resolved to the names it selects, so that
+  caches compare predicates by what they select), and what of a selection
+  selected nothing; its tests, which use requests, come with them (next
+  commit);
+- `names.py`: names as researchers write them: the dotted spelling of a
+  tuple name (`'layers.1.mlp.__call__.output'`) and patterns over spellings
+  (`'*'` one component, `'**'` any number), ambiguous spellings refused.''',
+        files=(T + 'names.py', T + 'selection.py', T + 'sites.py',
+               N + 'transform/names_test.py', N + 'transform/sites_test.py'),
     ),
     Commit(
         'model',
@@ -320,6 +324,19 @@ with the interpreter.''',
         files=(L + 'graph_calls.py', N + 'lift/graph_calls_test.py'),
     ),
     Commit(
+        'render',
+        'nnx.sow: render, the text of the tables of sown values and sites',
+        '''\
+`render.py` writes what `capture` returns and what `discover` lists as
+tables a person reads: a name on one line (`spell`: a tuple's parts joined
+by '.'), an array as its dtype and shape (`f32[2,6,6]`) with, if concrete
+and floating, its mean, standard deviation, minimum and maximum, never its
+elements; bytes, tags, and an HTML and treescope form of a table. Plain
+functions of names and values: `capture` (next commit) and `discover` use
+it.''',
+        files=(S + 'render.py', N + 'api/render_test.py'),
+    ),
+    Commit(
         'capture',
         'nnx.sow: capture, the transform that returns what a function sowed',
         '''\
@@ -348,10 +365,12 @@ staged, `f` runs on copies and the caller's objects end as the direct call
 leaves them (changed Variables, shared references, structural changes,
 returned and new nodes, Hijax and reference Variables, tree mode, inside
 `jit`, several threads staging one model); an exception in a staged call
-writes nothing, an eager one leaves what the direct call leaves. Tests
-only: of the two commits before, which could not take them without going
-over budget.''',
-        files=(N + 'api/capture_graph_nodes_test.py',),
+writes nothing, an eager one leaves what the direct call leaves. And what
+`capture` returns, printed: a name a line, arrays summarised (`render`),
+treescope's rendering. Tests only: of the two commits before, which could
+not take them without going over budget.''',
+        files=(N + 'api/capture_graph_nodes_test.py',
+               N + 'api/capture_repr_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -590,6 +609,36 @@ could not take them without going over budget.''',
                C + 'module_taps_test.py',
                C + 'compat_sow_values_test.py',
                C + 'compat_variable_updates_test.py'),
+    ),
+    Commit(
+        'discover',
+        'nnx.sow: discover, the sites a call would sow, listed unrun',
+        '''\
+`discover(f)(*args)` lists every site `capture(f)(*args)` would return, by
+abstract evaluation only (`nnx.eval_shape` of the staged, interpreted call;
+arguments may be `jax.ShapeDtypeStruct`s or abstract modules): a row per
+name with its tags, its entries as `capture` would return them (shapes and
+dtypes; stacked under `scan`, a `Steps` under `while_loop`), their bytes
+and the user's source lines, printed as a table (HTML in a notebook). The
+researcher's `model.hook_dict` (TransformerLens) or `scan` (nnsight). Tested
+against `capture` itself, on functions, `Module.sow` sites, taps, loops,
+`vmap` and `jit`, with nothing run, compiled or updated.''',
+        files=(S + 'discover.py', N + 'api/discover_test.py'),
+    ),
+    Commit(
+        'names-and-patterns',
+        'nnx.sow: tests of names by spelling and pattern, and of tap patterns',
+        '''\
+The tests of what researchers write: `capture(names=...)` by spelling and
+pattern (a name, pattern or tag selecting nothing is an error naming the
+closest names), `Collected` read by spelling and `Collected.one`, `plant`
+patterns with one function `fn(value, index, name)` per selected sow (a
+sweep over layers as one batched program, against the model ablated by
+hand), and `tap` patterns: spelled, `'**'`, negative indices, a container
+without the method refused, one argument as the input, `mode='clobber'` in
+a `while_loop`.''',
+        files=(N + 'api/names_and_patterns_test.py',
+               N + 'api/tap_patterns_test.py'),
     ),
     Commit(
         'compat-method-outputs',

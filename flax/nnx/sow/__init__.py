@@ -36,8 +36,9 @@ Layout, in three layers; each imports only from those below it:
   name ``Module.sow`` sites (``module_paths``) and the taps of submodule
   calls (``taps``).
 * This package: the public API (``capture``, ``plant``, ``perturb``, ``tap``,
-  ``sow``). ``flax.nnx.capture_compat``, Flax's own ``nnx.capture`` and
-  ``Module.sow`` on this transform, sits above and nothing here imports it.
+  ``sow``, ``discover``), and ``render``, the text of its tables.
+  ``flax.nnx.capture_compat``, Flax's own ``nnx.capture`` and ``Module.sow``
+  on this transform, sits above and nothing here imports it.
 
 ``capture`` is the one name of the capturing transform (the proposal's
 example calls it ``sown``; a second name for one function is one more thing
@@ -49,6 +50,7 @@ import os as _os
 import flax.nnx as _nnx
 
 from flax.nnx.sow.capture import capture as capture
+from flax.nnx.sow.discover import discover as discover
 from flax.nnx.sow.perturb import perturb as perturb
 from flax.nnx.sow.plant import plant as plant
 from flax.nnx.sow.tap import tap as tap
@@ -62,4 +64,6 @@ from flax.nnx.sow.transform.steps import Steps as Steps
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(_nnx.__file__)))
 
-__all__ = ['Steps', 'capture', 'perturb', 'plant', 'sow', 'sow_p', 'tap']
+__all__ = [
+    'Steps', 'capture', 'discover', 'perturb', 'plant', 'sow', 'sow_p', 'tap'
+]

@@ -23,6 +23,7 @@ import weakref
 import jax
 
 from flax.nnx import variablelib
+from flax.nnx.sow import render
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import interpreter
@@ -53,6 +54,10 @@ class Collected(dict):
   :mod:`flax.nnx.sow.transform.names`), and :meth:`one` reads a name sown
   once without ``[0]``.
 
+  Printed, it is a table with a name per line and each array summarised
+  (``f32[2] mean= std= min= max=``, or only ``f32[2]`` for a traced value),
+  never its elements; treescope renders it as a dict of its entries.
+
   Example::
 
     >>> import jax.numpy as jnp
@@ -65,6 +70,18 @@ class Collected(dict):
     >>> collected.one('layers.0.h')
     Array([1., 1.], dtype=float32)
   """
+
+  def __repr__(self) -> str:
+    summary, lines = render.collected_lines(self)
+    return '\n'.join((summary, *lines))
+
+  def __treescope_repr__(self, path, subtree_renderer):
+    # Called by treescope only, so it is installed.
+    from treescope import repr_lib  # pylint: disable=g-import-not-at-top
+
+    return repr_lib.render_dictionary_wrapper(
+        type(self), self, path, subtree_renderer
+    )
 
   def __getitem__(self, key):
     try:
@@ -484,11 +501,26 @@ def _call_eagerly(f, selection, bounds, args, kwargs):
 def _call_staged(f, selection, bounds, args, kwargs):
   """``f`` staged to a jaxpr, which is interpreted under the current trace
   (a ``jit`` around the capture, say): the trace is made once per call."""
+  out, records, _ = staged_records(f, selection, bounds, args, kwargs)
+  return out, collect(records, bounds)
+
+
+def staged_records(
+    f, selection: Selection, bounds: steps.LoopBounds, args, kwargs, *,
+    keep_equations: bool = False,
+) -> tuple[tp.Any, list[Record], tp.Any]:
+  """``f``'s result, the records of its selected sows and its closed jaxpr.
+
+  With ``keep_equations``, every sow stays an equation of the jaxpr, which
+  says where each was sown (``discover`` reads it); otherwise the sows
+  staged into the capture's own trace may be taken as they are staged.
+  """
   request = Request(selection, bounds=bounds)
   # The sows staged into the capture's own trace are taken as they are
   # staged (see `staged_sows`), unless names are chosen by a predicate, which
   # is asked about the names of the whole program.
-  collecting = request if staged_sows.eligible(request) else None
+  eligible = not keep_equations and staged_sows.eligible(request)
+  collecting = request if eligible else None
   with graph_calls.staged(f, args, kwargs, collecting) as staged:
     selection = selection.resolve(
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr)
@@ -502,7 +534,7 @@ def _call_staged(f, selection, bounds, args, kwargs):
         selection, scope.records,
         lambda: primitive.sow_keys(staged.jaxpr.jaxpr),
     )
-    return staged.unflatten_out(out_flat), collect(scope.records, bounds)
+    return staged.unflatten_out(out_flat), scope.records, staged.jaxpr
 
 
 def check_selected(

@@ -39,10 +39,12 @@ MODULES_WITH_EXAMPLES = {
     'flax.nnx.capture_compat',
     'flax.nnx.capture_compat.module_methods',
     'flax.nnx.sow.capture',
+    'flax.nnx.sow.discover',
     'flax.nnx.sow.lift.module_paths',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.transform.primitive',
     'flax.nnx.sow.plant',
+    'flax.nnx.sow.render',
     'flax.nnx.sow.tap',
 }
 

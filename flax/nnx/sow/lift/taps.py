@@ -142,10 +142,6 @@ def _after(siblings, prefix: PathParts):
   return lambda more: siblings((*prefix, *more))
 
 
-def _wild(pattern: Pattern) -> bool:
-  return any(isinstance(part, str) and WILDCARD in part for part in pattern)
-
-
 def _class_attr(cls: type, name: str) -> tp.Any:
   """``name`` as ``cls`` or a base defines it (not its metaclass: NNX's
   ``PytreeMeta.__call__`` makes every Module class callable, not its
@@ -221,9 +217,10 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
           f'{", ..." if len(candidates) > 8 else ""}).'
       )
     tapped = [(p, m) for p, m in hits if not _lacking(spec, m)]
-    if not tapped or not _wild(pattern) and len(tapped) < len(hits):
-      # A module without the method (a container such as an nnx.List):
-      # an error named as `methods=` names it, never nothing tapped.
+    if not tapped:
+      # Only modules without the method (a container such as an nnx.List):
+      # an error named as `methods=` names it, never nothing tapped. A
+      # wildcard skips such modules where it matches others.
       path, module = next((p, m) for p, m in hits if _lacking(spec, m))
       lacking = _lacking(spec, module)
       items = [p for p, _ in candidates if p[:len(path)] == path
