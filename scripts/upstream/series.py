@@ -478,8 +478,12 @@ without going over budget.''',
 `perturb(value, name=...)` is the identity whose backward pass sows the
 incoming gradient: `capture(jax.grad(loss))` returns d(loss)/d(value) under
 `name`, per example under `vmap`, per step under `scan`, with no backward
-pass where the gradient is symbolically zero.''',
-        files=(S + 'perturb.py', N + 'api/perturb_test.py'),
+pass where the gradient is symbolically zero. It is an identity primitive
+whose tangent is a linear identity that sows its cotangent when transposed
+(`transform/perturbation.py`), so forward mode (`jax.jvp`, `jacfwd`,
+`linearize`, `hessian`) works too, and `jit` compiles it to nothing.''',
+        files=(S + 'perturb.py', T + 'perturbation.py',
+               N + 'api/perturb_test.py', N + 'api/perturb_forward_test.py'),
     ),
     Commit(
         'shard_map',

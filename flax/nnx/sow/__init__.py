@@ -21,9 +21,10 @@ calls by module path.
 Layout, in three layers; each imports only from those below it:
 
 * ``transform/``, in plain JAX (nothing there imports Flax NNX): the identity
-  primitive ``sow_p`` (``primitive``), the requests, site filters and sites
-  an interpretation works with (``request``, ``selection``, ``sites``), its
-  records (``scope``) and planted values (``planting``), and the interpreter
+  primitive ``sow_p`` (``primitive``) and those of ``perturb``
+  (``perturbation``), the requests, site filters and sites an interpretation
+  works with (``request``, ``selection``, ``sites``), its records
+  (``scope``) and planted values (``planting``), and the interpreter
   (``interpreter``) with its table of rules, one per higher-order primitive,
   registered by the modules of ``rules/``. ``interpreter.evaluate`` is the one
   way in for a jaxpr; its fast paths (``rewrite``: one call under ``jit``;

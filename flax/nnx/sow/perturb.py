@@ -11,42 +11,30 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``perturb``: an identity whose backward pass sows the incoming gradient."""
+"""``perturb``: an identity whose backward pass sows the incoming gradient.
+
+The primitives and their rules are in ``transform/perturbation.py``.
+"""
 
 from __future__ import annotations
 
-import functools
 import typing as tp
 
 import jax
 import jax.numpy as jnp
 
+from flax.nnx.sow.transform import perturbation
 from flax.nnx.sow.transform import primitive
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _perturb(value, name, tag):
-  del name, tag
-  return value
-
-
-def _perturb_fwd(value, name, tag):
-  del name, tag
-  return value, None
-
-
-def _perturb_bwd(name, tag, residual, cotangent):
-  # The backward rule is staged flat into the gradient program when it is
-  # traced, so this sow is an ordinary top-level sow for `capture`.
-  del residual
-  return (primitive.sow(cotangent, name=name, tag=tag),)
-
-
-_perturb.defvjp(_perturb_fwd, _perturb_bwd)
-
-
 def perturb(value: tp.Any, *, name: primitive.Name, tag: tp.Hashable = None):
-  """Identity on ``value``; under ``jax.grad`` it sows d(output)/d(value).
+  """Identity on ``value``; under reverse mode it sows d(output)/d(value).
+
+  ``perturb`` is the identity under every transformation: ``jax.jit`` (where
+  it compiles to no operation), ``jax.vmap``, loops, and forward as well as
+  reverse differentiation. Wherever JAX transposes it, that is under
+  ``jax.grad``, ``jax.vjp``, ``jax.jacrev`` and the like, it sows the
+  cotangent reaching ``value`` under ``name``, which ``capture`` collects.
 
   Example::
 
@@ -59,10 +47,30 @@ def perturb(value: tp.Any, *, name: primitive.Name, tag: tp.Hashable = None):
     >>> collected['grad_x'][0]
     Array([0., 2., 4.], dtype=float32)
 
+  Forward mode (``jax.jvp``, ``jax.jacfwd``, ``jax.linearize``) transposes
+  nothing, so it sows nothing and gives what it gives without ``perturb``::
+
+    >>> out, tangent = jax.jvp(loss, (x,), (jnp.ones(3),))
+    >>> tangent
+    Array(6., dtype=float32)
+    >>> _, collected = capture(jax.jacfwd(loss))(x)
+    >>> collected
+    {}
+
+  ``jax.hessian`` (``jacfwd`` of ``jacrev``) sows the cotangents of its inner
+  ``jacrev``, with the axes of the vmaps the two run: one as long as the
+  input (``jacfwd``'s basis; the cotangent is the same along it), then one
+  as long as the output (``jacrev``'s basis; 1 for a scalar), then the
+  value's own::
+
+    >>> _, collected = capture(jax.hessian(loss))(x)
+    >>> collected['grad_x'][0].shape
+    (3, 1, 3)
+
   When JAX can prove that the gradient with respect to ``value`` is zero
   (the result is discarded, or only reaches the loss through
-  ``lax.stop_gradient``), it never runs the backward pass, so nothing is sown
-  for that call.
+  ``lax.stop_gradient``), it never transposes the perturbation, so nothing is
+  sown for that call.
 
   Args:
     value: a pytree of floating-point arrays.
@@ -85,4 +93,5 @@ def perturb(value: tp.Any, *, name: primitive.Name, tag: tp.Hashable = None):
           f'{where}: only floating-point values have gradients, got dtype'
           f' {leaf.dtype} at value{jax.tree_util.keystr(path)}.'
       )
-  return _perturb(jax.tree_util.tree_unflatten(treedef, leaves), name, tag)
+  out = perturbation.perturb(leaves, name=name, tag=tag, tree=treedef)
+  return jax.tree_util.tree_unflatten(treedef, out)

@@ -43,6 +43,7 @@ MODULES_WITH_EXAMPLES = {
     'flax.nnx.sow.lift.module_paths',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.transform.primitive',
+    'flax.nnx.sow.transform.perturbation',
     'flax.nnx.sow.plant',
     'flax.nnx.sow.render',
     'flax.nnx.sow.tap',

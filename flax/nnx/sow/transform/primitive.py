@@ -186,7 +186,36 @@ def _sow_lowering(ctx, *leaves, **params):
 def _sow_jvp(primals, tangents, **params):
   # Only primal values are sown: a tangent is not an intermediate of the
   # program the user wrote. Gradients of intermediates come from `perturb`.
-  return sow_p.bind(*primals, **params), list(tangents)
+  with binding_jvp_primal():
+    out = sow_p.bind(*primals, **params)
+  return out, list(tangents)
+
+
+# Innermost last: whether the bind now running is a JVP rule's primal
+# output (see `keeps_unbatched`).
+_JVP_PRIMAL: thread_stack.ThreadStack[bool] = thread_stack.ThreadStack()
+
+
+@contextlib.contextmanager
+def binding_jvp_primal(primal: bool = True) -> tp.Iterator[None]:
+  """Marks the binds of the block as a JVP rule's primal output (or, with
+  ``primal=False``, as not one: what a batching rule binds in turn)."""
+  with _JVP_PRIMAL.pushed(primal):
+    yield
+
+
+def keeps_unbatched(dims: tp.Sequence[int | None]) -> bool:
+  """Whether a batching rule must return these unbatched leaves unbatched.
+
+  A rule that broadcasts an unbatched value while capturing (so that each
+  member of a vmap gets its own entry) would batch a primal output that
+  does not depend on the mapped inputs. ``jax.jacfwd`` (so ``jax.hessian``)
+  vmaps a JVP over its basis and requires exactly that primal to stay
+  unbatched (``out_axes=None``), so a JVP rule's primal output keeps its
+  batching; its sow is still recorded broadcast, once per member.
+  """
+  stack = _JVP_PRIMAL.stack
+  return bool(stack) and stack[-1] and all(dim is None for dim in dims)
 
 
 def _sow_transpose(cotangents, *leaves, **params):
@@ -217,7 +246,12 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
       else jax.numpy.moveaxis(leaf, dim, 0)
       for leaf, dim in zip(leaves, dims)
   ]
-  out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)
+  keep = keeps_unbatched(dims)
+  with binding_jvp_primal(False):
+    out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)
+  if keep:
+    # Recorded per member; the program goes on with the unbatched value.
+    return list(leaves), [None] * len(leaves)
   return out, [0] * len(out)
 
 

@@ -151,8 +151,10 @@ def _without_repeated_contexts(stack: tuple[tp.Any, ...]) -> list[tp.Any]:
 
   - the linearization of a ``custom_vjp`` call records its ``custom_lin``
     equation under the whole stack, so what its backward rule stages (a
-    ``perturb``'s sow) reads ``context + transpose + context + relative``:
-    ``vmap(transpose(vmap(jvp())))`` for ``jax.vmap(jax.grad(f))``;
+    sow there) reads ``context + transpose + context + relative``:
+    ``vmap(transpose(vmap(jvp())))`` for ``jax.vmap(jax.grad(f))``. (A
+    ``perturb``'s sow, bound by the transpose rule of a linear primitive,
+    reads the plain ``vmap(transpose(jvp()))``.)
   - partial evaluation of a linear ``checkpoint`` appends the whole stack
     of its equation to the relative one: ``context + transpose + relative +
     context + relative``, ``vmap(transpose(jvp(vmap(jvp()))))``.
