@@ -926,6 +926,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if bounds is not None and bounds.by_name:',
        '  if False:',
        'a max_steps name that bounds no loop is an error'),
+    # -- capture_grads.py --------------------------------------------------
+    _m('capture-grads-backward-order', 'capture_grads.py',
+       '      ordered[name] = tuple(reversed(got))',
+       '      ordered[name] = tuple(got)',
+       'the gradients of a name sown per layer are in the order of the layers'),
+    _m('capture-grads-zero-unmoved', 'capture_grads.py',
+       '        moved = jax.tree.map(lambda v: v + zero.astype(v.dtype), value)',
+       '        moved = value',
+       'the gradient of a site is taken (its value depends on the zero)'),
     # -- plant.py ----------------------------------------------------------
     _m('plant-pattern-name-spelled', 'plant.py',
        '  return fn(value, index, name)',

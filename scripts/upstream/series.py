@@ -645,6 +645,19 @@ a `while_loop`.''',
                N + 'api/tap_patterns_test.py'),
     ),
     Commit(
+        'capture-grads',
+        'nnx.sow: capture_grads, values and gradients at sites in one pass',
+        '''\
+`capture_grads(f, names)(*args)` returns `f`'s output (a loss) with the
+values and the gradients of the output at the sites `names` selects, sows
+and taps alike, in one forward and backward pass, the model unedited: each
+site is planted with itself plus a zero whose cotangent is taken, through a
+`perturb` (attribution patching in one call). Tested against `jax.grad` of
+the function edited by hand to start from each value, at the top level, in
+a `scan`, at a tap, under `jit`.''',
+        files=(S + 'capture_grads.py', N + 'api/capture_grads_test.py'),
+    ),
+    Commit(
         'compat-method-outputs',
         'nnx: tests of nnx.capture with method_outputs and init perturbations',
         '''\

@@ -51,6 +51,7 @@ import os as _os
 import flax.nnx as _nnx
 
 from flax.nnx.sow.capture import capture as capture
+from flax.nnx.sow.capture_grads import capture_grads as capture_grads
 from flax.nnx.sow.discover import discover as discover
 from flax.nnx.sow.perturb import perturb as perturb
 from flax.nnx.sow.plant import plant as plant
@@ -66,5 +67,6 @@ _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(_nnx.__file__)))
 
 __all__ = [
-    'Steps', 'capture', 'discover', 'perturb', 'plant', 'sow', 'sow_p', 'tap'
+    'Steps', 'capture', 'capture_grads', 'discover', 'perturb', 'plant',
+    'sow', 'sow_p', 'tap',
 ]
