@@ -23,6 +23,7 @@ from absl.testing import parameterized
 import jax
 from jax import lax
 import jax.numpy as jnp
+import numpy as np
 
 from flax.nnx.sow import capture
 from flax.nnx.sow import perturb
@@ -67,6 +68,12 @@ def _h(x):
   return sow(jnp.sin(x), name='h') + 1.0
 
 
+def _layers(x):
+  for i in range(2):
+    x = sow(x + 1.0, name=('layers', i, 'h'))
+  return x
+
+
 def _cond(true_fun, false_fun):
   return lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x)
 
@@ -100,6 +107,13 @@ CASES = {
         lambda: sow(X, name='h', mode='stack'),
         "ValueError: sow(name='h'): mode must be one of ('append', 'clobber'),"
         " got 'stack'."),
+    'name_traced': (
+        lambda: jax.jit(lambda i: sow(X, name=f'h{i}'))(1),
+        "TypeError: sow(name='hJitTracer(~int32[])'): the name"
+        " 'hJitTracer(~int32[])' was formatted from a traced value. A name is"
+        ' static: build it from Python values (the index of a Python loop),'
+        ' or sow the traced value under a fixed name (lax.scan and fori_loop'
+        ' stack its entries along the loop axis).'),
     'leaf_str': (
         lambda: sow({'x': X, 'label': 'hello'}, name='h'),
         "TypeError: sow(name='h'): every leaf must be an array or a Python"
@@ -109,6 +123,10 @@ CASES = {
         "TypeError: sow(name='h'): every leaf must be an array or a Python"
         " number, got <built-in function len> of type"
         " builtin_function_or_method at value['f']."),
+    'leaf_numpy_str': (
+        lambda: sow(np.array(['a', 'b']), name='h'),
+        "TypeError: sow(name='h'): a NumPy array of dtype <U1 cannot be sown"
+        ' (JAX arrays are numeric or boolean), at value.'),
     'perturb_integer': (
         lambda: perturb(jnp.arange(3, dtype=jnp.int32), name='g'),
         "TypeError: perturb(name='g'): only floating-point values have"
@@ -128,6 +146,19 @@ CASES = {
         lambda: capture(_h, tag={'t'}),
         "TypeError: capture: tag must be hashable (it is static), got {'t'}"
         ' of type set.'),
+    'capture_name_selects_nothing': (
+        lambda: capture(_h, names='hh')(X),
+        "ValueError: capture(names='hh') selected no sow of this call."
+        " Closest names it sows: 'h'. It sows 1 name(s): 'h'."),
+    'capture_tag_selects_nothing': (
+        lambda: capture(_h, tag='metrics')(X),
+        "ValueError: capture(tag='metrics') selected no sow of this call. It"
+        " sows 1 name(s): 'h'. Its tags: None."),
+    'capture_tuple_of_names': (
+        lambda: capture(_layers, names=('layers', 0, 'h')),
+        "TypeError: capture: names=('layers', 0, 'h') is a tuple, which"
+        ' names= reads as a collection of names; to select the tuple name,'
+        " put it in a list: names=[('layers', 0, 'h')]."),
     'plant_not_callable': (
         lambda: plant(3, {}),
         'TypeError: plant: expected a callable, got 3 of type int.'),
@@ -177,6 +208,15 @@ CASES = {
                       {'v': (X[:1],)})(X[:1]),
         'NotImplementedError: plant: planting into a shard_map is not'
         ' supported yet; plant outside the shard_map or capture only.'),
+    'plant_pattern_selects_nothing': (
+        lambda: plant(_layers, {'layers.*.g': lambda v, i, n: v})(X),
+        "ValueError: plant: the pattern 'layers.*.g' selects no sow of this"
+        " call; closest names: ('layers', 1, 'h'), ('layers', 0, 'h')."),
+    'plant_pattern_values': (
+        lambda: plant(_layers, {'layers.*.h': (X, X)}),
+        "TypeError: plant: values['layers.*.h'] is a pattern, which takes a"
+        ' function fn(value, index, name) called at each sow it selects; got'
+        ' tuple.'),
     'cond_names_differ': (
         lambda: capture(_cond(lambda v: sow(v, name='a'),
                               lambda v: sow(v, name='b')))(X),

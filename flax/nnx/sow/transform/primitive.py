@@ -333,6 +333,15 @@ def _untraced(text: str, name: tp.Any, *, where: str) -> str:
   return text
 
 
+def is_name(value: tp.Any) -> bool:
+  """Whether ``value`` is a valid sow name."""
+  try:
+    check_name(value, where='')
+  except TypeError:
+    return False
+  return True
+
+
 def name_part(part: tp.Any) -> str | int | None:
   """``part`` as a name component, or ``None`` if it cannot be one."""
   if isinstance(part, str):

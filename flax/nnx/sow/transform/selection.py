@@ -157,7 +157,18 @@ def _is_pattern(key: tp.Any) -> bool:
 def _keys(names: NameFilter, *, where: str) -> list[names_lib.Key]:
   if isinstance(names, str):
     return [names_lib.key(names, where=where)]
-  if isinstance(names, (list, tuple, set, frozenset)):
+  if isinstance(names, tuple):
+    try:
+      return [names_lib.key(n, where=where) for n in names]
+    except TypeError:
+      if primitive.is_name(names):
+        raise TypeError(
+            f'{where}: names={names!r} is a tuple, which names= reads as a'
+            ' collection of names; to select the tuple name, put it in a'
+            f' list: names=[{names!r}].'
+        ) from None
+      raise
+  if isinstance(names, (list, set, frozenset)):
     return [names_lib.key(n, where=where) for n in names]
   raise TypeError(
       f'{where}: names must be None, a name, a collection of names or a'
