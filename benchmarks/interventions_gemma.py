@@ -56,7 +56,7 @@ from jax import lax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flax import nnx  # noqa: E402
-from flax.nnx.sow import capture, plant, tap  # noqa: E402
+from flax.nnx.sow import capture, capture_grads, plant, tap  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'nnx', 'sow'))  # the test helpers
 import sow_testing  # noqa: E402  (the suite's compile counter)
@@ -163,38 +163,35 @@ def metric(logits):
 
 # Hook points by module path: no edit of Gemma's code.
 resid = lambda l: ('layers', l, '__call__', 'output')          # (None, x)
+RESID = 'layers.*.__call__.output'
 pattern = lambda l: ('layers', l, 'attn', 'dropout', '__call__', 'output')
+PATTERN = 'layers.*.attn.dropout.__call__.output'
 z_in = lambda l: ('layers', l, 'attn', 'attn_vec_einsum', '__call__',
-                  'inputs')                                    # ((z,), kw)
-tapped = tap(tap(forward, ('layers', '*'), ('layers', '*', 'attn', 'dropout'),
-                 inputs=False),
-             ('layers', '*', 'attn', 'attn_vec_einsum'), outputs=False)
+                  'inputs', 0)                                 # z
+Z_IN = 'layers.*.attn.attn_vec_einsum.__call__.inputs.0'
+tapped = tap(tap(forward, 'layers.*', 'layers.*.attn.dropout', inputs=False),
+             'layers.*.attn.attn_vec_einsum', inputs=0, outputs=False)
 
 
 # --- the workflows ---------------------------------------------------------
 
 
 def cache_workflow(model, tokens):
-  wanted = {*map(resid, range(LAYERS)), *map(pattern, range(LAYERS))}
-  return capture(tapped, names=wanted)(model, tokens)
+  return capture(tapped, names=[RESID, PATTERN])(model, tokens)
 
 
 def patched(model, clean, corrupt, layer, pos, alpha):
   """The metric of ``corrupt`` with layer ``layer``'s output at ``pos``
   moved ``alpha`` of the way to the clean run's."""
-  _, c = capture(tapped, names=set(map(resid, range(LAYERS))))(model, clean)
+  _, c = capture(tapped, names=RESID)(model, clean)
   at = (jnp.arange(T) == pos)[:, None]
 
-  def patch(l):
-    def fn(value, index):
-      del index
-      cache, x = value
-      moved = x + alpha * (c[resid(l)][0][1] - x)
-      return cache, jnp.where((layer == l) & at, moved, x)
-    return fn
+  def patch(value, index, name):   # every layer's output; acts at `layer`
+    cache, x = value
+    moved = x + alpha * (c.one(name)[1] - x)
+    return cache, jnp.where((name[1] == layer) & at, moved, x)
 
-  return metric(plant(tapped, {resid(l): patch(l) for l in range(LAYERS)})(
-      model, corrupt))
+  return metric(plant(tapped, {RESID: patch})(model, corrupt))
 
 
 def patch_sweep(model, clean, corrupt, alpha):
@@ -206,39 +203,28 @@ def patch_sweep(model, clean, corrupt, alpha):
 
 
 def attribution(model, clean, corrupt):
-  _, c = capture(tapped, names=set(map(resid, range(LAYERS))))(model, clean)
-  _, k = capture(tapped, names=set(map(resid, range(LAYERS))))(model, corrupt)
-
-  def metric_of(deltas):
-    add = lambda l: lambda v, i: (v[0], v[1] + deltas[l])
-    return metric(plant(tapped, {resid(l): add(l) for l in range(LAYERS)})(
-        model, corrupt))
-
-  grads = jax.grad(metric_of)(jnp.zeros((LAYERS, 1, T, WIDTH)))
-  diffs = jnp.stack([c[resid(l)][0][1] - k[resid(l)][0][1]
-                     for l in range(LAYERS)])
-  return jnp.sum(grads * diffs, axis=-1)[:, 0]                # (L, T)
+  _, c = capture(tapped, names=RESID)(model, clean)
+  _, k, g = capture_grads(lambda m, t: metric(tapped(m, t)), RESID)(
+      model, corrupt)
+  return jnp.stack([jnp.sum(g.one(resid(l))[1] * (c.one(resid(l))[1]
+                                                  - k.one(resid(l))[1]),
+                            axis=-1)[0] for l in range(LAYERS)])  # (L, T)
 
 
 def logit_lens(model, tokens):
-  _, c = capture(tapped, names=set(map(resid, range(LAYERS))))(model, tokens)
-  x = model.final_norm(jnp.stack([c[resid(l)][0][1] for l in range(LAYERS)]))
+  _, c = capture(tapped, names=RESID)(model, tokens)
+  x = model.final_norm(jnp.stack([c.one(resid(l))[1] for l in range(LAYERS)]))
   logits = model.embedder.attend(x)
   cap = model.final_logits_softcap
   return jnp.tanh(logits / cap) * cap                          # (L, 1, T, V)
 
 
 def ablated(model, tokens, layer, head):
-  def zero(l):
-    def fn(value, index):
-      del index
-      (z, *rest), kwargs = value
-      off = (layer == l) & (jnp.arange(HEADS) == head)[:, None]
-      return (jnp.where(off, 0, z), *rest), kwargs
-    return fn
+  def zero(z, index, name):        # every layer's z; acts at `layer`
+    off = (name[1] == layer) & (jnp.arange(HEADS) == head)[:, None]
+    return jnp.where(off, 0, z)
 
-  return metric(plant(tapped, {z_in(l): zero(l) for l in range(LAYERS)})(
-      model, tokens))
+  return metric(plant(tapped, {Z_IN: zero})(model, tokens))
 
 
 def ablation_sweep(model, tokens):
@@ -343,9 +329,8 @@ def run(checkout: str, smoke: bool) -> list[Result]:
         lambda lens: close(lens[-1, 0], plain(model, clean)))
     # Against zeroing the head in the value captured from the same run.
     def check_ablation(table):
-      _, c = capture(tapped, names={z_in(1)})(model, clean)
-      (z, *rest), kwargs = c[z_in(1)][0]
-      zeroed = ((z.at[:, :, 0].set(0), *rest), kwargs)
+      _, c = capture(tapped, names=[z_in(1)])(model, clean)
+      zeroed = c.one(z_in(1)).at[:, :, 0].set(0)
       direct = metric(plant(tapped, {z_in(1): (zeroed,)})(model, clean))
       return close(table[1, 0], direct, ulps=512)
 
