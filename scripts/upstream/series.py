@@ -186,6 +186,12 @@ global state behind).''',
                T + 'primitive.py', S + '__init__.py',
                N + 'conftest.py', N + 'sow_layout.py', N + 'sow_testing.py',
                N + 'transform/sow_primitive_test.py'),
+        oversize=(
+            'primitive.py is one module, the primitive and its JAX rules with'
+            ' the checks of what may be sown (names, static values, leaves),'
+            ' and the suite\'s helpers come with the first commit that tests'
+            ' anything; split, either would land untested.'
+        ),
     ),
     Commit(
         'sites',
@@ -354,7 +360,7 @@ with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
         files=(S + 'capture.py', N + 'sow_pytree_models.py',
                N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
-               N + 'api/capture_eager_test.py', N + 'api/capture_staging_test.py'),
+               N + 'api/capture_eager_test.py'),
     ),
     Commit(
         'capture-graph-nodes',
@@ -367,10 +373,12 @@ returned and new nodes, Hijax and reference Variables, tree mode, inside
 `jit`, several threads staging one model); an exception in a staged call
 writes nothing, an eager one leaves what the direct call leaves. And what
 `capture` returns, printed: a name a line, arrays summarised (`render`),
-treescope's rendering. Tests only: of the two commits before, which could
-not take them without going over budget.''',
+treescope's rendering; and how a capture stages `f` (traced once per call,
+jit options kept). Tests only: of the two commits before, which could not
+take them without going over budget.''',
         files=(N + 'api/capture_graph_nodes_test.py',
-               N + 'api/capture_repr_test.py'),
+               N + 'api/capture_repr_test.py',
+               N + 'api/capture_staging_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
