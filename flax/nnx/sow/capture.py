@@ -77,7 +77,7 @@ class Collected(dict):
 
   def __treescope_repr__(self, path, subtree_renderer):
     # Called by treescope only, so it is installed.
-    from treescope import repr_lib  # pylint: disable=g-import-not-at-top
+    from treescope import repr_lib  # type: ignore[import-untyped]  # pylint: disable=g-import-not-at-top
 
     return repr_lib.render_dictionary_wrapper(
         type(self), self, path, subtree_renderer
@@ -561,9 +561,9 @@ def check_selected(
     if selection.tag is not None:
       asked.append(f'tag={selection.tag!r}')
     lines = [f'capture({", ".join(asked)}) selected no sow of this call.']
-    missing = sorted(selection.names or (), key=repr) + list(
-        selection.patterns
-    )
+    missing = sorted(
+        tp.cast(frozenset, selection.names or frozenset()), key=repr
+    ) + list(selection.patterns)
   else:
     with_tag = '' if selection.tag is None else f' with tag={selection.tag!r}'
     lines = [

@@ -164,8 +164,6 @@ def _in_forward_order(values: Collected, grads: Collected) -> Collected:
       )
   return ordered
 
-  return run
-
 
 def _named(fn, name, value, index):
   return fn(value, index, name)

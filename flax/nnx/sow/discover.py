@@ -143,7 +143,7 @@ class Sites(tuple):
   _HEADER = ('name', 'tag', 'entries', 'value', 'bytes', 'where')
 
   def _rows(self) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for row in self:
       where = _short_where(row.where[0]) if row.where else '?'
       if len(row.where) > 1:

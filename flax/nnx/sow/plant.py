@@ -117,17 +117,18 @@ def plant(
     raise TypeError(
         f'plant: expected a callable, got {f!r} of type {type(f).__name__}.'
     )
-  values = _check_values(values)
+  keyed = _check_values(values)
   selection = Selection.make(tag=tag, names=None, where='plant')
-  by_pattern = any(isinstance(k, names_lib.Pattern) for k in values)
-  fixed = None if by_pattern else _request(selection, values)
+  by_pattern = any(isinstance(k, names_lib.Pattern) for k in keyed)
+  fixed = None if by_pattern else _request(
+      selection, tp.cast(dict[primitive.Name, tp.Any], keyed))
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
     with graph_calls.staged(f, args, kwargs) as staged:
-      entries = values
+      entries = tp.cast(dict[primitive.Name, tp.Any], keyed)
       if by_pattern:  # the names the patterns select in this program
-        entries = _resolve(values, staged.jaxpr.jaxpr, tag)
+        entries = _resolve(keyed, staged.jaxpr.jaxpr, tag)
       request = fixed or _request(selection, entries)
       # Per call: what it transforms holds the tracers the functions close
       # over.
@@ -201,13 +202,13 @@ def _called_with_name(fn, name, value, index):
   return fn(value, index, name)
 
 
-def _check_values(values: tp.Any) -> dict[primitive.Name, tp.Any]:
+def _check_values(values: tp.Any) -> dict[names_lib.Key, tp.Any]:
   if not isinstance(values, tp.Mapping):
     raise TypeError(
         'plant: values must map names to tuples of values (the shape'
         f' capture returns), got {type(values).__name__}.'
     )
-  checked = {}
+  checked: dict[names_lib.Key, tp.Any] = {}
   for name, entries in values.items():
     name = names_lib.key(name, where='plant')
     if callable(entries):  # fn(value, index) -> the value to plant

@@ -134,7 +134,7 @@ def nbytes(value: tp.Any) -> int:
   return total
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(n: float) -> str:
   for unit in ('B', 'KiB', 'MiB', 'GiB'):
     if n < 1024 or unit == 'GiB':
       return f'{n} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
@@ -179,7 +179,7 @@ def treescope_lines(summary: str, lines: tp.Sequence[str], path: str | None):
   Imported here, not at the top: treescope is only asked for this by
   treescope itself (``__treescope_repr__``), so it is installed then.
   """
-  from treescope import rendering_parts  # pylint: disable=g-import-not-at-top
+  from treescope import rendering_parts  # type: ignore[import-untyped]  # pylint: disable=g-import-not-at-top
 
   return rendering_parts.build_custom_foldable_tree_node(
       label=rendering_parts.text(summary),

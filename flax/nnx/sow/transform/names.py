@@ -178,7 +178,7 @@ def closest(k: tp.Any, candidates: tp.Iterable[primitive.Name],
   """The names among ``candidates`` closest to ``k`` in spelling (for
   messages)."""
   text = k.text if isinstance(k, Pattern) else spell(k)
-  by_spelling = {}
+  by_spelling: dict[str, primitive.Name] = {}
   for name in candidates:
     by_spelling.setdefault(spell(name), name)
   close = difflib.get_close_matches(text, list(by_spelling), n=n, cutoff=0.4)

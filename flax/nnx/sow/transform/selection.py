@@ -69,7 +69,8 @@ class Selection:
     return cls(
         tag=tag,
         names=frozenset(k for k in keys if not _is_pattern(k)),
-        patterns=tuple(dict.fromkeys(k for k in keys if _is_pattern(k))),
+        patterns=tuple(dict.fromkeys(
+            k for k in keys if isinstance(k, names_lib.Pattern))),
         given=names,
     )
 
@@ -142,7 +143,8 @@ class Selection:
     if not selected:
       return None
     missing: list[names_lib.Key] = sorted(
-        (self.names or frozenset()) - set(selected), key=repr
+        tp.cast(frozenset, self.names or frozenset()) - set(selected),
+        key=repr,
     )
     for pattern in self.patterns:
       if not names_lib.resolve(pattern, selected, where='names'):
