@@ -157,13 +157,7 @@ def _batcher(prim):
     # mapped axis leading, every leaf batched, and count it, as a sow
     # batched here would (see `primitive._sow_batch`): the backward pass
     # binds the sow later, outside this vmap.
-    size = axis_data.size
-    moved = [
-        jax.numpy.broadcast_to(leaf, (size, *jax.numpy.shape(leaf)))
-        if dim is None
-        else jax.numpy.moveaxis(leaf, dim, 0)
-        for leaf, dim in zip(leaves, dims)
-    ]
+    moved = primitive.mapped_axis_leading(leaves, dims, axis_data.size)
     with primitive.binding_jvp_primal(False):
       out = prim.bind(*moved, vmapped=vmapped + 1, **params)
     return out, [0] * len(out)

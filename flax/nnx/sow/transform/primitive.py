@@ -223,6 +223,18 @@ def _sow_transpose(cotangents, *leaves, **params):
   return list(cotangents)
 
 
+def mapped_axis_leading(leaves, dims, size: int) -> list[tp.Any]:
+  """``leaves`` with their mapped axis (``dims``) moved first; an unbatched
+  leaf (``None``) is broadcast to ``size`` along it, so that every sown leaf
+  has the axis its batching counts."""
+  return [
+      jax.numpy.broadcast_to(leaf, (size, *jax.numpy.shape(leaf)))
+      if dim is None
+      else jax.numpy.moveaxis(leaf, dim, 0)
+      for leaf, dim in zip(leaves, dims)
+  ]
+
+
 def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
   # While capturing, a value sown under vmap carries the mapped axis, leading,
   # as `jax.vmap`'s outputs do: a leaf that does not depend on the mapped
@@ -239,13 +251,7 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
     ]
     out_dims = [None if dim is None else 0 for dim in dims]
     return sow_p.bind(*moved, vmapped=vmapped, **params), out_dims
-  size = axis_data.size
-  moved = [
-      jax.numpy.broadcast_to(leaf, (size, *jax.numpy.shape(leaf)))
-      if dim is None
-      else jax.numpy.moveaxis(leaf, dim, 0)
-      for leaf, dim in zip(leaves, dims)
-  ]
+  moved = mapped_axis_leading(leaves, dims, axis_data.size)
   keep = keeps_unbatched(dims)
   with binding_jvp_primal(False):
     out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)
