@@ -46,6 +46,9 @@ COMPAT = 'flax/nnx/capture_compat/'
 # first (pytest stops at the first failure). The randomized fuzzer is not
 # among them: what it finds is pinned by deterministic tests.
 CORE_TESTS = (
+    'tests/nnx/sow/transform/names_test.py',
+    'tests/nnx/sow/api/names_and_patterns_test.py',
+    'tests/nnx/sow/api/capture_grads_test.py',
     'tests/nnx/sow/transform/sow_primitive_test.py',
     'tests/nnx/sow/transform/sites_test.py',
     'tests/nnx/sow/transform/selection_test.py',
@@ -127,6 +130,7 @@ GRAPH_CALLS_TESTS = (
 MODULES_TESTS = (
     'tests/nnx/sow/lift/module_paths_test.py',
     'tests/nnx/sow/lift/taps_test.py',
+    'tests/nnx/sow/api/tap_patterns_test.py',
     'tests/nnx/capture_compat/module_sow_test.py',
     'tests/nnx/capture_compat/module_taps_test.py',
     'tests/nnx/capture_compat/compat_capture_test.py',
