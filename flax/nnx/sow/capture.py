@@ -494,7 +494,7 @@ def _call_eagerly(f, selection, bounds, args, kwargs):
   :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
   scope = Scope(Request(selection, bounds=bounds))
   out = eager.run(scope, lambda: graph_calls.call_directly(f, args, kwargs))
-  check_selected(selection, scope.records, lambda: scope.passed)
+  check_selected(selection, scope.records, scope.passed_keys)
   return out, collect(scope.records, bounds)
 
 
@@ -548,6 +548,8 @@ def check_selected(
   an empty result, so it is an error naming the closest names the call does
   sow (``sown()``: the (name, tag) of its other sows, asked only then).
   """
+  if selection.everything:
+    return  # on every call: nothing to check
   missing = selection.unmatched({site.name for site, _ in records})
   if missing == []:
     return

@@ -122,8 +122,8 @@ class EagerTrace(jax.core.Trace):
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
-      for sub in core.jaxprs_in_params(params):
-        self.scope.passed.update(primitive.sow_keys(sub))
+      # Walked only if a message needs the names (see `Scope.passed`).
+      self.scope.passed_params.append(params)
       rule = interpreter.higher_order_rule(prim, params, self.scope.request)
     if rule is not None:
       eqn = _equation(prim, args, params)

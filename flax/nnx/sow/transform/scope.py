@@ -74,9 +74,18 @@ class Scope:
     # (see `inlined`): for the sites found there, they are inner vmaps.
     self.inline_vmaps = 0
     # The (name, tag) of the sows an eager interpretation met and did not
-    # handle, for a message naming what a call sows (a staged one reads
-    # them from its jaxpr).
+    # handle, and the parameters of the higher-order primitives it met, for
+    # a message naming what a call sows (a staged one reads its jaxpr).
     self.passed: set[tuple[primitive.Name, tp.Hashable]] = set()
+    self.passed_params: list[dict[str, tp.Any]] = []
+
+  def passed_keys(self) -> set[tuple[primitive.Name, tp.Hashable]]:
+    """The (name, tag) of every sow an eager interpretation met."""
+    keys = set(self.passed)
+    for params in self.passed_params:
+      for sub in core.jaxprs_in_params(params):
+        keys.update(primitive.sow_keys(sub))
+    return keys
 
   def here(self, site: Site, via: core.JaxprEqn | None = None) -> Site:
     """``site`` as seen from this scope's root jaxpr.
