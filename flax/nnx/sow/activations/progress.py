@@ -47,6 +47,7 @@ class Progress:
     self.bytes = 0
     self._bar: tp.Any = None
     if enabled:
+      from rich import console  # pylint: disable=g-import-not-at-top
       from rich import progress as rich_progress  # pylint: disable=g-import-not-at-top
 
       self._bar = rich_progress.Progress(
@@ -55,6 +56,7 @@ class Progress:
           rich_progress.MofNCompleteColumn(),
           rich_progress.TextColumn('{task.fields[rates]}'),
           rich_progress.TimeElapsedColumn(),
+          console=console.Console(file=sys.stderr),
           transient=False,
       )
       self._task = self._bar.add_task(

@@ -1,0 +1,302 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``activations.export``: what a function sows, written to a store on disk.
+
+The oracles: the same values computed directly (the model's blocks called
+by hand under ``jax.jit``, or NumPy on the inputs), read back from the store
+with tensorstore through ``Dataset``; NumPy's float64 statistics.
+"""
+
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from flax import nnx
+from flax.nnx import capture_compat
+from flax.nnx.sow import activations
+from flax.nnx.sow import sow
+from flax.nnx.sow import tap
+from flax.nnx.sow.activations import store as store_lib
+
+import sow_testing
+
+EXAMPLES, POSITIONS, WIDTH, LAYERS = 4, 3, 8, 2
+
+
+class Block(nnx.Module):
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(WIDTH, WIDTH, rngs=rngs)
+
+  def __call__(self, x):
+    h = jax.nn.gelu(self.linear(x))
+    self.sow(nnx.Intermediate, 'pre_residual', h)
+    return x + h
+
+
+class Model(nnx.Module):
+
+  def __init__(self, rngs):
+    self.embed = nnx.Linear(2, WIDTH, rngs=rngs)
+    self.blocks = nnx.List([Block(rngs) for _ in range(LAYERS)])
+
+  def __call__(self, x):
+    x = self.embed(x)
+    for block in self.blocks:
+      x = block(x)
+    return x.sum(-1)
+
+
+def inputs(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [jnp.asarray(rng.normal(size=(EXAMPLES, POSITIONS, 2)),
+                      jnp.float32) for _ in range(n)]
+
+
+def residuals(model, x):
+  """The oracle: each block's output, by hand."""
+  x = model.embed(x)
+  out = []
+  for block in model.blocks:
+    x = x + jax.nn.gelu(block.linear(x))
+    out.append(x)
+  return out
+
+
+def tmp_path(test) -> str:
+  """A path for a store, in a directory removed after the test."""
+  folder = tempfile.mkdtemp()
+  test.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+  return os.path.join(folder, 'store')
+
+
+class ExportValuesTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    # Block's Module.sow is a site of the transform (see capture_compat).
+    self.enter_context(capture_compat.install())
+
+  def test_taps_of_a_model_equal_its_blocks_called_by_hand(self):
+    model = Model(nnx.Rngs(0))
+    batches = inputs(3)
+    f = tap(lambda m, x: m(x), ('blocks', '*'))
+    data = activations.export(f, batches, tmp_path(self), args=(model,),
+                              names='blocks.*.__call__.output',
+                              progress=False)
+    self.assertEqual(data.sites, ('blocks.0.__call__.output/0',
+                                  'blocks.1.__call__.output/0'))
+    expected = [np.concatenate(layer) for layer in zip(
+        *(jax.jit(residuals)(model, x) for x in batches))]
+    for site, want in zip(data.sites, expected):
+      sow_testing.assert_close(data.read(site), want)
+    self.assertEqual(data.examples, 3 * EXAMPLES)
+
+  def test_module_sow_sites_are_named_by_path(self):
+    model = Model(nnx.Rngs(1))
+    data = activations.export(lambda m, x: m(x), inputs(2), tmp_path(self),
+                              args=(model,), tag=nnx.Intermediate,
+                              progress=False)
+    self.assertEqual(data.sites, ('blocks.0.pre_residual/0',
+                                  'blocks.1.pre_residual/0'))
+    self.assertEqual(data.layout.sites['blocks.1.pre_residual/0']['name'],
+                     ['blocks', 1, 'pre_residual'])
+
+  def test_entries_leaves_and_patterns(self):
+    def f(x):
+      sow(x + 1, name='h')
+      sow({'a': x * 2, 'b': x[..., :1]}, name=('layers', 0, 'kv'))
+      sow(x + 3, name='h')
+      return x
+
+    batches = inputs(2)
+    data = activations.export(f, batches, tmp_path(self), progress=False)
+    # In capture's order: names by first sow, then entries, then leaves.
+    self.assertEqual(
+        data.sites,
+        ('h/0', 'h/1', 'layers.0.kv/0/a', 'layers.0.kv/0/b'))
+    x = np.concatenate(batches)
+    np.testing.assert_array_equal(data.read('h/0'), x + 1)
+    np.testing.assert_array_equal(data.read('h/1'), x + 3)
+    np.testing.assert_array_equal(data.read('layers.0.kv/0/a'), x * 2)
+    np.testing.assert_array_equal(data.read('layers.0.kv/0/b'), x[..., :1])
+    only = activations.export(f, batches, tmp_path(self), names='layers.*.kv',
+                              progress=False)
+    self.assertEqual(only.sites, ('layers.0.kv/0/a', 'layers.0.kv/0/b'))
+
+  def test_a_scan_stacked_site_needs_its_example_axis(self):
+    def f(x):
+      def body(h, _):
+        h = sow(jnp.tanh(h), name='h')
+        return h, None
+      return lax.scan(body, x, None, length=LAYERS)[0]
+
+    batches = inputs(2)
+    with self.assertRaisesRegex(ValueError, r"site 'h/0'.*axis 0 has 2"
+                                r" entries where the batch has 4.*example_axis"):
+      activations.export(f, batches, tmp_path(self), progress=False)
+    data = activations.export(f, batches, tmp_path(self),
+                              example_axis={'h': 1}, progress=False)
+    x = np.concatenate(batches)
+    first = np.tanh(x)
+    got = data.read('h/0')
+    self.assertEqual(got.shape, (2 * EXAMPLES, LAYERS, POSITIONS, 2))
+    sow_testing.assert_close(got[:, 0], first)
+    sow_testing.assert_close(got[:, 1], np.tanh(first))
+
+
+class ReductionsTest(parameterized.TestCase):
+
+  def export(self, **kwargs):
+    self.batches = inputs(3, seed=2)
+    self.x = np.concatenate(self.batches)
+    return activations.export(lambda x: sow(x * 3, name='h'), self.batches,
+                              tmp_path(self), progress=False, **kwargs)
+
+  @parameterized.parameters(
+      (slice(1, None), np.s_[:, 1:]),
+      (0, np.s_[:, 0]),
+      ((2, 0), np.s_[:, [2, 0]]),
+  )
+  def test_positions(self, positions, index):
+    data = self.export(positions=positions)
+    np.testing.assert_array_equal(data.read('h/0'), (self.x * 3)[index])
+
+  def test_dtype_cast_on_device_is_stored_as_that_dtype(self):
+    data = self.export(dtype=jnp.bfloat16)
+    self.assertEqual(data.spec('h/0').dtype, 'bfloat16')
+    got = data.read('h/0')
+    self.assertEqual(got.dtype, ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(
+        got, (self.x * 3).astype(ml_dtypes.bfloat16))
+    self.assertEqual(data.array('h/0').spec().to_json()['dtype'], 'bfloat16')
+
+  def test_norm_and_top_k_equal_numpy(self):
+    data = self.export(statistics=['norm'], top_k=1, values=False)
+    self.assertNotIn('values', [a.output for a in data.layout.arrays])
+    y = self.x * 3
+    sow_testing.assert_close(data.read('h/0', 'norm'),
+                             np.sqrt((y.astype(np.float64) ** 2).sum(-1)))
+    np.testing.assert_array_equal(data.read('h/0', 'top_k_values'),
+                                  y.max(-1, keepdims=True))
+    np.testing.assert_array_equal(data.read('h/0', 'top_k_indices'),
+                                  y.argmax(-1)[..., None])
+
+  def test_statistics_equal_numpy_over_every_row(self):
+    data = self.export(statistics=['mean', 'var'], values=False)
+    flat = (self.x * 3).astype(np.float64).reshape(-1, 2)
+    stats = data.statistics('h/0')
+    self.assertEqual(stats.count, len(flat))
+    # float32 means and sums of squares of 36 rows of |x| < 20, combined in
+    # float64: a relative error of a few float32 ulps.
+    np.testing.assert_allclose(stats.mean, flat.mean(0), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(stats.var, flat.var(0), rtol=1e-5)
+
+  def test_mean_without_var_has_no_var(self):
+    stats = self.export(statistics='mean').statistics('h/0')
+    self.assertIsNone(stats.var)
+
+
+class ResumeTest(absltest.TestCase):
+
+  def test_a_rerun_continues_after_the_complete_batches(self):
+    executed = []
+
+    def f(x):
+      jax.debug.callback(lambda v: executed.append(float(v)), x[0, 0, 0])
+      return sow(x * 2, name='h')
+
+    batches = inputs(5, seed=3)
+    path = tmp_path(self)
+    activations.export(f, batches[:2], path, progress=False)
+    self.assertLen(executed, 2)
+    data = activations.export(f, batches, path, progress=False)
+    # The first two batches were skipped, not run again.
+    self.assertEqual(executed[2:], [float(b[0, 0, 0]) for b in batches[2:]])
+    self.assertEqual(data.complete_batches, 5)
+    np.testing.assert_array_equal(data.read('h/0'),
+                                  np.concatenate(batches) * 2)
+    # The arrays are trimmed to the complete batches, for any zarr reader.
+    self.assertEqual(data.array('h/0').shape[0], 5 * EXAMPLES)
+    self.assertEqual(
+        store_lib.Store.open(path).arrays['h/0/values'].shape[0],
+        5 * EXAMPLES)
+
+  def test_a_rerun_with_nothing_new_writes_nothing(self):
+    batches = inputs(2)
+    path = tmp_path(self)
+    activations.export(lambda x: sow(x, name='h'), batches, path,
+                       progress=False)
+    again = activations.export(lambda x: sow(x, name='h'), batches, path,
+                               progress=False)
+    self.assertEqual(again.complete_batches, 2)
+
+
+class PipelineTest(absltest.TestCase):
+
+  def test_the_next_batch_is_computed_before_the_last_is_committed(self):
+    events = []
+    committed = store_lib.Store.commit
+
+    def commit(store, process, batches):
+      committed(store, process, batches)
+      events.append(('committed', batches - 1))
+
+    def batches():
+      for i, x in enumerate(inputs(6)):
+        events.append(('read', i))
+        yield x
+
+    with absltest.mock.patch.object(store_lib.Store, 'commit', commit):
+      activations.export(lambda x: sow(x, name='h'), batches(),
+                         tmp_path(self), in_flight=2, progress=False)
+    order = [e for e in events]
+    self.assertCountEqual(
+        order, [(k, i) for k in ('read', 'committed') for i in range(6)])
+    # Batch k + 1 was read (and dispatched) before batch k was committed, at
+    # least once: the host writes while the device computes.
+    self.assertTrue(any(order.index(('read', i + 1)) <
+                        order.index(('committed', i)) for i in range(5)))
+    # And never more than in_flight + 2 ahead (the queue, the batch being
+    # written and the batch being put): host memory is bounded.
+    for i in range(6):
+      ahead = sum(1 for e in order[:order.index(('committed', i))]
+                  if e[0] == 'read') - i
+      self.assertLessEqual(ahead, 2 + 2)
+
+  def test_progress_is_drawn_only_when_asked_or_on_a_terminal(self):
+    import contextlib  # pylint: disable=g-import-not-at-top
+    import io  # pylint: disable=g-import-not-at-top
+
+    for progress, drawn in ((None, False), (True, True), (False, False)):
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err):
+        activations.export(lambda x: sow(x, name='h'), inputs(2),
+                           tmp_path(self), progress=progress)
+      self.assertEqual('examples/s' in err.getvalue(), drawn, progress)
+      if drawn:
+        self.assertIn('2/2', err.getvalue())
+
+
+if __name__ == '__main__':
+  absltest.main()
