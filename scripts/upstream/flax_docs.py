@@ -59,10 +59,11 @@ import flax_notebooks
 import intermediates_guide
 
 # In the order a reader should take them: the transform, the interventions
-# built on it, then what changes for nnx.capture users, the errors, the
-# codemod.
+# and the activation datasets built on it, then what changes for nnx.capture
+# users, the errors, the codemod.
 GUIDES = (
-    'sow_transform', 'interventions', 'capture_behavior_changes',
+    'sow_transform', 'interventions', 'activations_dataset',
+    'capture_behavior_changes',
     'sow_bad_inputs', 'migrate_sow',
 )
 GUIDES_DIR = pathlib.Path('docs_nnx', 'guides')

@@ -38,6 +38,8 @@ PUBLIC_MODULES = sorted(
 MODULES_WITH_EXAMPLES = {
     'flax.nnx.capture_compat',
     'flax.nnx.capture_compat.module_methods',
+    'flax.nnx.sow.activations.dataset',
+    'flax.nnx.sow.activations.export',
     'flax.nnx.sow.capture',
     'flax.nnx.sow.capture_grads',
     'flax.nnx.sow.discover',

@@ -35,6 +35,7 @@ GUIDES = (
     'capture_behavior_changes',
     'migrate_sow',
     'interventions',
+    'activations_dataset',
 )
 # Guides whose code needs a package that Flax does not depend on.
 NEEDS = {'migrate_sow': 'libcst'}
