@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import os
 import typing as tp
+import weakref
 
 import jax
 import numpy as np
@@ -147,7 +148,7 @@ def export(
   done = existing.complete_batches(processes) if existing else 0
   total = len(batches) - done if isinstance(batches, tp.Sized) else None
   remaining = itertools.islice(iter(batches), done, None)
-  step = _Step(f, names=names, tag=tag, reductions=reductions)
+  step = _step(f, names=names, tag=tag, reductions=reductions)
   first = next(remaining, None)
   if first is None:
     if existing is None:
@@ -256,18 +257,45 @@ def _examples(batch: tp.Any) -> int:
   return next(iter(sizes))
 
 
+# The steps of the functions exported, kept as ``jax.jit`` keeps a
+# function's compiled programs: an export of the same function with the same
+# selection and reductions (a resumed run, another dataset) compiles nothing.
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _step(f, *, names, tag, reductions) -> _Step:
+  if isinstance(names, list):
+    names = tuple(names)
+  key = (names, tag, reductions)
+  try:
+    steps = _STEPS.setdefault(f, {})
+    hash(key)
+  except TypeError:  # not weakly referable, or an unhashable selection
+    return _Step(f, names=names, tag=tag, reductions=reductions)
+  if key not in steps:
+    steps[key] = _Step(f, names=names, tag=tag, reductions=reductions)
+  return steps[key]
+
+
 class _Step:
   """``capture(f)`` reduced to the store's outputs, jitted once."""
 
   def __init__(self, f, *, names, tag, reductions):
-    self._captured = capture_fn(f, names=names, tag=tag)
+    # A weak reference: the step is kept in _STEPS by f, which it must not
+    # keep alive.
+    try:
+      self._f = weakref.ref(f)
+    except TypeError:
+      self._f = lambda: f
+    self._names, self._tag = names, tag
     self._reductions = reductions
     self.sites: dict[str, dict[str, tp.Any]] = {}
     self.examples = 0
     self._jitted = nnx.jit(self._step)
 
   def _step(self, args, batch):
-    _, collected = self._captured(*args, batch)
+    captured = capture_fn(self._f(), names=self._names, tag=self._tag)
+    _, collected = captured(*args, batch)
     if not collected:
       raise ValueError(
           'export: the function sows nothing the selection exports.')

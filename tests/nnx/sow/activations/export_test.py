@@ -242,6 +242,35 @@ class ResumeTest(absltest.TestCase):
         store_lib.Store.open(path).arrays['h/0/values'].shape[0],
         5 * EXAMPLES)
 
+  def test_a_second_export_of_the_same_function_compiles_nothing(self):
+    def f(x):
+      return sow(x * 2, name='h')
+
+    activations.export(f, inputs(1), tmp_path(self), progress=False)
+    with sow_testing.count_compiles() as compiles:
+      data = activations.export(f, inputs(2, seed=4), tmp_path(self),
+                                progress=False)
+    self.assertEmpty(compiles)
+    np.testing.assert_array_equal(data.read('h/0'),
+                                  np.concatenate(inputs(2, seed=4)) * 2)
+    with sow_testing.count_compiles() as compiles:
+      activations.export(f, inputs(1), tmp_path(self), statistics=['mean'],
+                         progress=False)
+    self.assertNotEmpty(compiles)  # other reductions: another program
+
+  def test_an_exported_function_is_not_kept_alive(self):
+    import gc  # pylint: disable=g-import-not-at-top
+    import weakref  # pylint: disable=g-import-not-at-top
+
+    def f(x):
+      return sow(x * 2, name='h')
+
+    activations.export(f, inputs(1), tmp_path(self), progress=False)
+    ref = weakref.ref(f)
+    del f
+    gc.collect()
+    self.assertIsNone(ref())
+
   def test_a_rerun_with_nothing_new_writes_nothing(self):
     batches = inputs(2)
     path = tmp_path(self)
