@@ -60,6 +60,7 @@ def export(
     top_k: int | None = None,
     in_flight: int = 2,
     resume: bool = True,
+    durable: bool = False,
     progress: bool | None = None,
 ) -> dataset_lib.Dataset:
   """Writes what ``f`` sows on each batch to an activations store.
@@ -117,11 +118,16 @@ def export(
     top_k: keep the ``top_k`` largest features of each row and their
       indices (``SITE/top_k_values``, ``SITE/top_k_indices``).
     in_flight: the most batches computed and not yet written; host memory
-      holds at most ``in_flight + 1`` batches of outputs.
+      holds at most ``in_flight + 3`` batches of outputs (see
+      :mod:`~flax.nnx.sow.activations.writer`).
     resume: continue a store of the same layout after its last complete
       batch, skipping as many batches from ``batches`` (which must then
       yield the same inputs in the same order); ``False``: an existing store
       is an error.
+    durable: flush each batch to the disk before committing it, so that the
+      complete batches survive a crash of the machine, not only a killed
+      process (which they always do); slower, as the disk's flushing no
+      longer overlaps the writes.
     progress: draw a progress bar (rich, standard error); ``None`` draws one
       when standard error is a terminal.
 
@@ -171,7 +177,7 @@ def export(
     else:
       existing.reserve()
   _sync('flax.nnx.sow.activations.export:opened', processes)
-  store = store_lib.Store.open(path)
+  store = store_lib.Store.open(path, durable=durable)
   with progress_lib.Progress(
       progress and process == 0 if progress is not None
       else None if process == 0 else False,

@@ -16,10 +16,12 @@
 The device computes batch ``k + 1`` while this thread writes batch ``k``:
 JAX dispatches a jitted step asynchronously, the step's outputs wait in a
 bounded queue (``in_flight`` batches), and the thread takes each in turn,
-copies the shards this process holds to host memory and writes them with
-tensorstore. So host memory holds at most ``in_flight + 1`` batches of
-outputs, whatever the dataset's size, and a full queue makes the producer
-wait (back pressure) rather than grow.
+copies the shards this process holds to host memory and starts writing
+them with tensorstore; the writes of two batches overlap, and batches are
+committed in order as their writes finish. So host memory holds at most
+``in_flight + 3`` batches of outputs (the queue's, the two being written
+and the one being queued), whatever the dataset's size, and a full queue
+makes the producer wait (back pressure) rather than grow.
 
 Each process writes only its addressable shards with ``replica_id == 0``:
 a replicated array is written once, by the process holding its first
@@ -28,6 +30,7 @@ replica, and nothing is gathered across processes.
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import typing as tp
@@ -37,6 +40,8 @@ import numpy as np
 from flax.nnx.sow.activations import store as store_lib
 
 _DONE = object()
+# Batches whose writes may be under way at once.
+_WRITING = 2
 
 
 def _bounds(index: tuple[slice, ...], shape: tuple[int, ...]):
@@ -118,14 +123,21 @@ class Writer:
       ) from error
 
   def _run(self) -> None:
+    writing: collections.deque = collections.deque()
     try:
-      while (item := self._queue.get()) is not _DONE:
-        batch, outputs = item
-        self._write(batch, outputs)
+      while True:
+        if len(writing) == _WRITING:
+          self._finish(*writing.popleft())
+        if (item := self._queue.get()) is _DONE:
+          break
+        writing.append(self._start(*item))
+      while writing:
+        self._finish(*writing.popleft())
     except BaseException as e:  # pylint: disable=broad-exception-caught
       self._error = e
 
-  def _write(self, batch: int, outputs: tp.Mapping[str, tp.Any]) -> None:
+  def _start(self, batch: int, outputs: tp.Mapping[str, tp.Any]):
+    """Starts writing a batch; returns what ``_finish`` waits for."""
     futures, nbytes = [], 0
     for spec in self._store.layout.arrays:
       array = self._store.arrays[spec.path]
@@ -136,6 +148,10 @@ class Writer:
           host = host[None]
         nbytes += host.nbytes
         futures.append(array[target].write(host))
+    return batch, futures, nbytes
+
+  def _finish(self, batch: int, futures: list[tp.Any], nbytes: int) -> None:
+    """Waits for a batch's writes, then commits it."""
     for future in futures:
       future.result()
     self._store.commit(self._process, batch + 1)
