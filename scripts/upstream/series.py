@@ -770,6 +770,47 @@ checkouts they skip.''',
         files=(N + 'api/decode_samplers_test.py',),
     ),
     # -----------------------------------------------------------------------
+    # Activations as a dataset
+    # -----------------------------------------------------------------------
+    Commit(
+        'activations',
+        'nnx.sow: activations.export, sown values streamed to a zarr store',
+        '''\
+`activations.export(f, batches, path, names=...)` runs `capture(f)` under
+`nnx.jit` on each batch and appends the selected sites to a zarr (v2) group
+written with tensorstore (Flax's dependency through orbax; zarr-python,
+xarray and dask read it too): one array per site and output, the example
+axis first, one chunk per device shard of a batch. On device before
+anything leaves it: the example axis, a position slice, a dtype cast, the
+mean and variance per feature, row norms, top-k. The device computes a
+batch while a host thread writes the one before, behind a bounded queue;
+each process writes its own shards (`replica_id == 0`), never gathered;
+progress is committed per process after a batch's writes finish, so a
+killed run leaves its complete batches, and a rerun continues after them.
+`activations.Dataset` reads the complete batches back: arrays, statistics
+combined exactly, shuffled batches of examples or tokens for training.
+Its doctests run here; its tests are the next commit's.''',
+        files=tuple(S + 'activations/' + m for m in (
+            '__init__.py', 'reductions.py', 'store.py', 'writer.py',
+            'progress.py', 'export.py', 'dataset.py')),
+    ),
+    Commit(
+        'activations-tests',
+        'nnx.sow: tests of activations.export and Dataset',
+        '''\
+Values against the model's blocks called by hand and against NumPy (sites,
+entries, leaves, scan-stacked sites, positions, casts, statistics, norms,
+top-k); a rerun continuing after the complete batches, compiling nothing;
+the pipeline (the next batch dispatched before the last is committed, and
+host memory bounded by `in_flight`); the progress bar; every refusal,
+leaving the destination as it was or the batches before it complete; a
+child process killed mid-write twice and the store finished; shuffled
+batches covering every row once per epoch, seeded. Tests only.''',
+        files=tuple(N + 'activations/' + m for m in (
+            'export_test.py', 'export_errors_test.py', 'dataset_test.py',
+            'export_kill_test.py')),
+    ),
+    # -----------------------------------------------------------------------
     # The codemod
     # -----------------------------------------------------------------------
     Commit(
@@ -1003,6 +1044,17 @@ notebook stored executed. tests/nnx/sow/docs/interventions_guide_test.py
 runs it.''',
         files=('tests/docs/interventions_guide_test.py',),
         make=_guide('interventions'),
+    ),
+    Commit(
+        'docs-activations-dataset',
+        'docs_nnx: the activations dataset guide',
+        '''\
+Exporting the residual stream of a small transformer with
+`activations.export`, reading its statistics and training a tiny sparse
+autoencoder on shuffled batches of its tokens, as a paired notebook stored
+executed. tests/nnx/sow/docs/activations_dataset_guide_test.py runs it.''',
+        files=('tests/docs/activations_dataset_guide_test.py',),
+        make=_guide('activations_dataset'),
     ),
     Commit(
         'docs-capture-behavior-changes',
