@@ -181,8 +181,8 @@ class Reductions:
       out['top_k_indices'] = top_indices.astype(jnp.int32)
     if {'mean', 'var'} & set(self.statistics):
       flat = f32.reshape(-1, f32.shape[-1])
-      mean = jnp.mean(flat, axis=0)
-      out['mean'] = mean
+      mean = jnp.mean(flat, axis=0, keepdims=True)
+      out['mean'] = mean[0]
       if 'var' in self.statistics:
         out['m2'] = jnp.sum(jnp.square(flat - mean), axis=0)
     return out, tuple(x.shape)
