@@ -704,7 +704,8 @@ Captures in several threads at once and after an exception; two JAX
 processes capturing sharded global arrays. Tests only (see the compat
 commit's message).''',
         files=(C + 'compat_threads_and_failures_test.py',
-               C + 'multiprocess_test.py', N + 'sow_multiprocess_worker.py'),
+               C + 'multiprocess_test.py', N + 'multiprocess_testing.py',
+               N + 'sow_multiprocess_worker.py'),
     ),
     Commit(
         'parity',
