@@ -28,6 +28,7 @@ A worker calls ``worker_main(argv, run)``: it joins the cluster, calls
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -184,6 +185,16 @@ def assert_workers_passed(test, run: Run,
 
 
 # The worker's side.
+
+_COLLECTIVE = re.compile(
+    r'\b(all-gather|all-reduce|all-to-all|reduce-scatter|collective-permute)'
+    r'(?:-start)?\('
+)
+
+
+def collectives(compiled_text: str) -> collections.Counter:
+  """The collective operations of an optimized HLO module, by kind."""
+  return collections.Counter(_COLLECTIVE.findall(compiled_text))
 
 
 def worker_main(

@@ -32,8 +32,6 @@ A check compares what a capture returns with two independent oracles:
   gathered with ``process_allgather``.
 """
 
-import collections
-import re
 import sys
 import traceback
 
@@ -65,17 +63,6 @@ AXIS_TYPES = ('Auto', 'Explicit')
 # all-gather, so a capture that added one shows in the compiled HLO.
 BATCH, DIN, HIDDEN, LAYERS = 8, 4, 8, 3
 ACTIVATION = P('data', 'model')
-_COLLECTIVE = re.compile(
-    r'\b(all-gather|all-reduce|all-to-all|reduce-scatter|collective-permute)'
-    r'(?:-start)?\('
-)
-
-
-def collectives(compiled_text: str) -> collections.Counter:
-  """The collective operations of an optimized HLO module, by kind."""
-  return collections.Counter(_COLLECTIVE.findall(compiled_text))
-
-
 # The functions captured, each with its hand-written oracle that returns the
 # intermediates as outputs.
 
@@ -222,8 +209,10 @@ def assert_like(sown, activation, expected_host, what: str):
 
 def assert_no_added_collectives(captured, by_hand, args, what: str):
   """Compiled, ``captured`` communicates exactly as ``by_hand`` does."""
-  got = collectives(jax.jit(captured).lower(*args).compile().as_text())
-  want = collectives(jax.jit(by_hand).lower(*args).compile().as_text())
+  got = multiprocess_testing.collectives(
+      jax.jit(captured).lower(*args).compile().as_text())
+  want = multiprocess_testing.collectives(
+      jax.jit(by_hand).lower(*args).compile().as_text())
   assert got['all-gather'] == 0, f'{what}: an all-gather was added: {got}'
   assert got == want, f'{what}: collectives {got}, written by hand {want}'
 
