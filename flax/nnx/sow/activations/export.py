@@ -166,9 +166,11 @@ def export(
   _sync('flax.nnx.sow.activations.export:open', processes)
   if process == 0:
     if existing is None:
-      store_lib.Store.create(path, layout)
+      target = store_lib.Store.create(path, layout)
     else:
-      existing.reserve()
+      target = existing
+      target.reserve()
+    target.expect(processes)
   _sync('flax.nnx.sow.activations.export:opened', processes)
   store = store_lib.Store.open(path)
   with progress_lib.Progress(

@@ -23,8 +23,13 @@ is a directory both processes share. It joins a 2-process JAX cluster
 batches that no process holds whole, into stores under ``STORES`` that both
 processes write:
 
-* ``plain``: values only, 3 batches, then resumed with 5;
-* ``stats``: values and every statistic, 5 batches.
+* ``plain``: values only, 3 batches (its compiled step has the collectives
+  of the model written by hand: none), then resumed with 5 (the first 3
+  given as NaNs, which must not be written);
+* ``stats``: values and every statistic, 5 batches (no all-gather either);
+* ``read``: 2 batches, process 1 holding back its first until process 0
+  has committed its own and read the store: a batch only one process has
+  committed is not complete yet.
 
 The sites: ``x`` (the input, ``P('data', None)``: replicated over
 ``'model'``), ``h`` (``P('data', 'model')``) and ``t`` (computed from a
@@ -43,6 +48,7 @@ import copy
 import importlib
 import os
 import sys
+import time
 import traceback
 
 import sow_layout
@@ -65,13 +71,13 @@ import sow_testing
 
 # The module: the package's attribute `export` is the function.
 export_lib = importlib.import_module('flax.nnx.sow.activations.export')
+_STEP = '_Step'  # the export's jitted step, which the spy wraps
 
 AXIS_TYPES = ('Auto', 'Explicit')
 BATCH, DIN, HIDDEN, TIME = 8, 4, 8, 3
 BATCHES, FIRST = 5, 3  # the resumed store: FIRST batches, then the rest
 SITES = ('x/0', 'h/0', 't/0')
 STATISTICS = ('mean', 'var', 'norm')
-CHECKS = ('plain', 'resumed', 'stats')
 
 
 class Model(nnx.Module):
@@ -130,13 +136,16 @@ class Spy:
   """Within ``recording()``: each export's step, and every shard its writer
   hands to tensorstore."""
 
-  def __init__(self):
+  def __init__(self, before_write=None, after_write=None):
     self.steps, self.writers, self.writes = [], [], []
+    # Called on the writer's thread with each batch, around its writing.
+    self.before_write = before_write or (lambda batch: None)
+    self.after_write = after_write or (lambda batch: None)
 
   @contextlib.contextmanager
   def recording(self):
     spy = self
-    step_class, writer_class = export_lib._Step, writer_lib.Writer  # pylint: disable=protected-access
+    step_class, writer_class = getattr(export_lib, _STEP), writer_lib.Writer
 
     class Step(step_class):
 
@@ -153,11 +162,18 @@ class Spy:
         super().__init__(store, *args, **kwargs)
         spy.writers.append(self)
 
-    export_lib._Step, writer_lib.Writer = Step, Writer  # pylint: disable=protected-access
+      def _write(self, batch, outputs):
+        spy.before_write(batch)
+        super()._write(batch, outputs)
+        spy.after_write(batch)
+
+    setattr(export_lib, _STEP, Step)
+    writer_lib.Writer = Writer
     try:
       yield self
     finally:
-      export_lib._Step, writer_lib.Writer = step_class, writer_class  # pylint: disable=protected-access
+      setattr(export_lib, _STEP, step_class)
+      writer_lib.Writer = writer_class
 
 
 class Setup:
@@ -229,7 +245,8 @@ def assert_no_all_gather(spy: Spy, model, batch, *, by_hand_args=None):
   arguments) has no all-gather; with ``by_hand_args``, it has exactly the
   collectives of the model written by hand to return its sown values."""
   (step,) = spy.steps
-  text = step._jitted.lower((model,), batch).compile().as_text()  # pylint: disable=protected-access
+  jitted = step._jitted  # pylint: disable=protected-access
+  text = jitted.lower((model,), batch).compile().as_text()
   got = multiprocess_testing.collectives(text)
   assert got['all-gather'] == 0, f'an all-gather: {got}'
   if by_hand_args is not None:
@@ -307,6 +324,42 @@ def check_stats(s: Setup, model, batches, path):
   return spy.writes
 
 
+def check_read_while_written(s: Setup, model, batches, path):
+  """A batch one process has committed and the other not yet written is not
+  complete: a reader then (or after the other process died) would read its
+  unwritten shards. Process 1 writes its first batch only once process 0
+  has committed its own and opened the store."""
+  flag = f'{path}.process-0-read'
+  seen = []
+
+  def process_0_reads(batch):
+    if batch == 0 and jax.process_index() == 0:
+      try:
+        seen.append(activations.Dataset(path).complete_batches)
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        seen.append(repr(e))  # not raised here: process 1 waits for the flag
+      finally:
+        open(flag, 'w').close()
+
+  def process_1_waits(batch):
+    deadline = time.monotonic() + 120
+    while (batch == 0 and jax.process_index() == 1
+           and not os.path.exists(flag) and time.monotonic() < deadline):
+      time.sleep(0.01)
+
+  spy = Spy(before_write=process_1_waits, after_write=process_0_reads)
+  with spy.recording():
+    data = activations.export(run_model, batches[:2], path, args=(model,),
+                              progress=False)
+  assert os.path.exists(flag), 'process 0 never read the store'
+  if jax.process_index() == 0:
+    assert seen == [0], (
+        f'with only process 0\'s first batch written, a reader saw {seen}'
+        ' complete batches, not [0]')
+  assert_values(data, s, 2, 'read while written')
+  return spy.writes
+
+
 def run_checks(stores: str):
   """Every check in every mode; both processes run the same sequence (each
   export synchronizes them), so a failing check fails on both."""
@@ -323,6 +376,8 @@ def run_checks(stores: str):
           'resumed': lambda: check_resumed(s, model, batches, plain),
           'stats': lambda: check_stats(
               s, model, batches, os.path.join(s.stores, 'stats')),
+          'read_while_written': lambda: check_read_while_written(
+              s, model, batches, os.path.join(s.stores, 'read')),
       }
       for name, run in runs.items():
         key = f'{axis_type}/{name}'

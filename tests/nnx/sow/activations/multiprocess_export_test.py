@@ -45,18 +45,19 @@ _WORKER = os.path.join(_HERE, 'export_multiprocess_worker.py')
 
 # As the worker has them, written out so that a change there fails here.
 _AXIS_TYPES = ('Auto', 'Explicit')
-_RUNS = ('plain', 'resumed', 'stats')
+_RUNS = ('plain', 'resumed', 'stats', 'read_while_written')
 _EXPECTED = frozenset(f'{a}/{r}' for a in _AXIS_TYPES for r in _RUNS)
 _BATCH = 8  # examples per batch
 _FEATURES = {'x/0': 4, 'h/0': 8, 't/0': 3}
 # The batches each run writes: the resumed run only those after the first's.
 _WRITTEN = {'plain': range(0, 3), 'resumed': range(3, 5),
-            'stats': range(0, 5)}
+            'stats': range(0, 5), 'read_while_written': range(0, 2)}
 # The arrays of a run, by the rows each holds per batch (the statistics of a
 # batch are one row).
 _ROW_OUTPUTS = {'plain': ('values',), 'resumed': ('values',),
-                'stats': ('values', 'norm')}
-_BATCH_OUTPUTS = {'plain': (), 'resumed': (), 'stats': ('mean', 'm2')}
+                'stats': ('values', 'norm'), 'read_while_written': ('values',)}
+_BATCH_OUTPUTS = {'plain': (), 'resumed': (), 'stats': ('mean', 'm2'),
+                  'read_while_written': ()}
 # The sites sharded over 'data' (each process holds its half of the rows) and
 # the one replicated on every device.
 _DATA_SHARDED = ('x/0', 'h/0')
