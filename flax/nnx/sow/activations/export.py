@@ -86,9 +86,8 @@ def export(
     ('h/0',)
     >>> data.read('h/0').shape
     (20, 3)
-    >>> float(data.statistics('h/0').mean[0]) == float(jnp.tanh(
-    ...     jnp.arange(5.)).mean())
-    True
+    >>> round(float(data.statistics('h/0').mean[0]), 4)  # of tanh(0..4)
+    0.744
 
   Args:
     f: the function, called as ``f(*args, batch)``; a graph node among
