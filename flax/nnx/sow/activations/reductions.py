@@ -184,7 +184,7 @@ class Reductions:
       mean = jnp.mean(flat, axis=0)
       out['mean'] = mean
       if 'var' in self.statistics:
-        out['m2'] = jnp.sum(jnp.square(flat - mean), axis=0)
+        out['m2'] = jnp.sum(jnp.square(flat - mean[None]), axis=0)
     return out, tuple(x.shape)
 
   def describe(self) -> dict[str, tp.Any]:

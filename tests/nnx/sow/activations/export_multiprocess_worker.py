@@ -392,6 +392,9 @@ def run_checks(stores: str):
 
 def run(args):
   (stores,) = args
+  # As Flax's CI runs its tests: the export's own code must not rely on
+  # implicit rank promotion (this process's setting, its own alone).
+  jax.config.update('jax_numpy_rank_promotion', 'raise')
   return run_checks(stores)
 
 
