@@ -27,6 +27,7 @@ processes write:
   of the model written by hand: none), then resumed with 5 (the first 3
   given as NaNs, which must not be written);
 * ``stats``: values and every statistic, 5 batches (no all-gather either);
+* ``top_k``: values and the top 2 features of each row, 2 batches;
 * ``read``: 2 batches, process 1 holding back its first until process 0
   has committed its own and read the store: a batch only one process has
   committed is not complete yet.
@@ -78,6 +79,7 @@ BATCH, DIN, HIDDEN, TIME = 8, 4, 8, 3
 BATCHES, FIRST = 5, 3  # the resumed store: FIRST batches, then the rest
 SITES = ('x/0', 'h/0', 't/0')
 STATISTICS = ('mean', 'var', 'norm')
+TOP_K = 2
 
 
 class Model(nnx.Module):
@@ -324,6 +326,31 @@ def check_stats(s: Setup, model, batches, path):
   return spy.writes
 
 
+def check_top_k(s: Setup, model, batches, path):
+  """The 2 largest features of each row, which a sharded feature axis must
+  be gathered for (under Explicit axes resharded first)."""
+  spy = Spy()
+  with spy.recording():
+    data = activations.export(run_model, batches[:2], path, args=(model,),
+                              top_k=TOP_K, progress=False)
+  assert_values(data, s, 2, 'top_k')
+  assert_writes(spy)
+  for site in SITES:
+    values = s.expected[site][:2 * BATCH]
+    # Descending; the oracle's random features are far apart (no ties, and
+    # no two within rounding), so the indices are exact.
+    indices = np.argsort(-values, axis=-1, kind='stable')[:, :TOP_K]
+    np.testing.assert_array_equal(
+        data.read(site, 'top_k_indices'), indices, err_msg=site)
+    top = np.take_along_axis(values, indices, axis=-1)
+    if site == 'x/0':  # the input's own elements: bitwise
+      np.testing.assert_array_equal(data.read(site, 'top_k_values'), top)
+    else:
+      sow_testing.assert_close(data.read(site, 'top_k_values'), top,
+                               err_msg=site)
+  return spy.writes
+
+
 def check_read_while_written(s: Setup, model, batches, path):
   """A batch one process has committed and the other not yet written is not
   complete: a reader then (or after the other process died) would read its
@@ -376,6 +403,8 @@ def run_checks(stores: str):
           'resumed': lambda: check_resumed(s, model, batches, plain),
           'stats': lambda: check_stats(
               s, model, batches, os.path.join(s.stores, 'stats')),
+          'top_k': lambda: check_top_k(
+              s, model, batches, os.path.join(s.stores, 'top_k')),
           'read_while_written': lambda: check_read_while_written(
               s, model, batches, os.path.join(s.stores, 'read')),
       }

@@ -45,24 +45,28 @@ _WORKER = os.path.join(_HERE, 'export_multiprocess_worker.py')
 
 # As the worker has them, written out so that a change there fails here.
 _AXIS_TYPES = ('Auto', 'Explicit')
-_RUNS = ('plain', 'resumed', 'stats', 'read_while_written')
+_RUNS = ('plain', 'resumed', 'stats', 'top_k', 'read_while_written')
 _EXPECTED = frozenset(f'{a}/{r}' for a in _AXIS_TYPES for r in _RUNS)
 _BATCH = 8  # examples per batch
 _FEATURES = {'x/0': 4, 'h/0': 8, 't/0': 3}
 # The batches each run writes: the resumed run only those after the first's.
 _WRITTEN = {'plain': range(0, 3), 'resumed': range(3, 5),
-            'stats': range(0, 5), 'read_while_written': range(0, 2)}
+            'stats': range(0, 5), 'top_k': range(0, 2),
+            'read_while_written': range(0, 2)}
 # The arrays of a run, by the rows each holds per batch (the statistics of a
 # batch are one row).
 _ROW_OUTPUTS = {'plain': ('values',), 'resumed': ('values',),
-                'stats': ('values', 'norm'), 'read_while_written': ('values',)}
+                'stats': ('values', 'norm'),
+                'top_k': ('values', 'top_k_values', 'top_k_indices'),
+                'read_while_written': ('values',)}
 _BATCH_OUTPUTS = {'plain': (), 'resumed': (), 'stats': ('mean', 'm2'),
-                  'read_while_written': ()}
+                  'top_k': (), 'read_while_written': ()}
+_TOP_K = 2
 # The sites sharded over 'data' (each process holds its half of the rows) and
 # the one replicated on every device.
 _DATA_SHARDED = ('x/0', 'h/0')
 _REPLICATED = 't/0'
-_FLOAT32 = 4
+_ITEMSIZE = 4  # float32 and int32 (the top-k indices)
 
 # About 40 s on 2 busy cores; the deadline only turns a hang into a failure.
 _DEADLINE_S = 300
@@ -74,7 +78,7 @@ def _arrays(run: str) -> dict[str, tuple[int, ...]]:
   shapes = {}
   for site, features in _FEATURES.items():
     for output in _ROW_OUTPUTS[run]:
-      row = (features,) if output == 'values' else ()
+      row = {'values': (features,), 'norm': ()}.get(output, (_TOP_K,))
       shapes[f'{site}/{output}'] = (batches * _BATCH, *row)
     for output in _BATCH_OUTPUTS[run]:
       shapes[f'{site}/{output}'] = (batches, features)
@@ -121,7 +125,7 @@ class MultiprocessExportTest(absltest.TestCase):
         counts[path][tuple(box)] += 1
         self.assertEqual(
             w['bytes'],
-            math.prod(s.stop - s.start for s in box) * _FLOAT32, w)
+            math.prod(s.stop - s.start for s in box) * _ITEMSIZE, w)
         written[process, path] += w['bytes']
         if self.data_sharded_rows(run, path):
           # Within this process's rows of a batch: its half, by its data row.
@@ -135,7 +139,7 @@ class MultiprocessExportTest(absltest.TestCase):
       self.assertTrue(
           (count == 1).all(),
           f'{path}: elements written {np.unique(count)} times, not once each')
-      total = count.size * _FLOAT32
+      total = count.size * _ITEMSIZE
       shares = sorted(written[p, path] for p in range(len(writes)))
       if self.data_sharded_rows(run, path):
         self.assertEqual(shares, [total // 2] * 2, path)
