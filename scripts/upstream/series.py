@@ -704,7 +704,8 @@ Captures in several threads at once and after an exception; two JAX
 processes capturing sharded global arrays. Tests only (see the compat
 commit's message).''',
         files=(C + 'compat_threads_and_failures_test.py',
-               C + 'multiprocess_test.py', N + 'sow_multiprocess_worker.py'),
+               C + 'multiprocess_test.py', N + 'multiprocess_testing.py',
+               N + 'sow_multiprocess_worker.py'),
     ),
     Commit(
         'parity',
@@ -789,10 +790,17 @@ progress is committed per process after a batch's writes finish, so a
 killed run leaves its complete batches, and a rerun continues after them.
 `activations.Dataset` reads the complete batches back: arrays, statistics
 combined exactly, shuffled batches of examples or tokens for training.
-Its doctests run here; its tests are the next commit's.''',
-        files=tuple(S + 'activations/' + m for m in (
+Tested here end to end by reading back what `export` wrote (every row of
+an epoch once, aligned across sites, seeded; errors naming what exists);
+the next commit has the rest of its tests.''',
+        files=(*(S + 'activations/' + m for m in (
             '__init__.py', 'reductions.py', 'store.py', 'writer.py',
             'progress.py', 'export.py', 'dataset.py')),
+               N + 'activations/dataset_test.py'),
+        oversize=(
+            'one pipeline of modules (on device, on disk, the writer, the'
+            ' loop, the reader), each used by the next, with the one test'
+            ' that runs them end to end'),
     ),
     Commit(
         'activations-tests',
@@ -805,10 +813,14 @@ the pipeline (the next batch dispatched before the last is committed, and
 host memory bounded by `in_flight`); the progress bar; every refusal,
 leaving the destination as it was or the batches before it complete; a
 child process killed mid-write twice and the store finished; shuffled
-batches covering every row once per epoch, seeded. Tests only.''',
+batches covering every row once per epoch, seeded; two JAX processes of 2
+CPU devices each (gloo), Auto and Explicit axes, writing one store: each
+writes only its own shards, with no all-gather, and the values equal a
+single-process run. Tests only.''',
         files=tuple(N + 'activations/' + m for m in (
-            'export_test.py', 'export_errors_test.py', 'dataset_test.py',
-            'export_kill_test.py')),
+            'export_test.py', 'export_errors_test.py',
+            'export_kill_test.py', 'multiprocess_export_test.py',
+            'export_multiprocess_worker.py')),
     ),
     # -----------------------------------------------------------------------
     # The codemod

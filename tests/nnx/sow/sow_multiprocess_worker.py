@@ -16,11 +16,11 @@
 Run as ``python sow_multiprocess_worker.py PORT PROCESS_ID`` with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` and the repository
 root and this directory on ``PYTHONPATH`` (the test sets both). It
-joins a 2-process JAX cluster on ``localhost:PORT`` (CPU, gloo collectives),
-so the 4-device mesh spans both processes and every sharded array is global,
-not fully addressable. It runs each check of ``CHECKS`` once per mesh axis
-type (Auto, Explicit) and prints one line: ``RESULT_PREFIX`` followed by JSON,
-``{'<axis type>/<check>': None if it passed, else its traceback}``.
+joins a 2-process JAX cluster on ``localhost:PORT`` (CPU, gloo collectives;
+``multiprocess_testing.worker_main``), so the 4-device mesh spans both
+processes and every sharded array is global, not fully addressable. It runs
+each check of ``CHECKS`` once per mesh axis type (Auto, Explicit) and
+reports ``{'<axis type>/<check>': None if it passed, else its traceback}``.
 
 A check compares what a capture returns with two independent oracles:
 
@@ -32,9 +32,6 @@ A check compares what a capture returns with two independent oracles:
   gathered with ``process_allgather``.
 """
 
-import collections
-import json
-import re
 import sys
 import traceback
 
@@ -56,10 +53,9 @@ from flax.nnx import capture_compat
 from flax.nnx.sow import capture
 from flax.nnx.sow import perturb
 from flax.nnx.sow import sow
+import multiprocess_testing
 import sow_testing
 
-RESULT_PREFIX = 'SOW_MULTIPROCESS_RESULT '
-NUM_PROCESSES = 2
 AXIS_TYPES = ('Auto', 'Explicit')
 
 # Activations are (batch, hidden), sharded over ('data', 'model'): each of
@@ -67,17 +63,6 @@ AXIS_TYPES = ('Auto', 'Explicit')
 # all-gather, so a capture that added one shows in the compiled HLO.
 BATCH, DIN, HIDDEN, LAYERS = 8, 4, 8, 3
 ACTIVATION = P('data', 'model')
-_COLLECTIVE = re.compile(
-    r'\b(all-gather|all-reduce|all-to-all|reduce-scatter|collective-permute)'
-    r'(?:-start)?\('
-)
-
-
-def collectives(compiled_text: str) -> collections.Counter:
-  """The collective operations of an optimized HLO module, by kind."""
-  return collections.Counter(_COLLECTIVE.findall(compiled_text))
-
-
 # The functions captured, each with its hand-written oracle that returns the
 # intermediates as outputs.
 
@@ -224,8 +209,10 @@ def assert_like(sown, activation, expected_host, what: str):
 
 def assert_no_added_collectives(captured, by_hand, args, what: str):
   """Compiled, ``captured`` communicates exactly as ``by_hand`` does."""
-  got = collectives(jax.jit(captured).lower(*args).compile().as_text())
-  want = collectives(jax.jit(by_hand).lower(*args).compile().as_text())
+  got = multiprocess_testing.collectives(
+      jax.jit(captured).lower(*args).compile().as_text())
+  want = multiprocess_testing.collectives(
+      jax.jit(by_hand).lower(*args).compile().as_text())
   assert got['all-gather'] == 0, f'{what}: an all-gather was added: {got}'
   assert got == want, f'{what}: collectives {got}, written by hand {want}'
 
@@ -371,21 +358,10 @@ def run_checks() -> dict[str, str | None]:
   return results
 
 
-def main(argv):
-  port, process_id = int(argv[1]), int(argv[2])
-  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  jax.distributed.initialize(
-      f'localhost:{port}', num_processes=NUM_PROCESSES,
-      process_id=process_id, initialization_timeout=120,
-  )
-  try:
-    assert (jax.device_count(), jax.local_device_count()) == (4, 2), (
-        jax.devices())
-    results = run_checks()
-  finally:
-    jax.distributed.shutdown()
-  print(RESULT_PREFIX + json.dumps(results), flush=True)
+def run(args) -> tuple[dict[str, str | None], dict[str, object]]:
+  del args  # none
+  return run_checks(), {}
 
 
 if __name__ == '__main__':
-  main(sys.argv)
+  multiprocess_testing.worker_main(sys.argv, run)

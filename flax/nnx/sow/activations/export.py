@@ -174,8 +174,11 @@ def export(
   if process == 0:
     if existing is None:
       store_lib.Store.create(path, layout)
+      target = store_lib.Store.open(path)
     else:
-      existing.reserve()
+      target = existing
+      target.reserve()
+    target.expect(processes)
   _sync('flax.nnx.sow.activations.export:opened', processes)
   store = store_lib.Store.open(path, durable=durable)
   with progress_lib.Progress(

@@ -176,7 +176,8 @@ class Reductions:
             f'export: top_k={self.top_k} is more than the {x.shape[-1]}'
             f' features of site {site!r}.'
         )
-      top_values, top_indices = jax.lax.top_k(x, self.top_k)
+      top_values, top_indices = jax.lax.top_k(_features_whole(x),
+                                              self.top_k)
       out['top_k_values'] = top_values
       out['top_k_indices'] = top_indices.astype(jnp.int32)
     if {'mean', 'var'} & set(self.statistics):
@@ -204,6 +205,16 @@ class Reductions:
         'outputs': list(self.outputs()),
         'top_k': self.top_k,
     }
+
+
+def _features_whole(x: jax.Array) -> jax.Array:
+  """``x`` with its last axis whole on each device, as ``top_k`` needs it:
+  resharded if its type shards it (Explicit mesh axes); under Auto axes XLA
+  gathers it itself."""
+  spec = tuple(jax.typeof(x).sharding.spec)
+  if len(spec) < x.ndim or spec[-1] is None:
+    return x
+  return jax.sharding.reshard(x, jax.sharding.PartitionSpec(*spec[:-1], None))
 
 
 def _axis(value: tp.Any, where: str) -> int:

@@ -24,8 +24,8 @@ tensorstore, xarray and dask read it without this package):
   ``h/0/norm``...), the example axis first, one chunk per device shard of a
   batch, so each process writes whole chunks of its own and never another's;
 * ``progress/process-I.json`` says how many batches process ``I`` has
-  written and committed. A batch is *complete* once every process has
-  committed it; the arrays are read up to the complete batches only. A
+  written and committed (every process of a run has one from its start). A
+  batch is *complete* once every process has committed it; the arrays are read up to the complete batches only. A
   process killed at any point leaves every complete batch intact: a chunk
   is replaced atomically (written aside, then renamed) and a progress file
   only moves after its batch's writes have finished. Surviving a crash of
@@ -293,6 +293,14 @@ class Store:
       if entry.startswith('process-') and entry.endswith('.json'):
         present.add(int(entry[len('process-'):-len('.json')]))
     return min(self.committed(p) for p in present)
+
+  def expect(self, processes: int) -> None:
+    """Gives each of the ``processes`` of a run a progress file (at 0
+    batches where it has none), so that no batch is complete before every
+    one of them has committed it, even before some has committed any."""
+    for p in range(processes):
+      if not os.path.exists(self._progress(p)):
+        self.commit(p, 0)
 
   def commit(self, process: int, batches: int) -> None:
     _write_json(self._progress(process), {'batches': batches}, self.durable)
