@@ -109,9 +109,8 @@ class Dataset:
            rows: slice | tp.Sequence[int] = slice(None)) -> np.ndarray:
     """The complete rows ``rows`` of ``site``'s ``output``, in memory."""
     view = self.array(site, output)
-    if not isinstance(rows, slice):
-      rows = np.asarray(rows)
-    return view[rows].read().result()
+    index = rows if isinstance(rows, slice) else np.asarray(rows)
+    return view[index].read().result()
 
   def statistics(self, site: str) -> Statistics:
     """The per-feature statistics of ``site`` over the complete batches.

@@ -247,7 +247,7 @@ def _json_name(name: primitive.Name) -> tp.Any:
 
 
 def _examples(batch: tp.Any) -> int:
-  sizes = {}
+  sizes: dict[int, str] = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
     shape = np.shape(leaf)
     if not shape:

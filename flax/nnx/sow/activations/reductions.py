@@ -64,6 +64,7 @@ class Reductions:
            dtype: tp.Any, values: bool, statistics: tp.Iterable[str],
            top_k: int | None) -> Reductions:
     where = 'export'
+    axes: tuple[tuple[names_lib.Key, int], ...] | int
     if isinstance(example_axis, tp.Mapping):
       axes = tuple(
           (names_lib.key(k, where=f'{where}(example_axis=)'),
@@ -190,12 +191,12 @@ class Reductions:
 
   def describe(self) -> dict[str, tp.Any]:
     """The reductions as JSON, for the store's metadata."""
-    positions = self.positions
+    positions: tp.Any = self.positions
     if isinstance(positions, slice):
       positions = {'slice': [positions.start, positions.stop, positions.step]}
     elif isinstance(positions, tuple):
       positions = list(positions)
-    axes = self.example_axis
+    axes: tp.Any = self.example_axis
     if not isinstance(axes, int):
       axes = [[repr(k), v] for k, v in axes]
     return {
