@@ -150,6 +150,15 @@ MODULES_TESTS = (
     'tests/nnx/sow/docstrings_test.py',
 )
 
+# activations/: the export, its store and its reader.
+ACTIVATIONS_TESTS = (
+    'tests/nnx/sow/activations/export_test.py',
+    'tests/nnx/sow/activations/export_errors_test.py',
+    'tests/nnx/sow/activations/dataset_test.py',
+    'tests/nnx/sow/activations/export_kill_test.py',
+    'tests/nnx/sow/activations/multiprocess_export_test.py',
+)
+
 # discover and the tables it and Collected print.
 TABLES_TESTS = (
     'tests/nnx/sow/api/discover_test.py',
@@ -190,6 +199,8 @@ class Mutant:
       return MODULES_TESTS
     if module in ('discover.py', 'render.py'):
       return TABLES_TESTS
+    if module.startswith('activations/'):
+      return ACTIVATIONS_TESTS
     return CORE_TESTS  # transform/, capture, plant, perturb
 
 
@@ -939,6 +950,69 @@ MUTANTS: tuple[Mutant, ...] = (
        '        moved = jax.tree.map(lambda v: v + zero.astype(v.dtype), value)',
        '        moved = value',
        'the gradient of a site is taken (its value depends on the zero)'),
+    # -- activations/ ------------------------------------------------------
+    _m('activations-replicas-written-twice', 'activations/writer.py',
+       '    if shard.replica_id != 0:\n      continue\n',
+       '',
+       'a replicated shard is written once, by the process of replica 0'),
+    _m('activations-commit-ahead', 'activations/writer.py',
+       '    self._store.commit(self._process, batch + 1)',
+       '    self._store.commit(self._process, batch + 2)',
+       'a process commits the batches it has written, no more'),
+    _m('activations-queue-unbounded', 'activations/writer.py',
+       '    self._queue: queue.Queue = queue.Queue(maxsize=in_flight)',
+       '    self._queue: queue.Queue = queue.Queue()',
+       'host memory is bounded by in_flight batches, not the dataset'),
+    _m('activations-complete-of-any-process', 'activations/store.py',
+       '    return min(self.committed(p) for p in present)',
+       '    return max(self.committed(p) for p in present)',
+       'a batch is complete once every process has committed it'),
+    _m('activations-trim-one-more', 'activations/store.py',
+       '            exclusive_max=[self.rows(a, batches), *a.shape],\n'
+       '            resize_metadata_only=True)',
+       '            exclusive_max=[self.rows(a, batches + 1), *a.shape],\n'
+       '            resize_metadata_only=True)',
+       'a finished store is trimmed to its complete batches'),
+    _m('activations-no-expected-processes', 'activations/export.py',
+       '    target.expect(processes)\n',
+       '',
+       'no batch is complete before every process of the run committed it'),
+    _m('activations-resume-from-start', 'activations/export.py',
+       '  remaining = itertools.islice(iter(batches), done, None)',
+       '  remaining = itertools.islice(iter(batches), 0, None)',
+       'a rerun continues after the complete batches, skipping them'),
+    _m('activations-shapes-unchecked', 'activations/export.py',
+       '        step.check(outputs, layout, k)\n',
+       '',
+       'a batch whose shapes differ from the first\'s is refused'),
+    _m('activations-other-layout-accepted', 'activations/export.py',
+       '    if difference is not None:',
+       '    if False:',
+       'a destination holding a store of another layout is refused'),
+    _m('activations-progress-always', 'activations/progress.py',
+       '      enabled = sys.stderr.isatty()',
+       '      enabled = True',
+       'the progress bar is drawn only on a terminal unless asked'),
+    _m('activations-example-axis-kept', 'activations/reductions.py',
+       '    x = jnp.moveaxis(value, axis, 0)',
+       '    x = value',
+       'a site is stored with its example axis first'),
+    _m('activations-positions-ignored', 'activations/reductions.py',
+       '      x = x[:, np.asarray(index) if isinstance(index, tuple) else index]',
+       '      x = x',
+       'positions= slices axis 1 on device'),
+    _m('activations-norm-l1', 'activations/reductions.py',
+       "      out['norm'] = jnp.sqrt(jnp.sum(jnp.square(f32), axis=-1))",
+       "      out['norm'] = jnp.sum(jnp.abs(f32), axis=-1)",
+       'the norm statistic is the L2 norm of each row'),
+    _m('activations-var-within-batches-only', 'activations/dataset.py',
+       '      var = (m2.sum(axis=0) + between) / max(count, 1)',
+       '      var = m2.sum(axis=0) / max(count, 1)',
+       'the variance combines the batches exactly (their means differ)'),
+    _m('activations-carry-dropped', 'activations/dataset.py',
+       '        carry = {k: v[perm[full:]] for k, v in chunk.items()}',
+       '        carry = None',
+       'rows left at a window\'s end start the next window'),
     # -- plant.py ----------------------------------------------------------
     _m('plant-pattern-name-spelled', 'plant.py',
        '  return fn(value, index, name)',

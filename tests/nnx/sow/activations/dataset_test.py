@@ -73,6 +73,13 @@ class DatasetTest(absltest.TestCase):
     self.assertLen(set(seen), len(seen))
     self.assertNotEqual(seen, sorted(seen))
 
+  def test_rows_left_at_a_window_end_start_the_next(self):
+    for window in (1, 2, 4):
+      seen = [int(r) for b in self.data.batches(
+          3, sites=['first/0'], window=window) for r in b['first/0'][:, 0]]
+      # 24 rows in windows of 4 * window: only the epoch's end drops rows.
+      self.assertCountEqual(seen, range(EXAMPLES * BATCHES))
+
   def test_tokens_flatten_positions(self):
     rows = [r for batch in self.data.batches(7, sites=['a/0'], tokens=True)
             for r in map(tuple, batch['a/0'])]
