@@ -152,15 +152,19 @@ def export(
   process, processes = jax.process_index(), jax.process_count()
   existing = _existing(path, resume)
   done = existing.complete_batches(processes) if existing else 0
-  total = len(batches) - done if isinstance(batches, tp.Sized) else None
-  remaining = itertools.islice(iter(batches), done, None)
+  total = (max(len(batches) - done, 0) if isinstance(batches, tp.Sized)
+           else None)
+  remaining = iter(batches)
+  # The complete batches are skipped, not run; the last is kept, to check
+  # the layout of a rerun that has nothing left to write.
+  skipped = None
+  for skipped in itertools.islice(remaining, done):
+    pass
   step = _step(f, names=names, tag=tag, reductions=reductions)
   first = next(remaining, None)
-  if first is None:
-    if existing is None:
-      raise ValueError('export: batches is empty; there is nothing to write.')
-    return dataset_lib.Dataset(path)
-  outputs = step(args, first)
+  if first is None and skipped is None:
+    raise ValueError('export: batches is empty; there is nothing to write.')
+  outputs = step(args, skipped if first is None else first)
   layout = step.layout(outputs)
   if existing is not None:
     difference = existing.layout.difference(layout)
@@ -170,6 +174,8 @@ def export(
           f' this export writes {difference}. Nothing was written; write to'
           ' another path, or remove it.'
       )
+  if first is None:  # every batch is complete already
+    return dataset_lib.Dataset(path)
   _sync('flax.nnx.sow.activations.export:open', processes)
   if process == 0:
     if existing is None:

@@ -65,6 +65,9 @@ class ExportErrorsTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'another layout: .*reductions'):
       activations.export(f, batches(4), self.path, statistics=['mean'],
                          progress=False)
+    # Also when every batch it is given is complete already.
+    with self.assertRaisesRegex(ValueError, 'another layout'):
+      activations.export(other, batches(1), self.path, progress=False)
     self.assertEqual(self.files(), before)
     data = activations.Dataset(self.path)
     np.testing.assert_array_equal(
