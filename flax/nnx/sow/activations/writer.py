@@ -147,7 +147,10 @@ class Writer:
         if spec.per == 'batch':
           host = host[None]
         nbytes += host.nbytes
-        futures.append(array[target].write(host))
+        # The shard is never modified, so tensorstore may keep it rather
+        # than copy it.
+        futures.append(array[target].write(
+            host, can_reference_source_data_indefinitely=True))
     return batch, futures, nbytes
 
   def _finish(self, batch: int, futures: list[tp.Any], nbytes: int) -> None:
