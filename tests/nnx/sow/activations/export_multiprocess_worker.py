@@ -125,13 +125,13 @@ class _RecordedView:
   def __init__(self, view, path, index, log):
     self._view, self._path, self._index, self._log = view, path, index, log
 
-  def write(self, data):
+  def write(self, data, **options):
     self._log.append({
         'array': self._path,
         'box': [[s.start, s.stop] for s in self._index],
         'bytes': int(np.asarray(data).nbytes),
     })
-    return self._view.write(data)
+    return self._view.write(data, **options)
 
 
 class Spy:
