@@ -101,6 +101,16 @@ flax.nnx.sow
 .. autofunction:: capture
 .. autofunction:: perturb
 .. autofunction:: plant
+.. autofunction:: tap
+.. autofunction:: capture_grads
+.. autofunction:: discover
+
+.. automodule:: flax.nnx.sow.activations
+.. currentmodule:: flax.nnx.sow.activations
+
+.. autofunction:: export
+.. autoclass:: Dataset
+  :members:
 
 .. currentmodule:: flax.nnx
 
@@ -112,8 +122,9 @@ CHANGELOG_ENTRY = (
     ' intermediate values from any JAX function (`sow`, `capture`,'
     ' `perturb`, `plant`); `nnx.capture`, `Module.sow` and `Module.perturb`'
     ' now run on it and no longer modify modules (no `__captures__`'
-    ' attribute). See the `sow_transform` and `capture_behavior_changes`'
-    ' guides.'
+    ' attribute); `flax.nnx.sow.activations.export` streams sown values to'
+    ' a zarr store on disk. See the `sow_transform`, `activations_dataset`'
+    ' and `capture_behavior_changes` guides.'
 )
 
 

@@ -185,17 +185,19 @@ class FlaxCheckoutTest(absltest.TestCase):
     module = None
     names = []
     for directive, target in re.findall(
-        r'^\.\. (currentmodule|autofunction):: (\S+)$', page, re.MULTILINE):
+        r'^\.\. (currentmodule|autofunction|autoclass):: (\S+)$', page,
+        re.MULTILINE):
       if directive == 'currentmodule':
         module = target
       else:
         names.append(f'{module}.{target}')
     self.assertIn('flax.nnx.sow.sow', names)
-    sow_dir = ROOT / 'flax' / 'nnx' / 'sow'
-    exported = (sow_dir / '__init__.py').read_text()
+    self.assertIn('flax.nnx.sow.activations.export', names)
     for name in names:
       if name.startswith('flax.nnx.sow.'):
-        short = name.rsplit('.', 1)[1]
+        package, short = name.rsplit('.', 1)
+        exported = (ROOT.joinpath(*package.split('.'))
+                    / '__init__.py').read_text()
         self.assertIn(f'import {short} as {short}', exported, name)
 
   def test_extracting_intermediates_rewritten(self):
