@@ -19,7 +19,8 @@ tensorstore, xarray and dask read it without this package):
 
 * ``.zattrs`` holds the :class:`Layout` under ``'flax.nnx.sow.activations'``:
   each site (its sown name, entry and leaf), each array's per-example shape,
-  dtype and chunk, the examples per batch and the reductions applied;
+  dtype and chunk, the examples per batch and the reductions applied; and,
+  once a run has ended, its ``complete_batches`` and ``examples``;
 * ``SITE/OUTPUT`` is one array per site and output (``h/0/values``,
   ``h/0/norm``...), the example axis first, one chunk per device shard of a
   batch, so each process writes whole chunks of its own and never another's;
@@ -329,3 +330,8 @@ class Store:
         for a in self.layout.arrays
     }
     self.arrays = {k: f.result() for k, f in futures.items()}
+    # For readers other than Dataset: what the arrays now hold.
+    _write_json(os.path.join(self.path, '.zattrs'), {
+        ATTRIBUTE: self.layout.to_json(), 'complete_batches': batches,
+        'examples': batches * self.layout.examples_per_batch,
+    }, durable=True)

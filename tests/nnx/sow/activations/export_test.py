@@ -18,6 +18,7 @@ by hand under ``jax.jit``, or NumPy on the inputs), read back from the store
 with tensorstore through ``Dataset``; NumPy's float64 statistics.
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -241,6 +242,11 @@ class ResumeTest(absltest.TestCase):
     self.assertEqual(
         store_lib.Store.open(path).arrays['h/0/values'].shape[0],
         5 * EXAMPLES)
+    with open(os.path.join(path, '.zattrs')) as f:
+      attrs = json.load(f)
+    self.assertEqual((attrs['complete_batches'], attrs['examples']),
+                     (5, 5 * EXAMPLES))
+    self.assertEqual(attrs[store_lib.ATTRIBUTE]['sites']['h/0']['name'], 'h')
 
   def test_a_second_export_of_the_same_function_compiles_nothing(self):
     def f(x):
