@@ -49,6 +49,7 @@ import typing as tp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import _worktree  # noqa: E402,F401  (import flax.nnx.sow from this tree)
+import results_file  # noqa: E402  (benchmarks/, beside this script)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -62,7 +63,6 @@ sys.path.insert(0, os.path.join(ROOT, 'tests', 'nnx', 'sow'))  # the test helper
 import sow_testing  # noqa: E402  (the suite's compile counter)
 
 CHECKOUT_ENV = 'FLAX_CHECKOUT'
-RESULTS = os.path.join(ROOT, 'benchmarks', 'RESULTS.md')
 START = '<!-- interventions-gemma:start -->'
 END = '<!-- interventions-gemma:end -->'
 
@@ -376,18 +376,8 @@ def render(results: list[Result], checkout: str, smoke: bool) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def publish(text: str, path: str = RESULTS) -> None:
-  """Puts ``text`` between the markers of ``path``, or appends it there."""
-  with open(path) as f:
-    content = f.read()
-  section = f'{START}\n{text}{END}\n'
-  if START in content:
-    start, end = content.index(START), content.index(END) + len(END) + 1
-    content = content[:start] + section + content[end:]
-  else:
-    content = content.rstrip('\n') + '\n\n' + section
-  with open(path, 'w') as f:
-    f.write(content)
+def publish(text: str, path: str = results_file.RESULTS) -> None:
+  results_file.publish(text, START, END, path)
 
 
 def main(argv: tp.Optional[list[str]] = None) -> int:
