@@ -227,13 +227,29 @@ class Project:
 
   @functools.cache
   def instance_counts(self, root: str) -> dict[str, int]:
-    """How many instances of each class one ``root`` may hold (2 = many)."""
-    counts = collections.Counter({root: 1})
-    for member in self.closure(root) or ():
-      fact = self.classes.get(member)
-      for called, in_loop in (fact.calls if fact else ()):
-        if called in self.classes:
-          counts[called] += 2 if in_loop else 1
+    """How many instances of each class one ``root`` may hold (2 = many).
+
+    Transitive: a class made once by a class that is itself made in a loop
+    (an attention module in each block of an ``nnx.List``) has as many
+    instances as its holder. The methods of a base class run for its
+    subclasses' instances, so a base counts as its most numerous subclass.
+    """
+    members = self.closure(root) or frozenset({root})
+    counts = {root: 1}
+    for _ in range(len(members) + 1):  # to a fixed point (cycles saturate)
+      new = collections.Counter({root: 1})
+      for member in sorted(members):
+        fact = self.classes.get(member)
+        times = max([counts.get(member, 0)] + [
+            counts.get(other, 0) for other in members
+            if other != member and self.is_subclass(other, member)])
+        for called, in_loop in (fact.calls if fact and times else ()):
+          if called in self.classes:
+            new[called] = min(2, new[called] + times * (2 if in_loop else 1))
+      new = dict(new)
+      if new == counts:
+        break
+      counts = new
     return counts
 
   def multi_instance(self, sow: Site) -> str | None:
@@ -250,7 +266,9 @@ class Project:
       # (CustomLife(Life) overriding the method that sows).
       owners = {o for o in owners if counts.get(o, 0) or not any(
           other != o and self.is_subclass(other, o) for other in owners)}
-      if len(owners) > 1 or counts.get(sow.owner, 0) > 1:
+      times = max([counts.get(sow.owner, 0)] + [
+          n for c, n in counts.items() if self.is_subclass(c, sow.owner)])
+      if len(owners) > 1 or times > 1:
         return (f"'{sow.name}' is sown by several instances in "
                 f"{root.rsplit('.', 1)[-1]} "
                 f"({shorten(sorted(o.rsplit('.', 1)[-1] for o in owners))}); "
@@ -408,6 +426,11 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     parent[find(a)] = find(b)
 
   own: dict[int, tuple[str, str]] = {}
+  readers_of = collections.defaultdict(list)
+  for reader in project.readers:
+    if not discards(reader):
+      for sow in project.reached(reader):
+        readers_of[id(sow)].append(reader)
   for site in project.sites:
     if site.reasons:
       own[id(site)] = site.reasons[0]
@@ -420,10 +443,10 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
                       'and capture(f, tag=...)')
     elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
       own[id(sow)] = ('not-in-module', _not_in_module(project, sow))
-    elif sow.name is not None:
-      multi = project.multi_instance(sow)
-      if multi:
-        own[id(sow)] = ('multi-instance', multi)
+    elif sow.name is not None and (multi := project.multi_instance(sow)):
+      own[id(sow)] = ('multi-instance', multi)
+    elif (path := _module_path(project, sow, readers_of.get(id(sow), []))):
+      own[id(sow)] = ('module-path', path)
   for reader in project.readers:
     # A reader with a reason of its own still links the sows it may reach:
     # they stay legacy with it.
@@ -489,3 +512,41 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
         f'linked to the {culprit.kind} at {culprit.where}, which stays '
         f'({own[culprits[0]][0]}); both must migrate together'))
   return decisions
+
+
+def _module_path(project: Project, sow: Site, readers: list[Site]) -> str:
+  """Why ``sow``'s values may sit below the root of a legacy State ('' if
+  they cannot).
+
+  A legacy State, and the functional ``capture`` of a ``Module.sow``, name a
+  value by the module path of the module that sowed it
+  (``blocks/0/attn/attn_weights``); a free ``sow(x, name=...)`` names it
+  ``attn_weights`` alone, so several modules' values merge and a reader by
+  path finds nothing. The free sow keeps every name only for a sow on
+  ``self`` in a class that no class of the project holds and that every
+  reader reaching it (whose object's class is known) captures or pops
+  itself.
+  """
+  if sow.receiver != 'self' or sow.owner is None:
+    return (f'sown on {sow.receiver}, a module passed in: its values are '
+            'named by that module\'s path, which a free sow does not have; '
+            'keep Module.sow (capture names it by path)')
+  short = sow.owner.rsplit('.', 1)[-1]
+  for root in sorted(project.classes):
+    if root == sow.owner or project.is_subclass(root, sow.owner):
+      continue
+    classes = project.closure(root)
+    if classes and sow.owner in classes:
+      return (f'{short} is a submodule of {root.rsplit(".", 1)[-1]}: its '
+              'values are named by their module path, which a free sow '
+              'loses; keep Module.sow (capture names it by path)')
+  for reader in readers:
+    # A reader of an object whose class is not known reads, of this class
+    # that no class holds, only instances at the root.
+    if reader.root is None or project.closure(reader.root) is None:
+      continue
+    if not project.is_subclass(reader.root, sow.owner):
+      return (f'{short} is a submodule of what nnx.{reader.kind} at '
+              f'{reader.where} reads: its values are named by their module '
+              'path, which a free sow loses; keep Module.sow')
+  return ''

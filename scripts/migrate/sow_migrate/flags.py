@@ -28,6 +28,7 @@ REASONS = {
     'escaping-state': 'the captured State is returned, stored or passed on',
     'unknown-result': 'the result of nnx.capture is not unpacked as (y, s)',
     'multi-instance': 'one name sown by several instances in one model',
+    'module-path': 'a free sow would lose the module path of the values',
     'transform': 'the sow runs under an NNX transform',
     'filter-use': 'nnx.Intermediate used as a filter',
     'subclass': 'a Variable type other than nnx.Intermediate',
