@@ -836,9 +836,11 @@ names a notebook's cells share and the class of an object made in an
 earlier cell (`namespace.py`), collects each unit's facts and pairs a pop
 opening a cell with the call ending an earlier one (`cells.py`).
 `reexports.py` follows the names a package's `__init__.py` re-exports to
-where they are defined.''',
+where they are defined; `libraries.py` finds, on the search path and
+without importing them, the files of the libraries whose classes a
+project's classes derive from or make (a model built of CAX's modules).''',
         files=(*_migrate('documents', 'namespace', 'cells', 'analysis',
-                         'reexports'),
+                         'reexports', 'libraries'),
                _MIGRATE_TESTS + 'migrate_sow_analysis_test.py'),
     ),
     Commit(
@@ -878,8 +880,7 @@ basic rewrites of each target; the commits after this one add theirs.''',
         files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
                _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
                *_pairs('functional', 'sow_basic.py', 'perturb.py',
-                       'clobber.py', 'capture_assigned.py',
-                       'keyword_args.py'),
+                       'clobber.py', 'capture_assigned.py'),
                *_pairs('capture', 'pop_to_capture.py')),
     ),
     Commit(
@@ -913,7 +914,7 @@ rewrites (aliases, imports, constants, decorators, submodules by name, pops
 through `nnx.vmap`). Tests only: of the previous commits together.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_notebooks_test.py',
                _MIGRATE_TESTS + 'migrate_sow_execution_test.py',
-               *_pairs('functional', 'aliases.py',
+               *_pairs('functional', 'aliases.py', 'keyword_args.py',
                        'attribute_style_consumer.py', 'capture_decorator.py',
                        'constant_name.py', 'imports_merged.py',
                        'imports_sorted.py', 'module_level.py',
@@ -968,6 +969,27 @@ original program: both run, and their values must be bitwise equal. Tests
 only.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_readers_test.py',
                *_pairs('capture', 'pop_after_flag_off_calls.py')),
+    ),
+    Commit(
+        'codemod-wrong-rewrites',
+        'scripts/migrate: tests of two rewrites that must not happen',
+        '''\
+Two wrong rewrites found on real code, as fixtures that run before and
+after: a growing NCA built on a library's modules
+(testdata/library/nca_lib, shaped as CAX: an `nnx.List` under `nnx.vmap`
+and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
+codemod reads the library's classes; the refused rewrite raises there, and
+returns bitwise the same values on `capture_compat`'s); and an attention
+module in each block of an `nnx.List`, whose values a free `sow` would
+merge into one tuple (instances are counted through their holders; the
+default target keeps `Module.sow` and its capture returns bitwise what the
+pop did). Tests only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
+               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
+                 for name in ('__init__.py', 'core/__init__.py',
+                              'core/system.py', 'core/update.py')),
+               *_pairs('capture', 'flag_library_hazard.py'),
+               *_pairs('functional', 'flag_multi_instance_nested.py')),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each

@@ -272,7 +272,8 @@ class Project:
         return (f"'{sow.name}' is sown by several instances in "
                 f"{root.rsplit('.', 1)[-1]} "
                 f"({shorten(sorted(o.rsplit('.', 1)[-1] for o in owners))}); "
-                'flat names would merge them: add an index to the name')
+                'a free sow would merge them: keep Module.sow (capture '
+                'names each by its module path)')
     return None
 
 

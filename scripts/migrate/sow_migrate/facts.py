@@ -84,6 +84,7 @@ class Site:
   # (functions.FunctionFact by name).
   functions: dict[str, tp.Any] = dataclasses.field(default_factory=dict)
   receiver: str = ''  # `module` in module.sow(...)
+  library: bool = False  # in a library the project imports (libraries.py)
 
   @property
   def where(self) -> str:

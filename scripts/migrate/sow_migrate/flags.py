@@ -55,6 +55,7 @@ REASONS = {
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',
     'internal-error': 'the codemod failed on this file',
+    'library': 'sown in a library the project imports (not rewritten)',
 }
 
 

@@ -41,6 +41,8 @@ happens there. Which one the migrated code will run on is the user's to say
 
 from __future__ import annotations
 
+import sys
+
 LEGACY, TRANSFORM = 'legacy', 'transform'
 
 
@@ -78,6 +80,30 @@ def _holding(project, classes, containers) -> list[str]:
         project.is_subclass(b, c) for b in fact.bases for c in containers):
       found.append(name)
   return found
+
+
+# Packages whose classes are no NNX modules (a model may hold their
+# objects; none holds an nnx.List).
+_NOT_MODULES = frozenset({'jax', 'jaxlib', 'numpy', 'optax', 'chex',
+                          'einops', 'ml_dtypes', 'typing_extensions'})
+
+
+def _unread(project, classes) -> list[str]:
+  """The classes that ``classes`` derive from or make and whose source the
+  codemod could not read (a library not found on the search path): any of
+  them may hold an ``nnx.List`` or an ``nnx.Dict``."""
+  found = set()
+  for name in classes:
+    fact = project.classes.get(name)
+    for other in ([*fact.bases, *(q for q, _ in fact.calls)] if fact else ()):
+      if other in project.classes or '.' not in other or '<' in other:
+        continue
+      top, short = other.split('.', 1)[0], other.rsplit('.', 1)[-1]
+      if top == 'flax' or top in _NOT_MODULES or top in getattr(
+          sys, 'stdlib_module_names', ()) or not short[:1].isupper():
+        continue
+      found.add(other)
+  return sorted(found)
 
 
 def _transforms(project, classes) -> list[str]:
@@ -146,6 +172,13 @@ def _hazard(project, classes, through: bool,
   ``nnx.capture``; ``through``: the call goes through ``nnx.vmap``;
   ``unknown``: why ``classes`` are all those of the project (then what is
   found may be there)."""
+  unread = _unread(project, classes)
+  if unread:
+    what = f'{unknown}; it' if unknown else 'the model'
+    return (f'{what} may hold {_short(unread[0])}, whose source the codemod '
+            'could not read (install the library where the codemod runs): '
+            'an nnx.List or nnx.Dict in it would break Flax 0.12.8\'s '
+            'nnx.capture')
   dicts = _holding(project, classes, _DICTS)
   if dicts:
     what = (f'{unknown}; it may hold the project\'s {_short(dicts[0])}, '

@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from . import decide as decide_lib
-from . import hazards, parallel, plan, reexports
+from . import hazards, libraries, parallel, plan, reexports
 from .analysis import FileAnalysis, module_name
 from .flags import MAX_LINE, Flag
 
@@ -133,10 +133,10 @@ def _relative(path: str, base: str) -> str:
   return path if relative.startswith('..') else relative
 
 
-def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
+def run(paths: list[str], *, target: str = 'capture', mode: str = 'diff',
         annotate: bool = False, root: str | None = None,
         verbose: bool = False, out=None, err=None, jobs: int = 1,
-        nnx_capture: str = hazards.LEGACY, **_unused):
+        nnx_capture: str = hazards.LEGACY, search_path=None, **_unused):
   """Runs the codemod over ``paths``; returns (exit code, Summary).
 
   ``nnx_capture`` (``--target=capture``): the ``nnx.capture`` the migrated
@@ -144,6 +144,9 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   ``'auto'`` (the command line's default): the one of the Flax installed
   here. Called from code, the default is ``'legacy'``, which does not
   depend on what is installed.
+
+  ``search_path``: where the libraries the project imports are found
+  (``libraries.py``); by default ``sys.path``.
   """
   out, err = out or sys.stdout, err or sys.stderr
   start = time.perf_counter()
@@ -160,13 +163,13 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   pool, data = parallel.Pool(jobs), {}
   try:
     return _run(given, project_files, target, mode, annotate, root, base,
-                verbose, out, err, summary, start, pool, data)
+                verbose, out, err, summary, start, pool, data, search_path)
   finally:
     pool.close()
 
 
 def _run(given, project_files, target, mode, annotate, root, base, verbose,
-         out, err, summary, start, pool, data):
+         out, err, summary, start, pool, data, search_path=None):
   analyses: dict[str, FileAnalysis] = {}
   unknown: list[tuple[str, bool]] = []  # files whose facts are missing
   skipped: list[str] = []
@@ -182,7 +185,7 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       break
   aliases = reexports.collect(root, given + project_files, _read)
   _analyse_bases(given + project_files, root, aliases, analyses, verbose, err,
-                 summary, unknown, base, pool, data)
+                 summary, unknown, base, pool, data, search_path)
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
@@ -257,17 +260,21 @@ def _attribute_re(analyses):
 
 
 def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
-                 unknown, skipped, pattern, pool=None, data=None) -> None:
+                 unknown, skipped, pattern, pool=None, data=None,
+                 roots=None) -> None:
   """Reads and analyses ``paths`` (in ``pool``'s workers); the results are
   merged in the order of ``paths``."""
   pool = pool or parallel.Pool(1)
   data = {} if data is None else data
   given = set(given)
   jobs = []
+  roots = roots or {}
   for path in paths:
-    display = _relative(path, base)
+    # A library file is named below its search path entry (cax/core/cs.py).
+    display = (os.path.relpath(path, roots[path]) if path in roots
+               else _relative(path, base))
     try:
-      content = _read(path)
+      content = data[path] if path in roots and path in data else _read(path)
     except OSError as e:
       if path in given:
         summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
@@ -278,7 +285,8 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
     if pattern is not None and not pattern.search(content):
       continue
     data[path] = content
-    jobs.append((path, display, root, content, not pool.parallel))
+    jobs.append((path, display, roots.get(path, root), content,
+                 not pool.parallel))
   for job, (status, *payload) in zip(jobs, pool.map(parallel.analyse, jobs)):
     path, display, _, content, _ = job
     if status == 'internal':
@@ -304,44 +312,53 @@ def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
 
 
 def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
-                   unknown, base, pool=None, data=None) -> None:
+                   unknown, base, pool=None, data=None,
+                   search_path=None) -> None:
   """Analyses the files defining the project's unknown base classes, and
-  the classes its classes make.
+  the classes its classes make, in the project or in the libraries it
+  imports (``libraries.py``).
 
   A base class in a file that mentions none of the APIs (``class
   System(nnx.Module): pass``) decides whether its subclasses are Modules;
   a submodule class there (CAX's ``NCAUpdate``, whose base makes an
   ``nnx.List``) decides whether ``nnx.capture`` can run the model
-  (hazards.py).
+  (hazards.py), whether CAX is the project or a library it uses.
+  ``aliases`` grows with the re-exports of the library packages read.
   """
   resolve = reexports.resolver(aliases)
   by_module = {}
+  tops = set()
   for path in files:
+    name = module_name(root, path).name
+    tops.add(name.split('.', 1)[0])
     if path not in analyses:
-      by_module.setdefault(module_name(root, path).name, []).append(path)
-  for _ in range(5):  # bases of bases
-    known = {c.qualified for a in analyses.values() for u in a.units
-             for c in u.facts.classes}
-    wanted = collections.defaultdict(set)
-    for analysis in analyses.values():
-      for unit in analysis.units:
-        for fact in unit.facts.classes:
-          for name in [*fact.bases, *(q for q, _ in fact.calls)]:
-            name = resolve(name)
-            if name not in known and '.' in name and not name.startswith(
-                'flax.'):
-              module, short = name.rsplit('.', 1)
-              wanted[module].add(short)
+      by_module.setdefault(name, []).append(path)
+  search_path = sys.path if search_path is None else search_path
+  data = {} if data is None else data
+  looked: set[str] = set()
+  for _ in range(libraries.MAX_HOPS):
+    wanted = libraries.wanted(analyses, resolve)
     # A call may be of a function: only a module defining one of the names
     # as a class is worth analysing.
     todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
             if _defines_class(p, wanted[m], data)]
     for path in todo:
       by_module[module_name(root, path).name].remove(path)
-    if not todo:
+    reexported = len(aliases)
+    found = libraries.files(wanted, tops, looked, search_path, aliases, _read)
+    if not todo and not found and len(aliases) == reexported:
       return
-    _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
-                 unknown, [], _CLASS_RE, pool, data)
+    if todo:
+      _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
+                   unknown, [], _CLASS_RE, pool, data)
+    if found:
+      data.update((path, content) for path, _, content in found)
+      read = {}
+      _analyse_all([path for path, _, _ in found], (), base, root, verbose,
+                   err, summary, read, [], [], _CLASS_RE, pool, data,
+                   roots={path: entry for path, entry, _ in found})
+      for path, analysis in read.items():
+        analyses[path] = libraries.as_library(analysis)
 
 
 def _defines_class(path: str, names: set[str], data) -> bool:
@@ -349,8 +366,7 @@ def _defines_class(path: str, names: set[str], data) -> bool:
     content = data[path] if data and path in data else _read(path)
   except OSError:
     return False
-  return any(re.search(rb'^\s*class\s+' + re.escape(n.encode()) + rb'\b',
-                       content, re.MULTILINE) for n in names)
+  return libraries.defines_class(content, names)
 
 
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
@@ -391,7 +407,7 @@ def _tally(summary, project, decisions, given, analyses, results, err):
   given_paths = {analyses[p].path for p in given if p in analyses}
   flags = []
   for site in project.sites:
-    if site.path not in given_paths:
+    if site.path not in given_paths or site.library:
       continue
     summary.sites += 1
     decision = decisions[id(site)]
@@ -399,7 +415,8 @@ def _tally(summary, project, decisions, given, analyses, results, err):
       flags.append(plan.site_flag(site, decision))
     elif decision.action == decide_lib.OK:
       summary.unchanged_ok += 1
-  summary.linen = sum(1 for s in project.linen if s.path in given_paths)
+  summary.linen = sum(1 for s in project.linen
+                       if s.path in given_paths and not s.library)
   for result in results.values():
     summary.rewritten.update(result.rewritten)
   flags = sorted(set(flags))
@@ -453,7 +470,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
              '(nothing written).')
   parser.add_argument('paths', nargs='+', metavar='PATH')
   parser.add_argument('--target', choices=('functional', 'capture'),
-                      default='functional')
+                      default='capture')
   parser.add_argument(
       '--nnx-capture', choices=('auto', hazards.LEGACY, hazards.TRANSFORM),
       default='auto',
