@@ -273,6 +273,44 @@ class ProjectTest(absltest.TestCase):
     self.assertIn('model.py:7:5: legacy-reader', err)
     self.assertEqual(summary.changed, 0)
 
+  def test_partial_run_leaves_a_sow_whose_rewritable_reader_is_not_given(
+      self):
+    # The reader in train.py could migrate with the sow, but the run is over
+    # model.py only: rewriting the sow alone would leave the reader finding
+    # nothing.
+    model = self._model('pkg/model.py')
+    train = write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+        from pkg.model import Model
+
+
+        def step(x):
+          model = Model()
+          y, s = nnx.capture(model, nnx.Intermediate)(x)
+          return s['y'][0]
+
+
+        def step2(x):
+          model = Model()
+          model(x)
+          s = nnx.pop(model, nnx.Intermediate)
+          return s['y'][0]
+        ''')
+    before = (read(model), read(train))
+    for target, reader in (('functional', 'capture at pkg/train.py:7'),
+                           ('capture', 'nnx.pop at pkg/train.py:14')):
+      with self.subTest(target):
+        code, summary, _, err = run([model], target=target, mode='write')
+        self.assertEqual(code, 0)
+        self.assertEqual((read(model), read(train)), before)
+        self.assertIn('model.py:7:5: legacy-reader: ', err)
+        self.assertIn(f'{reader}, which stays (outside-paths)', err)
+        self.assertEqual(summary.sites, 1)  # train.py's are not counted
+    # Over both files, both migrate.
+    code, summary, _, err = run([model, train], target='functional',
+                                mode='check')
+    self.assertEqual((code, summary.flagged), (ms.EXIT_CHANGES, {}), err)
+
   def test_re_export_of_intermediate_is_not_a_filter(self):
     write(self.dir, 'pkg/__init__.py', '''\
         from flax.nnx import Intermediate as Intermediate

@@ -305,16 +305,79 @@ def _importable(sow: Site, reader: Site) -> bool:
 
 
 def decide(project: Project, target: str,
-           nnx_capture: str = hazards.LEGACY) -> dict[int, Decision]:
+           nnx_capture: str = hazards.LEGACY,
+           given: set[str] | None = None) -> dict[int, Decision]:
   """The decision for every NNX site, keyed by ``id(site)``.
 
   ``nnx_capture``: which ``nnx.capture`` the migrated code will run on
   (``hazards.LEGACY`` or ``hazards.TRANSFORM``); only the legacy one has
-  hazards.
+  hazards. ``given``: the paths the run rewrites (None: all); a site of
+  another file of the project stays as it is, and so does what is linked
+  to it.
   """
+  outside = [] if given is None else [
+      s for s in project.sites if s.path not in given and not s.library]
   if target == 'capture':
-    return _decide_capture(project, nnx_capture == hazards.LEGACY)
-  return _decide_functional(project)
+    return _decide_capture(project, nnx_capture == hazards.LEGACY, outside)
+  for site in outside:
+    site.block(*_OUTSIDE)
+  try:
+    return _decide_functional(project)
+  finally:
+    for site in outside:
+      site.reasons.remove(_OUTSIDE)
+
+
+def reader_flags(project: Project,
+                 target: str) -> list[tuple[OtherUse, str, str]]:
+  """(use, code, detail) of every reader of sown values that is no site.
+
+  The codemod rewrites none of them, and once the calls run inside a
+  capture (or Variables are Hijax) they find nothing: a sown value read as a
+  module attribute (``model.h.value``, ``getattr(model, 'h')``), a filter
+  of ``nnx.Intermediate`` that may select a sown value (``nnx.state``,
+  ``nnx.split``, ``isinstance``), and ``__captures__``. A filter or
+  attribute that no sow of the project may reach reads nothing sown, and is
+  not reported. ``StateAxes({nnx.Intermediate: ...})`` is reported with
+  ``target='functional'`` only: with the default target the sows stay
+  ``Module.sow`` and Flax 0.12.8's ``nnx.capture`` carries their values
+  through the transform by it.
+  """
+  by_name = {}
+  for sow in project.sows:
+    by_name.setdefault(sow.name, sow)
+  found = []
+  for other in project.others:
+    if other.code == 'captures-read':
+      found.append((other, other.code, other.detail))
+    elif other.code == 'attribute-read' and other.name in by_name:
+      sow = by_name[other.name]
+      found.append((other, other.code, (
+          f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
+          f'{sow.where}) off the module: it is there only after a call '
+          'outside nnx.capture; capture the call and read the State')))
+    elif other.code == 'filter-use':
+      sows = [s for s in project.sows if project.filters(other, s)]
+      if not sows:
+        continue
+      if 'StateAxes' in other.detail:
+        if target != 'functional':
+          continue
+        why = ('carries the values sown on the model through the transform; '
+               'a free sow is no state of the model')
+      else:
+        why = ('selects the values sown on the model; they are there only '
+               'after a call outside nnx.capture (and never with Hijax '
+               'Variables): capture the call and read the State it returns')
+      found.append((other, other.code, (
+          f'{other.detail} (it may select the sow at {sows[0].where}) '
+          f'{why}')))
+  return found
+
+
+# The reason of a site in a file the run does not rewrite.
+_OUTSIDE = ('outside-paths', 'not among the PATHs given: left as it is (run '
+            'the codemod over it too)')
 
 
 def _pop_to_capture_reason(project: Project, pop: Site):
@@ -372,12 +435,16 @@ def _not_in_module(project: Project, sow: Site) -> str:
           'no module path): rewrite by hand')
 
 
-def _decide_capture(project: Project,
-                    legacy: bool) -> dict[int, Decision]:
+def _decide_capture(project: Project, legacy: bool,
+                    outside=()) -> dict[int, Decision]:
   decisions = {}
+  outside = {id(s) for s in outside}
   for reader in project.readers:
     if reader.kind == 'capture':
       decisions[id(reader)] = Decision(OK)
+      continue
+    if id(reader) in outside:
+      decisions[id(reader)] = Decision('flag', *_OUTSIDE)
       continue
     reason = _pop_to_capture_reason(project, reader) or (
         hazards.reason(project, reader) if legacy else None)

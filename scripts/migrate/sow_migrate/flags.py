@@ -54,7 +54,10 @@ REASONS = {
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',
+    'captures-read': "__captures__, where Flax 0.12.8's nnx.capture keeps "
+                     'what it collects, is read',
     'internal-error': 'the codemod failed on this file',
+    'outside-paths': 'in a file of the project not among the PATHs given',
     'library': 'sown in a library the project imports (not rewritten)',
 }
 

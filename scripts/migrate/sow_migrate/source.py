@@ -76,7 +76,11 @@ def migrate_source(source: str, *, target: str = 'capture',
   decisions = _decide.decide(project, target, nnx_capture)
   modes = {s.name: s.mode for s in project.sows if s.name}
   result = _plan.rewrite_file(analysis, decisions, target, annotate, modes)
-  flags = sorted({_plan.site_flag(s, decisions[id(s)]) for s in project.sites
-                  if decisions[id(s)].action == 'flag' and not s.library})
+  flags = {_plan.site_flag(s, decisions[id(s)]) for s in project.sites
+           if decisions[id(s)].action == 'flag' and not s.library}
+  flags |= {_plan.reader_flag(*found)
+            for found in _decide.reader_flags(project, target)
+            if found[0].path == path}
+  flags = sorted(flags)
   new = source if result.new is None else result.new.decode('utf-8')
   return new, flags
