@@ -126,7 +126,8 @@ class LibraryHazardTest(absltest.TestCase):
         search_path=[])
     self.assertEqual(migrated, self.source)
     self.assertEqual([f.code for f in flags], ['capture-hazard'])
-    self.assertIn('could not read', flags[0].detail)
+    self.assertIn('may hold ComplexSystem, which the codemod could not '
+                  'resolve to a class it has read', flags[0].detail)
 
   def test_for_capture_compat_the_rewrite_returns_the_same_values(self):
     migrated, flags = ms.migrate_source(

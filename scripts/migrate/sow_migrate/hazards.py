@@ -172,13 +172,6 @@ def _hazard(project, classes, through: bool,
   ``nnx.capture``; ``through``: the call goes through ``nnx.vmap``;
   ``unknown``: why ``classes`` are all those of the project (then what is
   found may be there)."""
-  unread = _unread(project, classes)
-  if unread:
-    what = f'{unknown}; it' if unknown else 'the model'
-    return (f'{what} may hold {_short(unread[0])}, whose source the codemod '
-            'could not read (install the library where the codemod runs): '
-            'an nnx.List or nnx.Dict in it would break Flax 0.12.8\'s '
-            'nnx.capture')
   dicts = _holding(project, classes, _DICTS)
   if dicts:
     what = (f'{unknown}; it may hold the project\'s {_short(dicts[0])}, '
@@ -188,14 +181,26 @@ def _hazard(project, classes, through: bool,
             '__captures__')
   lists = _holding(project, classes, _LISTS)
   if not lists:
-    return None
+    return _unread_hazard(project, classes, unknown)
   used = (['nnx.vmap'] if through else []) + [
       _short(t) for t in _transforms(project, classes)]
   if not used:
-    return None
+    return _unread_hazard(project, classes, unknown)
   what = (f'{unknown}; it may hold the project\'s {_short(lists[0])}, '
           f'which holds an nnx.List, under {used[0]}' if unknown else
           f'{_short(lists[0])} holds an nnx.List and the model runs under '
           f'{used[0]}')
   return (f'{what}: Flax 0.12.8\'s nnx.capture fails there (its '
           '__captures__ key cannot be sorted with the list\'s integer keys)')
+
+
+def _unread_hazard(project, classes, unknown: str) -> str | None:
+  """The hazard of a class the codemod has not read (None if none)."""
+  unread = _unread(project, classes)
+  if not unread:
+    return None
+  what = f'{unknown}; it' if unknown else 'the model'
+  return (f'{what} may hold {_short(unread[0])}, which the codemod could not '
+          'resolve to a class it has read (a library not installed where it '
+          'runs, or an alias): an nnx.List or nnx.Dict there would break '
+          "Flax 0.12.8's nnx.capture")
