@@ -31,6 +31,7 @@ test also runs the rewrite the codemod refuses, to show it would be wrong.
 import contextlib
 import os
 import sys
+import textwrap
 import warnings
 
 import jax
@@ -190,6 +191,43 @@ class NestedInstancesTest(absltest.TestCase):
                                         path='nested.py')
     self.assertEqual(migrated, self.source)
     self.assertIn('multi-instance', {f.code for f in flags})
+
+  def test_a_module_passed_in_may_be_a_submodule(self):
+    # Wrapper(Model()) would name Model's values inner/h: a free sow, h.
+    source = textwrap.dedent('''\
+        from flax import nnx
+
+
+        class Model(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'h', x)
+            return x
+
+
+        class Wrapper(nnx.Module):
+
+          def __init__(self, inner):
+            self.inner = inner
+
+
+        def run(x):
+          y, s = nnx.capture(Model(), nnx.Intermediate)(x)
+          return s['h'][0]
+        ''')
+    migrated, flags = ms.migrate_source(source, target='functional',
+                                        path='wrapped.py')
+    self.assertEqual(migrated, source)
+    self.assertIn(('module-path', 'Wrapper holds modules passed in, which '
+                   'may be a Model'),
+                  {(f.code, f.detail[:53]) for f in flags})
+    # Holding a module it makes itself, Wrapper cannot hold a Model.
+    made = source.replace('self.inner = inner',
+                          'self.inner = nnx.Linear(2, 2, rngs=nnx.Rngs(0))')
+    migrated, flags = ms.migrate_source(made, target='functional',
+                                        path='wrapped.py')
+    self.assertEmpty(flags)
+    self.assertIn("sow(x, name='h')", migrated)
 
   def test_the_default_target_captures_the_same_values(self):
     migrated, flags = ms.migrate_source(self.source, path='nested.py')

@@ -608,6 +608,12 @@ def _module_path(project: Project, sow: Site, readers: list[Site]) -> str:
       return (f'{short} is a submodule of {root.rsplit(".", 1)[-1]}: its '
               'values are named by their module path, which a free sow '
               'loses; keep Module.sow (capture names it by path)')
+    holder = project.classes[root]
+    if classes is None and project.kind(root) == 'nnx' and not (
+        sow.path.endswith(_DOCS) and holder.path != sow.path):
+      return (f'{root.rsplit(".", 1)[-1]} holds modules passed in, which '
+              f'may be a {short}: its values would then be named by their '
+              'module path, which a free sow loses; keep Module.sow')
   for reader in readers:
     # A reader of an object whose class is not known reads, of this class
     # that no class holds, only instances at the root.
