@@ -877,7 +877,7 @@ before it, or through `nnx.vmap`/`nnx.split_rngs`) or what was found
 instead (`pops.py`), and the calls of the popped object before that call
 (`earlier.py`), decided with the project's classes in the commit of the
 decisions.''',
-        files=(*_migrate('other_uses', 'pops', 'earlier', 'facts'),
+        files=(*_migrate('other_uses', 'pops', 'facts'),
                _MIGRATE_TESTS + 'migrate_sow_facts_test.py'),
     ),
     Commit(
@@ -893,8 +893,8 @@ earlier cell (`namespace.py`), collects each unit's facts and pairs a pop
 opening a cell with the call ending an earlier one (`cells.py`).
 `reexports.py` follows the names a package's `__init__.py` re-exports to
 where they are defined.''',
-        files=(*_migrate('documents', 'namespace', 'cells', 'analysis',
-                         'reexports'),
+        files=(*_migrate('documents', 'namespace', 'cells', 'earlier',
+                         'analysis', 'reexports'),
                _MIGRATE_TESTS + 'migrate_sow_analysis_test.py'),
     ),
     Commit(
@@ -908,10 +908,12 @@ reach it, a reader only if what it reads maps to the functional API. With
 `--target=capture` the sows stay and a pop becomes `nnx.capture` only
 where that collects the same values, also on Flax 0.12.8's `nnx.capture`,
 which some models break (`hazards.py`: an `nnx.List` flattened under
-`nnx.vmap`; `capture_compat`'s has no such hazard). Every site left alone
+`nnx.vmap`; `capture_compat`'s has no such hazard), looked for also in the
+classes of the libraries a model is made of (`libraries.py` finds their
+files on the search path without importing them). Every site left alone
 gets a `flags.Flag`, `path:line:col: code: reason`, one line a person can
 act on.''',
-        files=(*_migrate('decide', 'hazards', 'flags'),
+        files=(*_migrate('decide', 'hazards', 'flags', 'libraries'),
                _MIGRATE_TESTS + 'migrate_sow_decide_test.py'),
     ),
     Commit(
@@ -934,25 +936,43 @@ basic rewrites of each target; the commits after this one add theirs.''',
         files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
                _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
                *_pairs('functional', 'sow_basic.py', 'perturb.py',
-                       'clobber.py', 'capture_assigned.py',
-                       'keyword_args.py'),
+                       'clobber.py', 'capture_assigned.py'),
                *_pairs('capture', 'pop_to_capture.py')),
+    ),
+    Commit(
+        'codemod-reading',
+        'scripts/migrate: reading a project, in worker processes',
+        '''\
+Phase 1 over a project (`reading.py`): its files (.py, notebooks, Markdown;
+not build/, venvs, hidden folders), of which only those naming the APIs are
+analysed, then those reading a sown name as an attribute, and those
+defining the classes the analysed ones derive from or make, in the project
+or in the libraries it imports. `parallel.Pool` runs the analyses in N
+spawned workers, the largest files first, and returns them in the order of
+the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
+where stderr is a terminal, and nothing elsewhere.''',
+        files=(*_migrate('reading', 'parallel', 'progress'),
+               _MIGRATE_TESTS + 'migrate_sow_reading_test.py'),
     ),
     Commit(
         'codemod',
         'scripts/migrate: migrate_sow.py, the codemod over a project',
         '''\
-`python scripts/migrate/migrate_sow.py --target=functional|capture PATH...`
-rewrites `Module.sow` and `nnx.capture` call sites to the sow transform
-where it can prove the rewrite keeps behavior, and flags every other site
-with what it found. Consumers are searched in the whole project, also when
-only some files are given. `--diff` (the default), `--write` or `--check`;
+`python scripts/migrate/migrate_sow.py [--target=capture|functional]
+PATH...` keeps `Module.sow`/`Module.perturb` (sites of the sow transform,
+named by module path) and turns a call followed by `nnx.pop` into
+`nnx.capture` where it can prove the rewrite keeps behavior; it flags every
+other site, and reports every other reader of sown values, with what it
+found. `--target=functional` also moves a sow to the free `sow` where that
+keeps every name. Readers are searched in the whole project, also when only
+some files are given. `--diff` (the default; paths relative to the project
+root, as `git apply` and `patch -p1` take them), `--write` or `--check`;
 `--annotate` writes the TODO notes; `--jobs N` analyses and rewrites in
-worker processes, with the output of a serial run (`parallel.py`). It is
-idempotent, leaves files it cannot parse untouched and says so in its exit
-code, and writes nothing if a file to write is read-only (`runner.py`).''',
-        files=('scripts/migrate/migrate_sow.py', *_migrate('runner',
-                                                           'parallel'),
+worker processes, with the output of a serial run. It is idempotent, leaves
+files it cannot parse untouched and says so in its exit code, and writes
+nothing if a file to write is read-only (`runner.py`). `cli.py` holds the
+options, each with its help, and says what to install without libcst.''',
+        files=('scripts/migrate/migrate_sow.py', *_migrate('runner', 'cli'),
                _MIGRATE_TESTS + 'migrate_sow_test.py',
                *_pairs('capture', 'linen_perturb.py')),
     ),
@@ -969,7 +989,7 @@ rewrites (aliases, imports, constants, decorators, submodules by name, pops
 through `nnx.vmap`). Tests only: of the previous commits together.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_notebooks_test.py',
                _MIGRATE_TESTS + 'migrate_sow_execution_test.py',
-               *_pairs('functional', 'aliases.py',
+               *_pairs('functional', 'aliases.py', 'keyword_args.py',
                        'attribute_style_consumer.py', 'capture_decorator.py',
                        'constant_name.py', 'imports_merged.py',
                        'imports_sorted.py', 'module_level.py',
@@ -1024,6 +1044,35 @@ original program: both run, and their values must be bitwise equal. Tests
 only.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_readers_test.py',
                *_pairs('capture', 'pop_after_flag_off_calls.py')),
+    ),
+    Commit(
+        'codemod-wrong-rewrites',
+        'scripts/migrate: tests of rewrites that must not happen, of the '
+        'readers reported and of the command as a tool',
+        '''\
+Two wrong rewrites found on real code, as fixtures that run before and
+after: a growing NCA built on a library's modules
+(testdata/library/nca_lib, shaped as CAX: an `nnx.List` under `nnx.vmap`
+and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
+codemod reads the library's classes; the refused rewrite raises there, and
+returns bitwise the same values on `capture_compat`'s); and an attention
+module in each block of an `nnx.List`, whose values a free `sow` would
+merge into one tuple (instances are counted through their holders; the
+default target keeps `Module.sow` and its capture returns bitwise what the
+pop did). The readers of sown values that are no pop are reported where
+they are (an attribute, `getattr`, `nnx.state`, `__captures__`), and run to
+show they read a sown value. The command as a tool: its diffs apply with
+`git apply` and `patch -p1`, its notes name paths relative to the project,
+its progress bar is drawn on a terminal only, every option has help, and
+without libcst it says what to install. Tests only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_other_readers_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_tool_test.py',
+               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
+                 for name in ('__init__.py', 'core/__init__.py',
+                              'core/system.py', 'core/update.py')),
+               *_pairs('capture', 'flag_library_hazard.py'),
+               *_pairs('functional', 'flag_multi_instance_nested.py')),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each

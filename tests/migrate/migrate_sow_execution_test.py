@@ -109,14 +109,28 @@ class ExecutionTest(absltest.TestCase):
         results[name] = [np.asarray(v) for v in namespace[name](model, x)]
     return results
 
+  def test_functional_target_keeps_a_submodules_sow(self):
+    # Block's 'block_pre' is named block/block_pre in the legacy State; a
+    # free sow would name it block_pre: the sow, and every reader linked to
+    # it, stay as they are.
+    migrated, flags = ms.migrate_source(MODEL_SOURCE, target='functional',
+                                        path='model.py')
+    self.assertEqual(migrated, MODEL_SOURCE)
+    self.assertIn('module-path', {f.code for f in flags})
+
   def test_migrated_model_captures_the_same_values(self):
-    migrated, flags = ms.migrate_source(MODEL_SOURCE, path='model.py')
+    # Without the submodule's sow, every name is at the root of the State.
+    source = MODEL_SOURCE.replace(
+        "    self.sow(nnx.Intermediate, 'block_pre', h)\n", '')
+    self.assertNotEqual(source, MODEL_SOURCE)
+    migrated, flags = ms.migrate_source(source, target='functional',
+                                        path='model.py')
     self.assertEmpty(flags)
     self.assertNotIn('.sow(', migrated)
     self.assertNotIn('nnx.capture', migrated)
     self.assertNotIn('nnx.pop', migrated)
     self.assertIn("mode='clobber'", migrated)
-    legacy = self._execute(MODEL_SOURCE)
+    legacy = self._execute(source)
     functional = self._execute(migrated)
     self.assertEqual(legacy.keys(), functional.keys())
     for name, values in legacy.items():

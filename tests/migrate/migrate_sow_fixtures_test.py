@@ -39,6 +39,9 @@ _SCRIPTS = os.path.join(sow_layout.ROOT, 'scripts', 'migrate')
 # The codemod's input and expected files, beside this file.
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'testdata')
 TARGETS = ('functional', 'capture')
+# Where the fixtures' libraries are found, as installed packages would be
+# (testdata/library/nca_lib, shaped as CAX).
+SEARCH_PATH = [os.path.join(DATA, 'library'), *sys.path]
 
 
 def _source_module():
@@ -70,7 +73,9 @@ EXPECTED_FLAGS = {
     'flag_kwargs.py': {'kwargs'},
     'flag_method_outputs.py': {'method-outputs', 'legacy-reader'},
     'flag_multi_instance.py': {'multi-instance'},
-    'flag_nested_consumer.py': {'no-sow-found', 'legacy-reader'},
+    # Transitive: one Attention per Block, the Blocks made in a loop.
+    'flag_multi_instance_nested.py': {'multi-instance'},
+    'flag_nested_consumer.py': {'no-sow-found', 'multi-instance'},
     'flag_no_sow_found.py': {'no-sow-found'},
     'flag_nonliteral_name.py': {'nonliteral-name'},
     'flag_perturbation_workflow.py': {'perturbation'},
@@ -82,12 +87,18 @@ EXPECTED_FLAGS = {
     'flag_suffix_consumer.py': {'to-flat-state', 'legacy-reader'},
     'flag_to_flat_state.py': {'to-flat-state', 'legacy-reader'},
     'flag_to_pure_dict.py': {'to-pure-dict', 'legacy-reader'},
-    'flag_transform.py': {'transform'},
+    'flag_transform.py': {'transform', 'module-path'},
     'flag_tree_leaves.py': {'tree-leaves', 'legacy-reader'},
     'flag_variable_use.py': {'state-use', 'legacy-reader'},
-    'mixed_partial.py': {'nested-consumer', 'legacy-reader', 'legacy-sow'},
+    'mixed_partial.py': {'nested-consumer', 'module-path', 'legacy-reader',
+                          'legacy-sow'},
+    # A free sow would lose the module path its values are named by.
+    'passed_module.py': {'module-path'},
+    'submodules_by_name.py': {'module-path', 'legacy-reader', 'legacy-sow'},
     'flag_unknown_result.py': {'unknown-result', 'legacy-reader'},
     'flag_capture_hazard.py': {'capture-hazard', 'legacy-reader'},
+    # The nnx.List is in a library's class (nca_lib, shaped as CAX).
+    'flag_library_hazard.py': {'capture-hazard'},
     'flag_pop.py': {'pop-not-adjacent', 'earlier-call', 'subclass',
                     'legacy-reader', 'later-pop'},
 }
@@ -111,7 +122,8 @@ class FixtureTest(parameterized.TestCase):
     expected_path = path.replace('.input.', '.expected.')
     source = read(path)
     new, flags = source_lib.migrate_source(
-        source, target=target, annotate=True, path=name)
+        source, target=target, annotate=True, path=name,
+        search_path=SEARCH_PATH)
     self.assertEqual(new, read(expected_path))
     codes = {flag.code for flag in flags}
     if name in UNTOUCHED:
@@ -127,7 +139,8 @@ class FixtureTest(parameterized.TestCase):
     name = os.path.basename(path).replace('.input', '')
     expected = read(path.replace('.input.', '.expected.'))
     again, _ = source_lib.migrate_source(
-        expected, target=target, annotate=True, path=name)
+        expected, target=target, annotate=True, path=name,
+        search_path=SEARCH_PATH)
     self.assertEqual(again, expected)
 
   def test_every_expected_file_has_its_input(self):
@@ -156,7 +169,8 @@ class RewriteDetailsTest(absltest.TestCase):
             self.sow(nnx.Intermediate, 'x', x, reduce_fn=max)
             return x
         ''')
-    new, flags = source_lib.migrate_source(source, path='model.py')
+    new, flags = source_lib.migrate_source(source, target='functional',
+                                           path='model.py')
     self.assertEqual(new, source)
     self.assertEqual(
         [str(flag) for flag in flags],
@@ -190,13 +204,45 @@ class RewriteDetailsTest(absltest.TestCase):
             return x
         ```
         ''')
-    new, flags = source_lib.migrate_source(fence, path='page.md')
+    new, flags = source_lib.migrate_source(fence, target='functional',
+                                           path='page.md')
     self.assertEmpty(flags)
     self.assertIn("    sow(x, name='x')\n", new)
     self.assertTrue(new.startswith('Some text.\n'))
     # As Python, the same text does not parse.
     with self.assertRaises(ValueError):
       source_lib.migrate_source(fence, path='page')
+
+  def test_pandoc_fences_are_read(self):
+    # ```{.python .input}: pandoc's attribute form (d2l-style books).
+    page = textwrap.dedent('''\
+        ```{.python .input}
+        from flax import nnx
+
+
+        class M(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'x', x)
+            return x
+
+
+        def run(m: M, x):
+          y = m(x)
+          s = nnx.pop(m, nnx.Intermediate)
+          return y, s
+        ```
+
+        ```{.json}
+        {"nnx.pop": 1}
+        ```
+        ''')
+    new, flags = source_lib.migrate_source(page, path='book.md')
+    self.assertEmpty(flags)
+    self.assertIn('  y, s = nnx.capture(m, nnx.Intermediate)(x)\n', new)
+    self.assertEqual(new.replace(
+        '  y, s = nnx.capture(m, nnx.Intermediate)(x)\n', '  y = m(x)\n'
+        '  s = nnx.pop(m, nnx.Intermediate)\n'), page)
 
 
 if __name__ == '__main__':

@@ -70,7 +70,8 @@ class FlagFixturesTest(absltest.TestCase):
     path = os.path.join(fixtures.DATA, 'functional',
                         'flag_nested_consumer.input.py')
     source = fixtures.read(path)
-    new, flags = ms.migrate_source(source, path='nested.py')
+    new, flags = ms.migrate_source(source, target='functional',
+                                   path='nested.py')
     self.assertEqual(new, source)
     self.assertNotEmpty(flags)
 

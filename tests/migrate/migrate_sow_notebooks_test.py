@@ -48,7 +48,7 @@ class DocumentTest(absltest.TestCase):
       source = os.path.join(DATA, 'functional', name)
       target = cli.write(self.dir, 'docs/' + name.replace('.input', ''),
                          cli.read(source))
-      cli.run([target], mode='write')
+      cli.run([target], target='functional', mode='write')
       self.assertEqual(cli.read(target),
                        cli.read(source.replace('.input.', '.expected.')))
 

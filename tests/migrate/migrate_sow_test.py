@@ -105,7 +105,7 @@ class CommandLineTest(absltest.TestCase):
 
   def test_diff_is_the_default_and_writes_nothing(self):
     before = read(self.model)
-    code, summary, out, _ = run([self.dir])
+    code, summary, out, _ = run([self.dir], target='functional')
     self.assertEqual(code, 0)
     self.assertEqual(read(self.model), before)
     self.assertIn("+    sow(y, name='y')", out)
@@ -114,16 +114,16 @@ class CommandLineTest(absltest.TestCase):
                      (3, 2, 2))
 
   def test_write_then_check_is_clean(self):
-    code, _, _, _ = run([self.dir], mode='write')
+    code, _, _, _ = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, 0)
     self.assertIn("sow(y, name='y')", read(self.model))
     self.assertIn('capture(model)(x)', read(self.train))
-    code, summary, out, _ = run([self.dir], mode='check')
+    code, summary, out, _ = run([self.dir], target='functional', mode='check')
     self.assertEqual((code, summary.changed, out), (0, 0, ''))
 
   def test_check_exits_one_when_something_would_change(self):
     before = read(self.train)
-    code, _, out, _ = run([self.dir], mode='check')
+    code, _, out, _ = run([self.dir], target='functional', mode='check')
     self.assertEqual(code, ms.EXIT_CHANGES)
     self.assertEqual(out, '')
     self.assertEqual(read(self.train), before)
@@ -137,7 +137,7 @@ class CommandLineTest(absltest.TestCase):
           _, state = nnx.capture(model, nnx.Intermediate)(x)
           return state.to_pure_dict()
         ''')
-    code, summary, out, err = run([self.dir], mode='check')
+    code, summary, out, err = run([self.dir], target='functional', mode='check')
     self.assertEqual((code, out, summary.changed), (0, '', 0))
     self.assertIn('model.py:11:5: legacy-reader', err)
     self.assertIn('report.py:5:14: to-pure-dict', err)
@@ -163,14 +163,14 @@ class CommandLineTest(absltest.TestCase):
           self.sow(nnx.Intermediate, 'x', x)
         ''')
     before = read(broken)
-    code, summary, _, err = run([self.dir], mode='write')
+    code, summary, _, err = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, ms.EXIT_UNREADABLE)
     self.assertEqual(read(broken), before)
     self.assertRegex(err, r'broken.py:\d: does not parse')
     self.assertEqual(summary.changed, 2)
 
   def test_summary_counts_rewrites_and_flags(self):
-    _, summary, _, _ = run([self.dir])
+    _, summary, _, _ = run([self.dir], target='functional')
     self.assertEqual(summary.rewritten, {'sow': 1, 'capture': 1})
     lines = summary.lines()
     self.assertIn('3 files, 2 analysed, 2 changed', lines[0])
@@ -187,10 +187,11 @@ class CommandLineTest(absltest.TestCase):
             self.sow(nnx.Intermediate, f'x{1}', x)
             return x
         ''')
-    run([path], mode='write', annotate=True)
+    run([path], target='functional', mode='write', annotate=True)
     text = read(path)
     self.assertEqual(text.count('# TODO(migrate_sow): nonliteral-name'), 1)
-    code, _, _, _ = run([path], mode='check', annotate=True)
+    code, _, _, _ = run([path], target='functional',
+                        mode='check', annotate=True)
     self.assertEqual(code, 0)
 
   def test_markdown_with_an_unparsable_block_is_untouched(self):
@@ -208,7 +209,7 @@ class CommandLineTest(absltest.TestCase):
         ```
         ''')
     before = read(path)
-    code, _, _, err = run([path], mode='write')
+    code, _, _, err = run([path], target='functional', mode='write')
     # The fence that parses is migrated; the other is reported with its line
     # in the .md file and left as it is.
     self.assertEqual(code, ms.EXIT_UNREADABLE)
@@ -228,7 +229,8 @@ class CommandLineTest(absltest.TestCase):
 
   def test_main_check(self):
     with absltest.mock.patch('sys.stderr', io.StringIO()) as err:
-      code = ms.main(['--check', '--no-progress', self.dir])
+      code = ms.main(['--check', '--no-progress', '--target=functional',
+                     self.dir])
     self.assertEqual(code, ms.EXIT_CHANGES)
     self.assertIn('migrate_sow: 3 files, 2 analysed', err.getvalue())
 
@@ -265,18 +267,56 @@ class ProjectTest(absltest.TestCase):
           return state.to_pure_dict()
         ''')
     before = (read(model), read(train))
-    code, summary, _, err = run([model], mode='write')
+    code, summary, _, err = run([model], target='functional', mode='write')
     self.assertEqual(code, 0)
     self.assertEqual((read(model), read(train)), before)
     self.assertIn('model.py:7:5: legacy-reader', err)
     self.assertEqual(summary.changed, 0)
+
+  def test_partial_run_leaves_a_sow_whose_rewritable_reader_is_not_given(
+      self):
+    # The reader in train.py could migrate with the sow, but the run is over
+    # model.py only: rewriting the sow alone would leave the reader finding
+    # nothing.
+    model = self._model('pkg/model.py')
+    train = write(self.dir, 'pkg/train.py', '''\
+        from flax import nnx
+        from pkg.model import Model
+
+
+        def step(x):
+          model = Model()
+          y, s = nnx.capture(model, nnx.Intermediate)(x)
+          return s['y'][0]
+
+
+        def step2(x):
+          model = Model()
+          model(x)
+          s = nnx.pop(model, nnx.Intermediate)
+          return s['y'][0]
+        ''')
+    before = (read(model), read(train))
+    for target, reader in (('functional', 'capture at pkg/train.py:7'),
+                           ('capture', 'nnx.pop at pkg/train.py:14')):
+      with self.subTest(target):
+        code, summary, _, err = run([model], target=target, mode='write')
+        self.assertEqual(code, 0)
+        self.assertEqual((read(model), read(train)), before)
+        self.assertIn('model.py:7:5: legacy-reader: ', err)
+        self.assertIn(f'{reader}, which stays (outside-paths)', err)
+        self.assertEqual(summary.sites, 1)  # train.py's are not counted
+    # Over both files, both migrate.
+    code, summary, _, err = run([model, train], target='functional',
+                                mode='check')
+    self.assertEqual((code, summary.flagged), (ms.EXIT_CHANGES, {}), err)
 
   def test_re_export_of_intermediate_is_not_a_filter(self):
     write(self.dir, 'pkg/__init__.py', '''\
         from flax.nnx import Intermediate as Intermediate
         ''')
     model = self._model('pkg/model.py')
-    code, _, _, err = run([self.dir], mode='write')
+    code, _, _, err = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, 0, msg=err)
     self.assertIn("sow(x, name='y')", read(model))
     self.assertNotIn('filter-use', err)
@@ -517,7 +557,7 @@ class ProjectTest(absltest.TestCase):
             _, state = nnx.capture(foo, nnx.Intermediate)(x)
             return {reader}
           ''')
-    code, _, _, err = run([self.dir], mode='write')
+    code, _, _, err = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, 0, msg=err)
     self.assertIn('self.sow(', read(os.path.join(self.dir, 'pkg/a.py')))
     self.assertIn("sow(x, name='h')", read(os.path.join(self.dir, 'pkg/b.py')))
@@ -537,7 +577,7 @@ class ProjectTest(absltest.TestCase):
         ''')
     os.chmod(train, 0o444)
     before = (read(model), read(train))
-    code, _, _, err = run([self.dir], mode='write')
+    code, _, _, err = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, ms.EXIT_UNWRITABLE)
     self.assertEqual((read(model), read(train)), before)
     self.assertIn('train.py: cannot write', err)
@@ -548,7 +588,7 @@ class ProjectTest(absltest.TestCase):
       data = f.read().replace(b'\n', b'\r\n')
     with open(model, 'wb') as f:
       f.write(data)
-    code, _, _, _ = run([model], mode='write')
+    code, _, _, _ = run([model], target='functional', mode='write')
     self.assertEqual(code, 0)
     with open(model, 'rb') as f:
       new = f.read()
@@ -575,7 +615,7 @@ class ProjectTest(absltest.TestCase):
       return original(analysis, *args)
 
     with absltest.mock.patch.object(runner.plan, 'rewrite_file', failing):
-      code, _, _, err = run([self.dir], mode='write')
+      code, _, _, err = run([self.dir], target='functional', mode='write')
     self.assertEqual(code, ms.EXIT_INTERNAL)
     self.assertEqual((read(model), read(train)), before)
     [line] = [l for l in err.splitlines() if 'internal error' in l]
@@ -654,7 +694,8 @@ class GeneratedTreeTest(absltest.TestCase):
   def test_large_generated_tree(self):
     directory = self.enter_context(tempfile.TemporaryDirectory())
     expected = _generated_tree(directory, 160)
-    code, summary, _, _ = run([directory], mode='write', jobs=2)
+    code, summary, _, _ = run([directory], target='functional',
+                              mode='write', jobs=2)
     self.assertEqual(code, 0)
     self.assertEqual(summary.files, 160)
     self.assertEqual(summary.analysed, 80)
@@ -663,7 +704,8 @@ class GeneratedTreeTest(absltest.TestCase):
     self.assertEqual(summary.rewritten['capture'], expected['capture'])
     self.assertEqual(summary.flagged['custom-reducer'],
                      expected['flagged_files'])
-    code, summary, out, _ = run([directory], mode='check', jobs=2)
+    code, summary, out, _ = run([directory], target='functional',
+                                mode='check', jobs=2)
     self.assertEqual((code, summary.changed, out), (0, 0, ''))
 
   def test_two_jobs_give_the_output_of_one(self):

@@ -47,7 +47,13 @@ class FileAnalysis:
 
 
 _WORTH_RE = re.compile(r'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|'
-                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s', re.MULTILINE)
+                       r'\bpop\s*\(|\bcapture\s*\(|^\s*class\s|'
+                       # A sown value read back in a cell of its own.
+                       r'\bgetattr\s*\(|__captures__|\.(?:get_)?value\b',
+                       re.MULTILINE)
+# The callees of a cell not worth analysing (`model` in `model(x)`): a read
+# in another cell of what such a call sowed is a read of a sown value.
+_CALLEE_RE = re.compile(r'(?<![\w.])([A-Za-z_][\w.]*)\s*\(')
 
 
 def module_name(root: str, path: str) -> ModuleNameAndPackage:
@@ -101,8 +107,10 @@ def analyse(path: str, data: bytes, root: str,
       # its names is the slow part. It is kept (with no facts) because an
       # edit may still land in it: the call before a pop opening the next
       # cell.
-      result.units.append(ParsedUnit(index, unit, module,
-                                     facts_lib.UnitFacts(), frozenset()))
+      result.units.append(ParsedUnit(
+          index, unit, module,
+          facts_lib.UnitFacts(called=set(_CALLEE_RE.findall(unit.code))),
+          frozenset()))
       continue
     unit_names = names
     if doc.kind != 'py':
@@ -113,13 +121,15 @@ def analyse(path: str, data: bytes, root: str,
         cache={metadata.FullyQualifiedNameProvider: unit_names})
     unit_facts = facts_lib.collect(wrapper, path, index, unit.label,
                                    unit.first_line,
-                                   space.shared(index) if space else {})
+                                   space.shared(index) if space else {},
+                                   alone=False)
     scopes = wrapper.resolve(metadata.ScopeProvider)
     global_scope = scopes.get(module)
     global_names = frozenset(a.name for a in global_scope.assignments) if (
         global_scope is not None) else frozenset()
     result.units.append(ParsedUnit(index, unit, module, unit_facts,
                                    global_names))
+  facts_lib.keep_attribute_reads([u.facts for u in result.units])
   doc_imports = None
   if doc.kind != 'py':
     doc_imports = frozenset(v.rsplit('.', 1)[0] if '.' in v else v

@@ -227,13 +227,29 @@ class Project:
 
   @functools.cache
   def instance_counts(self, root: str) -> dict[str, int]:
-    """How many instances of each class one ``root`` may hold (2 = many)."""
-    counts = collections.Counter({root: 1})
-    for member in self.closure(root) or ():
-      fact = self.classes.get(member)
-      for called, in_loop in (fact.calls if fact else ()):
-        if called in self.classes:
-          counts[called] += 2 if in_loop else 1
+    """How many instances of each class one ``root`` may hold (2 = many).
+
+    Transitive: a class made once by a class that is itself made in a loop
+    (an attention module in each block of an ``nnx.List``) has as many
+    instances as its holder. The methods of a base class run for its
+    subclasses' instances, so a base counts as its most numerous subclass.
+    """
+    members = self.closure(root) or frozenset({root})
+    counts = {root: 1}
+    for _ in range(len(members) + 1):  # to a fixed point (cycles saturate)
+      new = collections.Counter({root: 1})
+      for member in sorted(members):
+        fact = self.classes.get(member)
+        times = max([counts.get(member, 0)] + [
+            counts.get(other, 0) for other in members
+            if other != member and self.is_subclass(other, member)])
+        for called, in_loop in (fact.calls if fact and times else ()):
+          if called in self.classes:
+            new[called] = min(2, new[called] + times * (2 if in_loop else 1))
+      new = dict(new)
+      if new == counts:
+        break
+      counts = new
     return counts
 
   def multi_instance(self, sow: Site) -> str | None:
@@ -250,11 +266,14 @@ class Project:
       # (CustomLife(Life) overriding the method that sows).
       owners = {o for o in owners if counts.get(o, 0) or not any(
           other != o and self.is_subclass(other, o) for other in owners)}
-      if len(owners) > 1 or counts.get(sow.owner, 0) > 1:
+      times = max([counts.get(sow.owner, 0)] + [
+          n for c, n in counts.items() if self.is_subclass(c, sow.owner)])
+      if len(owners) > 1 or times > 1:
         return (f"'{sow.name}' is sown by several instances in "
                 f"{root.rsplit('.', 1)[-1]} "
                 f"({shorten(sorted(o.rsplit('.', 1)[-1] for o in owners))}); "
-                'flat names would merge them: add an index to the name')
+                'a free sow would merge them: keep Module.sow (capture '
+                'names each by its module path)')
     return None
 
 
@@ -286,16 +305,79 @@ def _importable(sow: Site, reader: Site) -> bool:
 
 
 def decide(project: Project, target: str,
-           nnx_capture: str = hazards.LEGACY) -> dict[int, Decision]:
+           nnx_capture: str = hazards.LEGACY,
+           given: set[str] | None = None) -> dict[int, Decision]:
   """The decision for every NNX site, keyed by ``id(site)``.
 
   ``nnx_capture``: which ``nnx.capture`` the migrated code will run on
   (``hazards.LEGACY`` or ``hazards.TRANSFORM``); only the legacy one has
-  hazards.
+  hazards. ``given``: the paths the run rewrites (None: all); a site of
+  another file of the project stays as it is, and so does what is linked
+  to it.
   """
+  outside = [] if given is None else [
+      s for s in project.sites if s.path not in given and not s.library]
   if target == 'capture':
-    return _decide_capture(project, nnx_capture == hazards.LEGACY)
-  return _decide_functional(project)
+    return _decide_capture(project, nnx_capture == hazards.LEGACY, outside)
+  for site in outside:
+    site.block(*_OUTSIDE)
+  try:
+    return _decide_functional(project)
+  finally:
+    for site in outside:
+      site.reasons.remove(_OUTSIDE)
+
+
+def reader_flags(project: Project,
+                 target: str) -> list[tuple[OtherUse, str, str]]:
+  """(use, code, detail) of every reader of sown values that is no site.
+
+  The codemod rewrites none of them, and once the calls run inside a
+  capture (or Variables are Hijax) they find nothing: a sown value read as a
+  module attribute (``model.h.value``, ``getattr(model, 'h')``), a filter
+  of ``nnx.Intermediate`` that may select a sown value (``nnx.state``,
+  ``nnx.split``, ``isinstance``), and ``__captures__``. A filter or
+  attribute that no sow of the project may reach reads nothing sown, and is
+  not reported. ``StateAxes({nnx.Intermediate: ...})`` is reported with
+  ``target='functional'`` only: with the default target the sows stay
+  ``Module.sow`` and Flax 0.12.8's ``nnx.capture`` carries their values
+  through the transform by it.
+  """
+  by_name = {}
+  for sow in project.sows:
+    by_name.setdefault(sow.name, sow)
+  found = []
+  for other in project.others:
+    if other.code == 'captures-read':
+      found.append((other, other.code, other.detail))
+    elif other.code == 'attribute-read' and other.name in by_name:
+      sow = by_name[other.name]
+      found.append((other, other.code, (
+          f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
+          f'{sow.where}) off the module: it is there only after a call '
+          'outside nnx.capture; capture the call and read the State')))
+    elif other.code == 'filter-use':
+      sows = [s for s in project.sows if project.filters(other, s)]
+      if not sows:
+        continue
+      if 'StateAxes' in other.detail:
+        if target != 'functional':
+          continue
+        why = ('carries the values sown on the model through the transform; '
+               'a free sow is no state of the model')
+      else:
+        why = ('selects the values sown on the model; they are there only '
+               'after a call outside nnx.capture (and never with Hijax '
+               'Variables): capture the call and read the State it returns')
+      found.append((other, other.code, (
+          f'{other.detail} (it may select the sow at {sows[0].where}) '
+          f'{why}')))
+  return found
+
+
+# The reason of a site in a file the run does not rewrite.
+_OUTSIDE = ('outside-paths', 'not among the PATHs given: left as it is (run '
+            'the codemod over it too)')
 
 
 def _pop_to_capture_reason(project: Project, pop: Site):
@@ -353,12 +435,16 @@ def _not_in_module(project: Project, sow: Site) -> str:
           'no module path): rewrite by hand')
 
 
-def _decide_capture(project: Project,
-                    legacy: bool) -> dict[int, Decision]:
+def _decide_capture(project: Project, legacy: bool,
+                    outside=()) -> dict[int, Decision]:
   decisions = {}
+  outside = {id(s) for s in outside}
   for reader in project.readers:
     if reader.kind == 'capture':
       decisions[id(reader)] = Decision(OK)
+      continue
+    if id(reader) in outside:
+      decisions[id(reader)] = Decision('flag', *_OUTSIDE)
       continue
     reason = _pop_to_capture_reason(project, reader) or (
         hazards.reason(project, reader) if legacy else None)
@@ -408,6 +494,11 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     parent[find(a)] = find(b)
 
   own: dict[int, tuple[str, str]] = {}
+  readers_of = collections.defaultdict(list)
+  for reader in project.readers:
+    if not discards(reader):
+      for sow in project.reached(reader):
+        readers_of[id(sow)].append(reader)
   for site in project.sites:
     if site.reasons:
       own[id(site)] = site.reasons[0]
@@ -420,10 +511,10 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
                       'and capture(f, tag=...)')
     elif sow.owner is not None and project.kind(sow.owner) != 'nnx':
       own[id(sow)] = ('not-in-module', _not_in_module(project, sow))
-    elif sow.name is not None:
-      multi = project.multi_instance(sow)
-      if multi:
-        own[id(sow)] = ('multi-instance', multi)
+    elif sow.name is not None and (multi := project.multi_instance(sow)):
+      own[id(sow)] = ('multi-instance', multi)
+    elif (path := _module_path(project, sow, readers_of.get(id(sow), []))):
+      own[id(sow)] = ('module-path', path)
   for reader in project.readers:
     # A reader with a reason of its own still links the sows it may reach:
     # they stay legacy with it.
@@ -489,3 +580,47 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
         f'linked to the {culprit.kind} at {culprit.where}, which stays '
         f'({own[culprits[0]][0]}); both must migrate together'))
   return decisions
+
+
+def _module_path(project: Project, sow: Site, readers: list[Site]) -> str:
+  """Why ``sow``'s values may sit below the root of a legacy State ('' if
+  they cannot).
+
+  A legacy State, and the functional ``capture`` of a ``Module.sow``, name a
+  value by the module path of the module that sowed it
+  (``blocks/0/attn/attn_weights``); a free ``sow(x, name=...)`` names it
+  ``attn_weights`` alone, so several modules' values merge and a reader by
+  path finds nothing. The free sow keeps every name only for a sow on
+  ``self`` in a class that no class of the project holds and that every
+  reader reaching it (whose object's class is known) captures or pops
+  itself.
+  """
+  if sow.receiver != 'self' or sow.owner is None:
+    return (f'sown on {sow.receiver}, a module passed in: its values are '
+            'named by that module\'s path, which a free sow does not have; '
+            'keep Module.sow (capture names it by path)')
+  short = sow.owner.rsplit('.', 1)[-1]
+  for root in sorted(project.classes):
+    if root == sow.owner or project.is_subclass(root, sow.owner):
+      continue
+    classes = project.closure(root)
+    if classes and sow.owner in classes:
+      return (f'{short} is a submodule of {root.rsplit(".", 1)[-1]}: its '
+              'values are named by their module path, which a free sow '
+              'loses; keep Module.sow (capture names it by path)')
+    holder = project.classes[root]
+    if classes is None and project.kind(root) == 'nnx' and not (
+        sow.path.endswith(_DOCS) and holder.path != sow.path):
+      return (f'{root.rsplit(".", 1)[-1]} holds modules passed in, which '
+              f'may be a {short}: its values would then be named by their '
+              'module path, which a free sow loses; keep Module.sow')
+  for reader in readers:
+    # A reader of an object whose class is not known reads, of this class
+    # that no class holds, only instances at the root.
+    if reader.root is None or project.closure(reader.root) is None:
+      continue
+    if not project.is_subclass(reader.root, sow.owner):
+      return (f'{short} is a submodule of what nnx.{reader.kind} at '
+              f'{reader.where} reads: its values are named by their module '
+              'path, which a free sow loses; keep Module.sow')
+  return ''

@@ -30,7 +30,10 @@ import typing as tp
 
 _FENCE_RE = re.compile(
     r'^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*'
-    r'(?:python|py|python3|ipython3?|\{code-cell\}[ \t]*(?:python3?|ipython3?))'
+    r'(?:python|py|python3|ipython3?|\{code-cell\}[ \t]*(?:python3?|ipython3?)'
+    # Pandoc's attribute form, ```{.python .input} (the first class names
+    # the language).
+    r'|\{[ \t]*\.(?:python3?|py|ipython3?)(?:[ \t]+[^}\n]*)?\})'
     r'[ \t]*\n'
     r'(?P<body>.*?)'
     r'^(?P=indent)(?P=fence)[ \t]*$',

@@ -84,6 +84,7 @@ class Site:
   # (functions.FunctionFact by name).
   functions: dict[str, tp.Any] = dataclasses.field(default_factory=dict)
   receiver: str = ''  # `module` in module.sow(...)
+  library: bool = False  # in a library the project imports (libraries.py)
 
   @property
   def where(self) -> str:
@@ -119,6 +120,8 @@ class UnitFacts:
   constants: dict[str, str] = dataclasses.field(default_factory=dict)
   # Names a captured or popped State is assigned to (`s` in y, s = ...).
   state_names: set[str] = dataclasses.field(default_factory=set)
+  # The callees called in the unit (`model` in model(x)), as written.
+  called: set[str] = dataclasses.field(default_factory=set)
 
 
 def string_value(node: cst.CSTNode) -> str | None:
@@ -237,6 +240,7 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
     if not isinstance(node.func, (cst.Name, cst.Attribute)):
       return  # f(...)(x): the inner call is visited on its own
     self.called.add(_code(node.func))
+    self.getattr_read(node)
     qualified = self.qnames(node.func)
     if self._classes:
       for name in qualified:
@@ -479,13 +483,28 @@ def _code(node: cst.CSTNode | None) -> str:
 
 def collect(wrapper: metadata.MetadataWrapper, path: str, unit: int,
             unit_label: str, first_line: int,
-            shared: dict[str, str] | None = None) -> UnitFacts:
+            shared: dict[str, str] | None = None,
+            alone: bool = True) -> UnitFacts:
+  """The facts of one unit; ``alone=False``: one of several units sharing
+  their objects (``keep_attribute_reads`` is then called on all)."""
   collector = Collector(path, unit, unit_label, first_line, shared)
   wrapper.visit(collector)
-  # An attribute read of a sown value needs the object to have been called
-  # (model(x); model.y.value): `cursor.y[1]` on an object never called is
-  # something else.
-  collector.facts.others = [
-      o for o in collector.facts.others if o.code != 'attribute-read'
-      or o.receiver in collector.called]
+  collector.facts.called = collector.called
+  if not alone:
+    return collector.facts
+  keep_attribute_reads([collector.facts])
   return collector.facts
+
+
+def keep_attribute_reads(units: list[UnitFacts]) -> None:
+  """Drops the attribute reads of objects that are never called.
+
+  An attribute read of a sown value needs the object to have been called
+  (``model(x); model.y.value``): ``cursor.y[1]`` on an object never called
+  is something else. The cells of a notebook share their objects: a call in
+  one counts for a read in another.
+  """
+  called = set().union(*(u.called for u in units))
+  for unit in units:
+    unit.others = [o for o in unit.others if o.code != 'attribute-read'
+                   or o.receiver in called]

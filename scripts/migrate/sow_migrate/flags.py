@@ -28,6 +28,7 @@ REASONS = {
     'escaping-state': 'the captured State is returned, stored or passed on',
     'unknown-result': 'the result of nnx.capture is not unpacked as (y, s)',
     'multi-instance': 'one name sown by several instances in one model',
+    'module-path': 'a free sow would lose the module path of the values',
     'transform': 'the sow runs under an NNX transform',
     'filter-use': 'nnx.Intermediate used as a filter',
     'subclass': 'a Variable type other than nnx.Intermediate',
@@ -53,7 +54,11 @@ REASONS = {
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',
+    'captures-read': "__captures__, where Flax 0.12.8's nnx.capture keeps "
+                     'what it collects, is read',
     'internal-error': 'the codemod failed on this file',
+    'outside-paths': 'in a file of the project not among the PATHs given',
+    'library': 'sown in a library the project imports (not rewritten)',
 }
 
 

@@ -41,6 +41,8 @@ happens there. Which one the migrated code will run on is the user's to say
 
 from __future__ import annotations
 
+import sys
+
 LEGACY, TRANSFORM = 'legacy', 'transform'
 
 
@@ -78,6 +80,30 @@ def _holding(project, classes, containers) -> list[str]:
         project.is_subclass(b, c) for b in fact.bases for c in containers):
       found.append(name)
   return found
+
+
+# Packages whose classes are no NNX modules (a model may hold their
+# objects; none holds an nnx.List).
+_NOT_MODULES = frozenset({'jax', 'jaxlib', 'numpy', 'optax', 'chex',
+                          'einops', 'ml_dtypes', 'typing_extensions'})
+
+
+def _unread(project, classes) -> list[str]:
+  """The classes that ``classes`` derive from or make and whose source the
+  codemod could not read (a library not found on the search path): any of
+  them may hold an ``nnx.List`` or an ``nnx.Dict``."""
+  found = set()
+  for name in classes:
+    fact = project.classes.get(name)
+    for other in ([*fact.bases, *(q for q, _ in fact.calls)] if fact else ()):
+      if other in project.classes or '.' not in other or '<' in other:
+        continue
+      top, short = other.split('.', 1)[0], other.rsplit('.', 1)[-1]
+      if top == 'flax' or top in _NOT_MODULES or top in getattr(
+          sys, 'stdlib_module_names', ()) or not short[:1].isupper():
+        continue
+      found.add(other)
+  return sorted(found)
 
 
 def _transforms(project, classes) -> list[str]:
@@ -155,14 +181,26 @@ def _hazard(project, classes, through: bool,
             '__captures__')
   lists = _holding(project, classes, _LISTS)
   if not lists:
-    return None
+    return _unread_hazard(project, classes, unknown)
   used = (['nnx.vmap'] if through else []) + [
       _short(t) for t in _transforms(project, classes)]
   if not used:
-    return None
+    return _unread_hazard(project, classes, unknown)
   what = (f'{unknown}; it may hold the project\'s {_short(lists[0])}, '
           f'which holds an nnx.List, under {used[0]}' if unknown else
           f'{_short(lists[0])} holds an nnx.List and the model runs under '
           f'{used[0]}')
   return (f'{what}: Flax 0.12.8\'s nnx.capture fails there (its '
           '__captures__ key cannot be sorted with the list\'s integer keys)')
+
+
+def _unread_hazard(project, classes, unknown: str) -> str | None:
+  """The hazard of a class the codemod has not read (None if none)."""
+  unread = _unread(project, classes)
+  if not unread:
+    return None
+  what = f'{unknown}; it' if unknown else 'the model'
+  return (f'{what} may hold {_short(unread[0])}, which the codemod could not '
+          'resolve to a class it has read (a library not installed where it '
+          'runs, or an alias): an nnx.List or nnx.Dict there would break '
+          "Flax 0.12.8's nnx.capture")

@@ -44,6 +44,8 @@ class OtherUse:
   # A filter applied to an object: the class of that object, when known
   # (None: it may select the sows of any object).
   root: str | None = None
+  col: int = 1
+  unit: str = ''  # 'cell 3' in a notebook; '' elsewhere
 
 
 def _code(node: cst.CSTNode | None) -> str:
@@ -62,6 +64,43 @@ class OtherUses:
   def visit_Attribute(self, node: cst.Attribute) -> None:
     self._other_use(node)
     self._attribute_read(node)
+    if node.attr.value == '__captures__':
+      self._captures_read(node, _code(node))
+
+  def _captures_read(self, node: cst.CSTNode, text: str) -> None:
+    # What Flax 0.12.8's nnx.capture keeps on each module while it runs.
+    line, col = self.position(node)
+    self.facts.others.append(OtherUse(
+        'captures-read', self.path, line, self.owner(),
+        f'{text} reads what Flax 0.12.8\'s nnx.capture keeps on a module '
+        'while it runs; capture_compat\'s nnx.capture (and Flax with Hijax '
+        'Variables) keeps nothing there: read the State it returns',
+        col=col, unit=self._unit()))
+
+  def _unit(self) -> str:
+    return self.unit_label if self.unit_label.startswith('cell') else ''
+
+  def getattr_read(self, node: cst.Call) -> None:
+    """``getattr(model, 'features')``: an attribute read spelled as a call
+    (the name is matched against the sows later)."""
+    if 'builtins.getattr' not in self.qnames(node.func) or len(
+        node.args) < 2:
+      return
+    name = node.args[1].value
+    if not isinstance(name, cst.SimpleString) or not isinstance(
+        name.evaluated_value, str):
+      return
+    if name.evaluated_value == '__captures__':
+      self._captures_read(node, _code(node))
+      return
+    receiver = node.args[0].value
+    if isinstance(receiver, cst.Name) and receiver.value == 'self':
+      return
+    line, col = self.position(node)
+    self.facts.others.append(OtherUse(
+        'attribute-read', self.path, line, self.owner(),
+        f'read as an attribute, {_code(node)},', name.evaluated_value,
+        _code(receiver), col=col, unit=self._unit()))
 
   def _attribute_read(self, node: cst.Attribute) -> None:
     # `model.features.value`, `model.features[0]`: a sown value left on the
@@ -81,11 +120,11 @@ class OtherUses:
         return
     else:
       return
-    line, _ = self.position(node)
+    line, col = self.position(node)
     self.facts.others.append(OtherUse(
         'attribute-read', self.path, line, self.owner(),
         f'read as an attribute, {_code(parent)},', node.attr.value,
-        _code(node.value)))
+        _code(node.value), col=col, unit=self._unit()))
 
   def _other_use(self, node: cst.CSTNode) -> None:
     if node in self.handled:
@@ -106,12 +145,12 @@ class OtherUses:
       if isinstance(current, cst.Call):
         break
       current = self.parent(current)
-    line, _ = self.position(node)
+    line, col = self.position(node)
     if (isinstance(parent, cst.Call) and parent.func is node):
       self.facts.others.append(OtherUse(
           'direct-intermediate', self.path, line, self.owner(),
           'an nnx.Intermediate Variable is created directly; nnx.pop collects '
-          'it, capture does not'))
+          'it, capture does not', col=col, unit=self._unit()))
       return
     call = current if isinstance(current, cst.Call) else None
     context = _code(call.func) if call is not None else 'an expression'
@@ -123,4 +162,5 @@ class OtherUses:
       root = self._root_class(call.args[0].value)
     self.facts.others.append(OtherUse(
         'filter-use', self.path, line, self.owner(),
-        f'nnx.Intermediate used in {context}', root=root))
+        f'nnx.Intermediate used in {context}', root=root, col=col,
+        unit=self._unit()))

@@ -30,7 +30,7 @@ import traceback
 import typing as tp
 
 from . import analysis as analysis_lib
-from . import plan
+from . import plan, progress
 
 T = tp.TypeVar('T')
 R = tp.TypeVar('R')
@@ -39,25 +39,47 @@ R = tp.TypeVar('R')
 class Pool:
   """``map`` over files, in this process (one job) or in N workers."""
 
-  def __init__(self, jobs: int):
+  def __init__(self, jobs: int, bar: progress.Progress | None = None):
     self.jobs = max(1, jobs)
     self._executor = None
+    self._bar = bar or progress.Progress(enabled=False)
 
   @property
   def parallel(self) -> bool:
     return self.jobs > 1
 
-  def map(self, function: tp.Callable[[T], R],
-          items: tp.Sequence[T]) -> list[R]:
+  def map(self, function: tp.Callable[[T], R], items: tp.Sequence[T],
+          description: str = '', sizes: tp.Sequence[int] | None = None
+          ) -> list[R]:
+    """``[function(item) for item in items]``, in order.
+
+    The progress bar (if any) shows ``description`` and the items done.
+    With several jobs the items are handed out one at a time, the largest
+    (``sizes``) first, so that one large file does not end the run alone.
+    """
+    with self._bar.phase(description, len(items)) as advance:
+      return self._map(function, items, advance, sizes)
+
+  def _map(self, function, items, advance, sizes):
     if not self.parallel or len(items) < 2:
-      return [function(item) for item in items]
+      results = []
+      for item in items:
+        results.append(function(item))
+        advance()
+      return results
     if self._executor is None:
       # Spawned, not forked: the caller may hold threads (a test under
       # JAX), which a fork would copy in whatever state they are.
       self._executor = concurrent.futures.ProcessPoolExecutor(
           self.jobs, mp_context=multiprocessing.get_context('spawn'))
-    chunk = max(1, len(items) // (self.jobs * 4))
-    return list(self._executor.map(function, items, chunksize=chunk))
+    order = sorted(range(len(items)), key=lambda i: -sizes[i]) if sizes else (
+        range(len(items)))
+    futures = {self._executor.submit(function, items[i]): i for i in order}
+    results: list[tp.Any] = [None] * len(items)
+    for future in concurrent.futures.as_completed(futures):
+      results[futures[future]] = future.result()
+      advance()
+    return results
 
   def close(self) -> None:
     if self._executor is not None:

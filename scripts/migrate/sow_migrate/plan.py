@@ -46,11 +46,17 @@ class FileResult:
   new: bytes | None = None  # None: unchanged
   rewritten: collections.Counter = dataclasses.field(
       default_factory=collections.Counter)
+  real: str = ''  # the file on disk (``path`` is relative to the root)
 
 
 def site_flag(site, decision) -> Flag:
   return Flag(site.path, site.line, site.col, decision.code, decision.detail,
               site.unit_label if site.unit_label.startswith('cell') else '')
+
+
+def reader_flag(other, code: str, detail: str) -> Flag:
+  """The flag of a reader that is no site (``decide.reader_flags``)."""
+  return Flag(other.path, other.line, other.col, code, detail, other.unit)
 
 
 def _aliases(unit: ParsedUnit) -> dict[str, str]:

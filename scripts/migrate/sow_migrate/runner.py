@@ -21,7 +21,6 @@ the sites of other files linked to its sites.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import difflib
@@ -32,24 +31,13 @@ import tempfile
 import time
 
 from . import decide as decide_lib
-from . import hazards, parallel, plan, reexports
-from .analysis import FileAnalysis, module_name
-from .flags import MAX_LINE, Flag
+from . import hazards, parallel, plan, reading, reexports
+from . import progress as progress_lib
+from .analysis import FileAnalysis
+from .flags import Flag
 
-EXTENSIONS = ('.py', '.ipynb', '.md')
-_SKIP_DIRS = frozenset({'__pycache__', 'node_modules', 'site-packages',
-                        '.venv', 'venv', 'build', 'dist'})
-_ROOT_MARKERS = ('pyproject.toml', 'setup.py', '.git')
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE = 0, 1, 2
 EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_UNWRITABLE = 3, 4, 5
-_MENTIONS_RE = re.compile(
-    rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|\bpop\s*\(|'
-    rb'\bcapture\s*\(')
-_CLASS_RE = re.compile(rb'^\s*class\s', re.MULTILINE)
-_RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
-# What a file that could not be analysed must contain to read sown values.
-_READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
-                        rb'\bsplit\s*\(|\.value\b')
 
 
 @dataclasses.dataclass
@@ -63,6 +51,9 @@ class Summary:
   rewritten: collections.Counter = dataclasses.field(
       default_factory=collections.Counter)
   flagged: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+  # Readers of sown values that are no sites (decide.reader_flags).
+  readers: collections.Counter = dataclasses.field(
       default_factory=collections.Counter)
   errors: list[str] = dataclasses.field(default_factory=list)
   internal: list[str] = dataclasses.field(default_factory=list)
@@ -87,56 +78,20 @@ class Summary:
     for code, count in sorted(self.flagged.items(), key=lambda i: (-i[1],
                                                                   i[0])):
       out.append(f'    {code}: {count}')
+    if self.readers:
+      out.append(f'  other readers of sown values reported: '
+                 f'{sum(self.readers.values())}')
+      for code, count in sorted(self.readers.items(),
+                                key=lambda i: (-i[1], i[0])):
+        out.append(f'    {code}: {count}')
     return out
 
 
-def find_files(paths: list[str]) -> list[str]:
-  found = []
-  for path in paths:
-    if os.path.isfile(path):
-      found.append(os.path.abspath(path))
-      continue
-    for directory, subdirs, files in os.walk(path):
-      subdirs[:] = sorted(d for d in subdirs
-                          if d not in _SKIP_DIRS and not d.startswith('.'))
-      found += [os.path.abspath(os.path.join(directory, f))
-                for f in sorted(files) if f.endswith(EXTENSIONS)]
-  return list(dict.fromkeys(found))
-
-
-def project_root(paths: list[str]) -> str:
-  """The nearest folder above the first path holding a project marker."""
-  start = os.path.abspath(paths[0])
-  start = start if os.path.isdir(start) else os.path.dirname(start)
-  current = start
-  while True:
-    if any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS):
-      return current
-    parent = os.path.dirname(current)
-    if parent == current:
-      return start
-    current = parent
-
-
-def _read(path: str) -> bytes:
-  with open(path, 'rb') as f:
-    return f.read()
-
-
-def _one_line(text: str) -> str:
-  text = ' '.join(str(text).split())
-  return text if len(text) <= MAX_LINE else text[:MAX_LINE - 3] + '...'
-
-
-def _relative(path: str, base: str) -> str:
-  relative = os.path.relpath(path, base)
-  return path if relative.startswith('..') else relative
-
-
-def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
+def run(paths: list[str], *, target: str = 'capture', mode: str = 'diff',
         annotate: bool = False, root: str | None = None,
         verbose: bool = False, out=None, err=None, jobs: int = 1,
-        nnx_capture: str = hazards.LEGACY, **_unused):
+        nnx_capture: str = hazards.LEGACY, search_path=None,
+        progress: bool = False, **_unused):
   """Runs the codemod over ``paths``; returns (exit code, Summary).
 
   ``nnx_capture`` (``--target=capture``): the ``nnx.capture`` the migrated
@@ -144,6 +99,10 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   ``'auto'`` (the command line's default): the one of the Flax installed
   here. Called from code, the default is ``'legacy'``, which does not
   depend on what is installed.
+
+  ``search_path``: where the libraries the project imports are found
+  (``libraries.py``); by default ``sys.path``. ``progress``: draw a
+  progress bar on ``err`` if it is a terminal.
   """
   out, err = out or sys.stdout, err or sys.stderr
   start = time.perf_counter()
@@ -151,46 +110,54 @@ def run(paths: list[str], *, target: str = 'functional', mode: str = 'diff',
   if target == 'capture':
     summary.nnx_capture = (hazards.installed_capture()
                            if nnx_capture == 'auto' else nnx_capture)
-  given = find_files(paths)
+  given = reading.find_files(paths)
   summary.files = len(given)
-  root = os.path.abspath(root or project_root(paths))
-  base = os.getcwd()
+  root = os.path.abspath(root or reading.project_root(paths))
+  # Paths in flags, diffs and notes are relative to the project root (a
+  # note written into a file must not depend on where the command ran).
+  base = root
   # Consumers are searched in the whole project, even on a partial run.
-  project_files = [p for p in find_files([root]) if p not in set(given)]
-  pool, data = parallel.Pool(jobs), {}
+  project_files = [p for p in reading.find_files([root]) if p not in set(given)]
+  bar = progress_lib.Progress(err, enabled=progress)
+  pool, data = parallel.Pool(jobs, bar), {}
   try:
-    return _run(given, project_files, target, mode, annotate, root, base,
-                verbose, out, err, summary, start, pool, data)
+    with bar:
+      return _run(given, project_files, target, mode, annotate, root, base,
+                  verbose, out, err, summary, start, pool, data, search_path)
   finally:
     pool.close()
 
 
 def _run(given, project_files, target, mode, annotate, root, base, verbose,
-         out, err, summary, start, pool, data):
+         out, err, summary, start, pool, data, search_path=None):
   analyses: dict[str, FileAnalysis] = {}
   unknown: list[tuple[str, bool]] = []  # files whose facts are missing
   skipped: list[str] = []
   todo = given + project_files
   for round_ in range(2):
-    _analyse_all(todo, given, base, root, verbose, err, summary, analyses,
-                 unknown, skipped, None if round_ == 0 else _attribute_re(
-                     analyses), pool, data)
+    pattern = None if round_ == 0 else reading.attribute_re(analyses)
+    reading.analyse_all(todo, given, base, root, verbose, err, summary,
+                        analyses, unknown, skipped, pattern, pool, data,
+                        description='analysing' if round_ == 0 else
+                        'attribute reads')
     # Files that mention none of the APIs may still read a sown value as
     # an attribute (model.features.value): a second look at those.
     todo, skipped = skipped, []
     if not todo:
       break
-  aliases = reexports.collect(root, given + project_files, _read)
-  _analyse_bases(given + project_files, root, aliases, analyses, verbose, err,
-                 summary, unknown, base, pool, data)
+  aliases = reexports.collect(root, given + project_files, reading.read)
+  reading.analyse_bases(given + project_files, root, aliases, analyses,
+                        verbose, err, summary, unknown, base, pool, data,
+                        search_path)
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
   # out and the decisions are made again without it.
   for _ in range(10):
     project = _project(analyses, failed, aliases)
-    decisions = decide_lib.decide(project, target,
-                                  summary.nnx_capture or hazards.LEGACY)
+    decisions = decide_lib.decide(
+        project, target, summary.nnx_capture or hazards.LEGACY,
+        {analyses[p].path for p in given if p in analyses})
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
     results, new_failure = {}, False
@@ -205,12 +172,14 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
         continue  # nothing to change
       jobs.append((path, analysis.path, root, data[path], wanted, target,
                    annotate, modes, None if pool.parallel else analysis))
-    for job, (status, *payload) in zip(jobs, pool.map(parallel.rewrite,
-                                                      jobs)):
+    done = pool.map(parallel.rewrite, jobs, 'rewriting',
+                    [len(job[3]) for job in jobs])
+    for job, (status, *payload) in zip(jobs, done):
       if status == 'ok':
         results[job[0]] = payload[0]
+        payload[0].real = job[0]
         continue
-      summary.internal.append(_one_line(
+      summary.internal.append(reading.one_line(
           f'{job[1]}: internal error: {payload[0]}'))
       if verbose:
         err.write(payload[1])
@@ -218,19 +187,19 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       new_failure = True
     if not new_failure:
       break
-  _tally(summary, project, decisions, given, analyses, results, err)
+  _tally(summary, project, decisions, given, analyses, results, err, target)
   changed = [r for r in results.values() if r.new is not None]
   summary.changed = len(changed)
   if mode == 'write':
-    unwritable = [r.path for r in changed if not _writable(r.path)]
+    unwritable = [r.path for r in changed if not _writable(r.real)]
     if unwritable:
       for path in unwritable:
-        err.write(_one_line(f'{path}: cannot write (permission denied); '
+        err.write(reading.one_line(f'{path}: cannot write (permission denied); '
                             'nothing was written') + '\n')
       summary.seconds = time.perf_counter() - start
       return EXIT_UNWRITABLE, summary
     for result in changed:
-      _write(result.path, result.new)
+      _write(result.real, result.new)
   elif mode == 'diff':
     for result in changed:
       out.write(_diff(result))
@@ -244,113 +213,6 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
   if mode == 'check' and changed:
     return EXIT_CHANGES, summary
   return EXIT_OK, summary
-
-
-def _attribute_re(analyses):
-  names = {site.name for a in analyses.values() for u in a.units
-           for site in u.facts.sites if site.name and site.kind == 'sow'}
-  if not names:
-    return re.compile(rb'(?!)')
-  alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
-  return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
-                    rb'\b|\[)')
-
-
-def _analyse_all(paths, given, base, root, verbose, err, summary, analyses,
-                 unknown, skipped, pattern, pool=None, data=None) -> None:
-  """Reads and analyses ``paths`` (in ``pool``'s workers); the results are
-  merged in the order of ``paths``."""
-  pool = pool or parallel.Pool(1)
-  data = {} if data is None else data
-  given = set(given)
-  jobs = []
-  for path in paths:
-    display = _relative(path, base)
-    try:
-      content = _read(path)
-    except OSError as e:
-      if path in given:
-        summary.errors.append(_one_line(f'{display}: cannot read: {e}'))
-      continue
-    if pattern is None and not _MENTIONS_RE.search(content):
-      skipped.append(path)
-      continue
-    if pattern is not None and not pattern.search(content):
-      continue
-    data[path] = content
-    jobs.append((path, display, root, content, not pool.parallel))
-  for job, (status, *payload) in zip(jobs, pool.map(parallel.analyse, jobs)):
-    path, display, _, content, _ = job
-    if status == 'internal':
-      line = _one_line(f'{display}: internal error: {payload[0]}')
-      if verbose:
-        err.write(payload[1])
-      if path in given:
-        summary.internal.append(line)
-      unknown.append((display, bool(_RISKY_RE.search(content)),
-                      bool(_READER_RE.search(content))))
-      continue
-    analysis = payload[0]
-    if analysis.error:
-      if path in given:
-        summary.errors.append(_one_line(analysis.error))
-      unknown.append((display, bool(_RISKY_RE.search(content)),
-                      bool(_READER_RE.search(content))))
-      continue
-    if path in given:
-      summary.errors += [_one_line(e) for e in analysis.unit_errors]
-      summary.analysed += 1
-    analyses[path] = analysis
-
-
-def _analyse_bases(files, root, aliases, analyses, verbose, err, summary,
-                   unknown, base, pool=None, data=None) -> None:
-  """Analyses the files defining the project's unknown base classes, and
-  the classes its classes make.
-
-  A base class in a file that mentions none of the APIs (``class
-  System(nnx.Module): pass``) decides whether its subclasses are Modules;
-  a submodule class there (CAX's ``NCAUpdate``, whose base makes an
-  ``nnx.List``) decides whether ``nnx.capture`` can run the model
-  (hazards.py).
-  """
-  resolve = reexports.resolver(aliases)
-  by_module = {}
-  for path in files:
-    if path not in analyses:
-      by_module.setdefault(module_name(root, path).name, []).append(path)
-  for _ in range(5):  # bases of bases
-    known = {c.qualified for a in analyses.values() for u in a.units
-             for c in u.facts.classes}
-    wanted = collections.defaultdict(set)
-    for analysis in analyses.values():
-      for unit in analysis.units:
-        for fact in unit.facts.classes:
-          for name in [*fact.bases, *(q for q, _ in fact.calls)]:
-            name = resolve(name)
-            if name not in known and '.' in name and not name.startswith(
-                'flax.'):
-              module, short = name.rsplit('.', 1)
-              wanted[module].add(short)
-    # A call may be of a function: only a module defining one of the names
-    # as a class is worth analysing.
-    todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
-            if _defines_class(p, wanted[m], data)]
-    for path in todo:
-      by_module[module_name(root, path).name].remove(path)
-    if not todo:
-      return
-    _analyse_all(todo, (), base, root, verbose, err, summary, analyses,
-                 unknown, [], _CLASS_RE, pool, data)
-
-
-def _defines_class(path: str, names: set[str], data) -> bool:
-  try:
-    content = data[path] if data and path in data else _read(path)
-  except OSError:
-    return False
-  return any(re.search(rb'^\s*class\s+' + re.escape(n.encode()) + rb'\b',
-                       content, re.MULTILINE) for n in names)
 
 
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
@@ -387,11 +249,12 @@ def _block_unknown(project, decisions, unknown, target) -> None:
             'read or affect it; fix that file and run again')
 
 
-def _tally(summary, project, decisions, given, analyses, results, err):
+def _tally(summary, project, decisions, given, analyses, results, err,
+           target):
   given_paths = {analyses[p].path for p in given if p in analyses}
   flags = []
   for site in project.sites:
-    if site.path not in given_paths:
+    if site.path not in given_paths or site.library:
       continue
     summary.sites += 1
     decision = decisions[id(site)]
@@ -399,12 +262,20 @@ def _tally(summary, project, decisions, given, analyses, results, err):
       flags.append(plan.site_flag(site, decision))
     elif decision.action == decide_lib.OK:
       summary.unchanged_ok += 1
-  summary.linen = sum(1 for s in project.linen if s.path in given_paths)
+  summary.linen = sum(1 for s in project.linen
+                       if s.path in given_paths and not s.library)
   for result in results.values():
     summary.rewritten.update(result.rewritten)
-  flags = sorted(set(flags))
-  for flag in flags:
+  readers = {plan.reader_flag(other, code, detail)
+             for other, code, detail in decide_lib.reader_flags(project,
+                                                                target)
+             if other.path in given_paths}
+  for flag in sorted(set(flags)):
     summary.flagged[flag.code] += 1
+  for flag in readers:
+    summary.readers[flag.code] += 1
+  flags = sorted(set(flags) | readers)
+  for flag in flags:
     err.write(f'{flag}\n')
   summary.flags = flags
 
@@ -435,70 +306,15 @@ def _write(path: str, data: bytes) -> None:
 
 
 def _diff(result) -> str:
-  old = result.old.decode('utf-8', 'replace').splitlines(keepends=True)
-  new = result.new.decode('utf-8', 'replace').splitlines(keepends=True)
-  lines = difflib.unified_diff(old, new, fromfile=f'a/{result.path}',
-                               tofile=f'b/{result.path}')
-  return ''.join(line if line.endswith('\n') else line + '\n'
-                 for line in lines)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(
-      prog='migrate_sow.py',
-      description='Migrates Module.sow/nnx.capture code to flax.nnx.sow.',
-      epilog='Exit codes: 0 ok; 1 --check found changes; 2 usage error; '
-             '3 some file could not be read or parsed; 4 internal error on '
-             'some file (left untouched); 5 a file to write is not writable '
-             '(nothing written).')
-  parser.add_argument('paths', nargs='+', metavar='PATH')
-  parser.add_argument('--target', choices=('functional', 'capture'),
-                      default='functional')
-  parser.add_argument(
-      '--nnx-capture', choices=('auto', hazards.LEGACY, hazards.TRANSFORM),
-      default='auto',
-      help="with --target=capture: the nnx.capture the migrated code will "
-      "run on. 'legacy' (Flax 0.12.8's, which writes on the model) keeps "
-      "pops it would break; 'transform' (flax.nnx.capture_compat's) has no "
-      "such hazard. Default: the one installed here")
-  group = parser.add_mutually_exclusive_group()
-  group.add_argument('--diff', dest='mode', action='store_const',
-                     const='diff', help='print a unified diff (default)')
-  group.add_argument('--write', dest='mode', action='store_const',
-                     const='write', help='rewrite the files in place')
-  group.add_argument('--check', dest='mode', action='store_const',
-                     const='check', help='exit 1 if anything would change')
-  parser.add_argument('--annotate', action='store_true',
-                      help='add TODO(migrate_sow) comments at flagged sites')
-  parser.add_argument('--project-root', dest='root', default=None,
-                      help='where consumers are searched (default: the '
-                      'nearest folder with pyproject.toml, setup.py or .git)')
-  parser.add_argument('--verbose', action='store_true',
-                      help='print the traceback of internal errors')
-  parser.add_argument('--quiet', action='store_true')
-  parser.add_argument('--jobs', type=int, default=1, metavar='N',
-                      help='analyse and rewrite files in N processes (the '
-                      'output is the same as with 1)')
-  parser.add_argument('--no-progress', dest='progress', action='store_false')
-  args = parser.parse_args(argv)
-  missing = [p for p in args.paths if not os.path.exists(p)]
-  if missing:
-    parser.error('no such file or directory: ' + ', '.join(missing))
-  args.mode = args.mode or 'diff'
-  return args
-
-
-def main(argv: list[str] | None = None) -> int:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
-  err = open(os.devnull, 'w') if args.quiet else sys.stderr
-  try:
-    code, summary = run(args.paths, target=args.target, mode=args.mode,
-                        annotate=args.annotate, root=args.root,
-                        verbose=args.verbose, err=err, jobs=args.jobs,
-                        nnx_capture=args.nnx_capture)
-    for line in summary.lines():
-      err.write(line + '\n')
-  finally:
-    if args.quiet:
-      err.close()
-  return code
+  # Paths relative to the project root, as git writes them: `git apply` and
+  # `patch -p1` run there take it (a file outside the root keeps its
+  # absolute path, without the leading slash: apply it from /).
+  # Lines end at '\n' only, as patch reads them (str.splitlines would also
+  # split at a form feed or '\r' inside a line).
+  old = re.findall(r'[^\n]*\n|[^\n]+$', result.old.decode('utf-8', 'replace'))
+  new = re.findall(r'[^\n]*\n|[^\n]+$', result.new.decode('utf-8', 'replace'))
+  path = result.path.replace(os.sep, '/').lstrip('/')
+  lines = difflib.unified_diff(old, new, fromfile=f'a/{path}',
+                               tofile=f'b/{path}')
+  return ''.join(line if line.endswith('\n') else
+                 line + '\n\\ No newline at end of file\n' for line in lines)

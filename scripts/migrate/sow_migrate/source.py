@@ -24,13 +24,15 @@ import os
 
 from . import analysis as _analysis
 from . import decide as _decide
+from . import libraries as _libraries
 from . import plan as _plan
 from .flags import Flag
 
 
-def migrate_source(source: str, *, target: str = 'functional',
+def migrate_source(source: str, *, target: str = 'capture',
                    annotate: bool = False, path: str = '<string>',
                    nnx_capture: str = 'legacy',
+                   search_path: list[str] | None = None,
                    ) -> tuple[str, list[Flag]]:
   """Migrates one source string on its own, as a one-file project.
 
@@ -47,6 +49,9 @@ def migrate_source(source: str, *, target: str = 'functional',
     nnx_capture: with ``target='capture'``, the ``nnx.capture`` the code
       will run on: ``'legacy'`` (Flax 0.12.8's; the pops it would break are
       kept) or ``'transform'`` (``flax.nnx.capture_compat``'s).
+    search_path: where the libraries the source imports are found, to read
+      the classes its models are made of (``libraries.py``); by default
+      ``sys.path``.
 
   Returns:
     The new source and the flagged sites.
@@ -59,16 +64,23 @@ def migrate_source(source: str, *, target: str = 'functional',
   analysis = _analysis.analyse(path, source.encode('utf-8'), os.getcwd())
   if analysis.error:
     raise ValueError(analysis.error)
-  sites = [s for u in analysis.units for s in u.facts.sites]
-  classes = [c for u in analysis.units for c in u.facts.classes]
-  others = [o for u in analysis.units for o in u.facts.others]
+  analyses, aliases = {path: analysis}, {}
+  _libraries.follow(analyses, aliases, search_path)
+  units = [u for a in analyses.values() for u in a.units]
+  sites = [s for u in units for s in u.facts.sites]
+  classes = [c for u in units for c in u.facts.classes]
+  others = [o for u in units for o in u.facts.others]
   state_names = {path: set().union(*(u.facts.state_names
                                      for u in analysis.units))}
-  project = _decide.Project(sites, classes, others, state_names)
+  project = _decide.Project(sites, classes, others, state_names, aliases)
   decisions = _decide.decide(project, target, nnx_capture)
   modes = {s.name: s.mode for s in project.sows if s.name}
   result = _plan.rewrite_file(analysis, decisions, target, annotate, modes)
-  flags = sorted({_plan.site_flag(s, decisions[id(s)]) for s in project.sites
-                  if decisions[id(s)].action == 'flag'})
+  flags = {_plan.site_flag(s, decisions[id(s)]) for s in project.sites
+           if decisions[id(s)].action == 'flag' and not s.library}
+  flags |= {_plan.reader_flag(*found)
+            for found in _decide.reader_flags(project, target)
+            if found[0].path == path}
+  flags = sorted(flags)
   new = source if result.new is None else result.new.decode('utf-8')
   return new, flags

@@ -8,7 +8,7 @@ class Attention(nnx.Module):
 
   def __call__(self, x):
     weights = nnx.softmax(self.proj(x))
-    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_nested_consumer.py, which stays (no-sow-found); both must migrate together
+    # TODO(migrate_sow): multi-instance: 'attention_weights' is sown by several instances in Model (Attention); a free sow would merge them: keep Module.sow (capture names each by its module path)
     self.sow(nnx.Intermediate, 'attention_weights', weights)
     return weights @ x
 

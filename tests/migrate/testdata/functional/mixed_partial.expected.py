@@ -8,7 +8,7 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+    # TODO(migrate_sow): module-path: Block is a submodule of Model: its values are named by their module path, which a free sow loses; keep Module.sow (capture names it by path)
     self.sow(nnx.Intermediate, 'block_out', x)
     return x
 
@@ -20,7 +20,7 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.block(x)
-    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+    # TODO(migrate_sow): legacy-reader: linked to the sow at mixed_partial.py, which stays (module-path); both must migrate together
     self.sow(nnx.Intermediate, 'model_out', x)
     return x
 
@@ -28,7 +28,7 @@ class Model(nnx.Module):
 class Other(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-reader: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+    # TODO(migrate_sow): legacy-reader: linked to the sow at mixed_partial.py, which stays (module-path); both must migrate together
     self.sow(nnx.Intermediate, 'other_out', x)
     return x
 
@@ -41,6 +41,6 @@ def block_features(model, x):
 
 def other_features(x):
   other = Other()
-  # TODO(migrate_sow): legacy-sow: linked to the capture at mixed_partial.py, which stays (nested-consumer); both must migrate together
+  # TODO(migrate_sow): legacy-sow: linked to the sow at mixed_partial.py, which stays (module-path); both must migrate together
   _, st = nnx.capture(other, nnx.Intermediate)(x)
   return st['other_out'][0]

@@ -1,0 +1,222 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Phase 1 over a project: its files, and the analyses of those that matter.
+
+The files given and the rest of the project (readers are searched in all
+of it) are read once; a file is analysed (``analysis.analyse``, in the
+pool's workers) only if it mentions the APIs, or, on a second look, reads a
+name the project sows as an attribute, or defines a class the analysed ones
+derive from or make, in the project or in a library it imports
+(``libraries.py``). What could not be analysed is kept as ``unknown``, with
+whether it may read sown values, for the decisions to keep its sites.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from . import libraries, parallel, reexports
+from .analysis import module_name
+from .flags import MAX_LINE
+
+EXTENSIONS = ('.py', '.ipynb', '.md')
+_SKIP_DIRS = frozenset({'__pycache__', 'node_modules', 'site-packages',
+                        '.venv', 'venv', 'build', 'dist'})
+_ROOT_MARKERS = ('pyproject.toml', 'setup.py', '.git')
+# A file worth analysing names a sow, a Variable type or __captures__; or
+# calls pop or capture and names Flax (dict.pop in a file that imports no
+# Flax cannot be nnx.pop).
+_MENTIONS_RE = re.compile(
+    rb'\.sow\s*\(|\.perturb\s*\(|Intermediate|Perturbation|__captures__')
+_CALLS_RE = re.compile(rb'\bpop\s*\(|\bcapture\s*\(')
+_FLAX_RE = re.compile(rb'\bflax\b|\bnnx\b')
+_CLASS_RE = re.compile(rb'^\s*class\s', re.MULTILINE)
+_RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
+# What a file that could not be analysed must contain to read sown values.
+_READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
+                        rb'\bsplit\s*\(|\.value\b')
+
+
+def _mentions(content: bytes) -> bool:
+  return bool(_MENTIONS_RE.search(content) or (
+      _CALLS_RE.search(content) and _FLAX_RE.search(content)))
+
+
+def find_files(paths: list[str]) -> list[str]:
+  found = []
+  for path in paths:
+    if os.path.isfile(path):
+      found.append(os.path.abspath(path))
+      continue
+    for directory, subdirs, files in os.walk(path):
+      subdirs[:] = sorted(d for d in subdirs
+                          if d not in _SKIP_DIRS and not d.startswith('.'))
+      found += [os.path.abspath(os.path.join(directory, f))
+                for f in sorted(files) if f.endswith(EXTENSIONS)]
+  return list(dict.fromkeys(found))
+
+
+def project_root(paths: list[str]) -> str:
+  """The nearest folder above the first path holding a project marker."""
+  start = os.path.abspath(paths[0])
+  start = start if os.path.isdir(start) else os.path.dirname(start)
+  current = start
+  while True:
+    if any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS):
+      return current
+    parent = os.path.dirname(current)
+    if parent == current:
+      return start
+    current = parent
+
+
+def read(path: str) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def one_line(text: str) -> str:
+  text = ' '.join(str(text).split())
+  return text if len(text) <= MAX_LINE else text[:MAX_LINE - 3] + '...'
+
+
+def relative(path: str, base: str) -> str:
+  relative = os.path.relpath(path, base)
+  return path if relative.startswith('..') else relative
+
+
+def attribute_re(analyses):
+  names = {site.name for a in analyses.values() for u in a.units
+           for site in u.facts.sites if site.name and site.kind == 'sow'}
+  if not names:
+    return re.compile(rb'(?!)')
+  alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
+  return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
+                    rb'\b|\[)')
+
+
+def analyse_all(paths, given, base, root, verbose, err, summary, analyses,
+                 unknown, skipped, pattern, pool=None, data=None,
+                 roots=None, description='analysing') -> None:
+  """Reads and analyses ``paths`` (in ``pool``'s workers); the results are
+  merged in the order of ``paths``."""
+  pool = pool or parallel.Pool(1)
+  data = {} if data is None else data
+  given = set(given)
+  jobs = []
+  roots = roots or {}
+  for path in paths:
+    # A library file is named below its search path entry (cax/core/cs.py).
+    display = (os.path.relpath(path, roots[path]) if path in roots
+               else relative(path, base))
+    try:
+      content = data[path] if path in roots and path in data else read(path)
+    except OSError as e:
+      if path in given:
+        summary.errors.append(one_line(f'{display}: cannot read: {e}'))
+      continue
+    if pattern is None and not _mentions(content):
+      skipped.append(path)
+      continue
+    if pattern is not None and not pattern.search(content):
+      continue
+    data[path] = content
+    jobs.append((path, display, roots.get(path, root), content,
+                 not pool.parallel))
+  done = pool.map(parallel.analyse, jobs, description,
+                  [len(job[3]) for job in jobs])
+  for job, (status, *payload) in zip(jobs, done):
+    path, display, _, content, _ = job
+    if status == 'internal':
+      line = one_line(f'{display}: internal error: {payload[0]}')
+      if verbose:
+        err.write(payload[1])
+      if path in given:
+        summary.internal.append(line)
+      unknown.append((display, bool(_RISKY_RE.search(content)),
+                      bool(_READER_RE.search(content))))
+      continue
+    analysis = payload[0]
+    if analysis.error:
+      if path in given:
+        summary.errors.append(one_line(analysis.error))
+      unknown.append((display, bool(_RISKY_RE.search(content)),
+                      bool(_READER_RE.search(content))))
+      continue
+    if path in given:
+      summary.errors += [one_line(e) for e in analysis.unit_errors]
+      summary.analysed += 1
+    analyses[path] = analysis
+
+
+def analyse_bases(files, root, aliases, analyses, verbose, err, summary,
+                   unknown, base, pool=None, data=None,
+                   search_path=None) -> None:
+  """Analyses the files defining the project's unknown base classes, and
+  the classes its classes make, in the project or in the libraries it
+  imports (``libraries.py``).
+
+  A base class in a file that mentions none of the APIs (``class
+  System(nnx.Module): pass``) decides whether its subclasses are Modules;
+  a submodule class there (CAX's ``NCAUpdate``, whose base makes an
+  ``nnx.List``) decides whether ``nnx.capture`` can run the model
+  (hazards.py), whether CAX is the project or a library it uses.
+  ``aliases`` grows with the re-exports of the library packages read.
+  """
+  resolve = reexports.resolver(aliases)
+  by_module = {}
+  tops = set()
+  for path in files:
+    name = module_name(root, path).name
+    tops.add(name.split('.', 1)[0])
+    if path not in analyses:
+      by_module.setdefault(name, []).append(path)
+  search_path = sys.path if search_path is None else search_path
+  data = {} if data is None else data
+  looked: set[str] = set()
+  for _ in range(libraries.MAX_HOPS):
+    wanted = libraries.wanted(analyses, resolve)
+    # A call may be of a function: only a module defining one of the names
+    # as a class is worth analysing.
+    todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
+            if _defines_class(p, wanted[m], data)]
+    for path in todo:
+      by_module[module_name(root, path).name].remove(path)
+    reexported = len(aliases)
+    found = libraries.files(wanted, tops, looked, search_path, aliases, read)
+    if not todo and not found and len(aliases) == reexported:
+      return
+    if todo:
+      analyse_all(todo, (), base, root, verbose, err, summary, analyses,
+                  unknown, [], _CLASS_RE, pool, data,
+                  description='base classes')
+    if found:
+      data.update((path, content) for path, _, content in found)
+      library = {}
+      analyse_all([path for path, _, _ in found], (), base, root, verbose,
+                  err, summary, library, [], [], _CLASS_RE, pool, data,
+                  roots={path: entry for path, entry, _ in found},
+                  description='library classes')
+      for path, analysis in library.items():
+        analyses[path] = libraries.as_library(analysis)
+
+
+def _defines_class(path: str, names: set[str], data) -> bool:
+  try:
+    content = data[path] if data and path in data else read(path)
+  except OSError:
+    return False
+  return libraries.defines_class(content, names)

@@ -1,0 +1,2 @@
+from .system import ComplexSystem
+from .update import NCAUpdate, Perceive
