@@ -277,6 +277,21 @@ class ResumeTest(absltest.TestCase):
     gc.collect()
     self.assertIsNone(ref())
 
+  def test_a_bound_method(self):
+    class Probe:
+
+      def __init__(self, scale):
+        self.scale = scale
+
+      def run(self, x):
+        return sow(x * self.scale, name='h')
+
+    batches = inputs(2)
+    data = activations.export(Probe(3.0).run, batches, tmp_path(self),
+                              progress=False)
+    np.testing.assert_array_equal(data.read('h/0'),
+                                  np.concatenate(batches) * 3.0)
+
   def test_a_rerun_with_nothing_new_writes_nothing(self):
     batches = inputs(2)
     path = tmp_path(self)
