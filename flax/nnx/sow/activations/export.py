@@ -24,6 +24,7 @@ shards it holds into the one store.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import typing as tp
@@ -179,25 +180,22 @@ def export(
   _sync('flax.nnx.sow.activations.export:open', processes)
   if process == 0:
     if existing is None:
-      store_lib.Store.create(path, layout)
-      target = store_lib.Store.open(path)
+      target = store_lib.Store.create(path, layout)
     else:
       target = existing
       target.reserve()
     target.expect(processes)
   _sync('flax.nnx.sow.activations.export:opened', processes)
   store = store_lib.Store.open(path, durable=durable)
-  with progress_lib.Progress(
-      progress and process == 0 if progress is not None
-      else None if process == 0 else False,
-      total, layout.examples_per_batch, done) as bar:
+  with progress_lib.Progress(False if process else progress, total,
+                             layout.examples_per_batch, done) as bar:
     writer = writer_lib.Writer(store, process, in_flight, bar.written)
     try:
-      writer.put(done, outputs)
+      writer.put(done, outputs.arrays)
       for k, batch in enumerate(remaining, start=done + 1):
         outputs = step(args, batch)
         step.check(outputs, layout, k)
-        writer.put(k, outputs)
+        writer.put(k, outputs.arrays)
     finally:
       writer.close()
   _sync('flax.nnx.sow.activations.export:written', processes)
@@ -292,6 +290,49 @@ def _step(f, *, names, tag, reductions) -> _Step:
   return steps[key]
 
 
+@dataclasses.dataclass(frozen=True)
+class SiteInfo:
+  """What the store's metadata says of a site (see ``store.Layout.sites``).
+
+  Attributes:
+    site: its id (``site_id``).
+    name: the sown name.
+    entry: which entry of the name.
+    leaf: the leaf's path in the entry, dotted (``''`` for the entry itself).
+    reduced_shape: the shape the reductions reduced (example axis first).
+  """
+
+  site: str
+  name: primitive.Name
+  entry: int
+  leaf: str
+  reduced_shape: tuple[int, ...]
+
+  def to_json(self) -> dict[str, tp.Any]:
+    return {'name': _json_name(self.name), 'entry': self.entry,
+            'leaf': self.leaf, 'reduced_shape': list(self.reduced_shape)}
+
+
+@jax.tree_util.register_pytree_node_class
+class Outputs:
+  """What a step returns: the arrays of a batch, by store path, and (as
+  static data of the tree, so kept with each compiled program, whatever
+  traced it) the sites they come from and the batch's examples."""
+
+  def __init__(self, arrays: dict[str, tp.Any], sites: tuple[SiteInfo, ...],
+               examples: int):
+    self.arrays, self.sites, self.examples = arrays, sites, examples
+
+  def tree_flatten(self):
+    return tuple(self.arrays.values()), (tuple(self.arrays), self.sites,
+                                         self.examples)
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    paths, sites, examples = aux
+    return cls(dict(zip(paths, children)), sites, examples)
+
+
 class _Step:
   """``capture(f)`` reduced to the store's outputs, jitted once."""
 
@@ -304,41 +345,38 @@ class _Step:
       self._f = lambda: f
     self._names, self._tag = names, tag
     self._reductions = reductions
-    self.sites: dict[str, dict[str, tp.Any]] = {}
-    self.examples = 0
     self._jitted = nnx.jit(self._step)
 
-  def _step(self, args, batch):
+  def _step(self, args, batch) -> Outputs:
     captured = capture_fn(self._f(), names=self._names, tag=self._tag)
     _, collected = captured(*args, batch)
     if not collected:
       raise ValueError(
           'export: the function sows nothing the selection exports.')
-    examples = self.examples = _examples(batch)
-    outputs = {}
+    examples = _examples(batch)
+    arrays, sites = {}, []
     for name, entries in collected.items():
       for entry, value in enumerate(entries):
         for leaf, x in jax.tree_util.tree_flatten_with_path(value)[0]:
           site = site_id(name, entry, leaf)
           reduced, shape = self._reductions.reduce(site, name, x, examples)
-          self.sites[site] = {
-              'name': _json_name(name), 'entry': entry,
-              'leaf': jax.tree_util.keystr(leaf, simple=True, separator='.'),
-              'reduced_shape': list(shape),
-          }
+          sites.append(SiteInfo(
+              site=site, name=name, entry=entry,
+              leaf=jax.tree_util.keystr(leaf, simple=True, separator='.'),
+              reduced_shape=shape))
           for out, y in reduced.items():
-            outputs[f'{site}/{out}'] = y
-    return outputs
+            arrays[f'{site}/{out}'] = y
+    return Outputs(arrays, tuple(sites), examples)
 
-  def __call__(self, args, batch) -> dict[str, jax.Array]:
+  def __call__(self, args, batch) -> Outputs:
     return self._jitted(args, batch)
 
-  def layout(self, outputs: tp.Mapping[str, jax.Array]) -> store_lib.Layout:
+  def layout(self, outputs: Outputs) -> store_lib.Layout:
     """The layout of a store of these outputs (the first batch's)."""
     arrays = []
-    for site in self.sites:
+    for info in outputs.sites:
       for out in self._reductions.outputs():
-        value = outputs[f'{site}/{out}']
+        value = outputs.arrays[f'{info.site}/{out}']
         per = 'batch' if out in reductions_lib.PER_BATCH else 'row'
         chunk = tuple(value.sharding.shard_shape(value.shape))
         if per == 'row':
@@ -346,17 +384,18 @@ class _Step:
         else:
           shape, chunk = tuple(value.shape), (1, *chunk)
         arrays.append(store_lib.ArraySpec(
-            site=site, output=out, per=per, shape=shape,
+            site=info.site, output=out, per=per, shape=shape,
             dtype=_dtype_name(value.dtype), chunk=chunk))
     return store_lib.Layout(
-        examples_per_batch=self.examples, sites=dict(self.sites),
+        examples_per_batch=outputs.examples,
+        sites={info.site: info.to_json() for info in outputs.sites},
         arrays=tuple(arrays), reductions=self._reductions.describe())
 
-  def check(self, outputs: tp.Mapping[str, jax.Array],
-            layout: store_lib.Layout, batch: int) -> None:
+  def check(self, outputs: Outputs, layout: store_lib.Layout,
+            batch: int) -> None:
     """Raises if batch ``batch``'s outputs differ from the layout."""
     for spec in layout.arrays:
-      value = outputs.get(spec.path)
+      value = outputs.arrays.get(spec.path)
       expected = ((layout.examples_per_batch, *spec.shape) if spec.per == 'row'
                   else spec.shape)
       if value is None or tuple(value.shape) != expected or (

@@ -254,8 +254,9 @@ class Store:
                durable)
 
   @classmethod
-  def create(cls, path: str, layout: Layout) -> None:
-    """Creates a store at ``path`` (absent or an empty directory)."""
+  def create(cls, path: str, layout: Layout) -> Store:
+    """Creates a store at ``path`` (absent or an empty directory); its
+    metadata and progress are written durably."""
     ts = _tensorstore()
     os.makedirs(os.path.join(path, 'progress'), exist_ok=True)
     _write_json(os.path.join(path, '.zgroup'), {'zarr_format': 2})
@@ -265,11 +266,11 @@ class Store:
       spec = _spec(path, a, rows * (layout.examples_per_batch
                                     if a.per == 'row' else 1), True)
       futures[a.path] = ts.open(spec, create=True, delete_existing=True)
-    for f in futures.values():
-      f.result()
+    arrays = {k: f.result() for k, f in futures.items()}
     # Written last: a directory without it is not a store yet.
     _write_json(os.path.join(path, '.zattrs'), {ATTRIBUTE: layout.to_json()},
                 durable=True)
+    return cls(path, layout, arrays, durable=True)
 
   def rows(self, spec: ArraySpec, batches: int) -> int:
     return batches * (self.layout.examples_per_batch

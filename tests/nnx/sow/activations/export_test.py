@@ -264,6 +264,29 @@ class ResumeTest(absltest.TestCase):
                          progress=False)
     self.assertNotEmpty(compiles)  # other reductions: another program
 
+  def test_one_function_of_models_with_other_sites(self):
+    # The sites come with each compiled program: a function exported with a
+    # model of 2 blocks, then of 3, then of 2 again (its program compiled
+    # already), names the sites of the model of each call.
+    self.enter_context(capture_compat.install())
+    f = tap(lambda m, x: m(x), 'blocks.*', inputs=False)
+    small, large = Model(nnx.Rngs(0)), Model(nnx.Rngs(1))
+    large.blocks.append(Block(nnx.Rngs(2)))
+    sites = lambda n: tuple(f'blocks.{i}.__call__.output/0' for i in range(n))
+    for model, n in ((small, 2), (large, 3)):
+      data = activations.export(f, inputs(1), tmp_path(self), args=(model,),
+                                names='blocks.*.__call__.output',
+                                progress=False)
+      self.assertEqual(data.sites, sites(n))
+    with sow_testing.count_compiles() as compiles:
+      data = activations.export(f, inputs(1), tmp_path(self), args=(small,),
+                                names='blocks.*.__call__.output',
+                                progress=False)
+    self.assertEqual(data.sites, sites(2))
+    self.assertEmpty(compiles)
+    sow_testing.assert_close(data.read(sites(2)[1]),
+                             jax.jit(residuals)(small, inputs(1)[0])[1])
+
   def test_an_exported_function_is_not_kept_alive(self):
     import gc  # pylint: disable=g-import-not-at-top
     import weakref  # pylint: disable=g-import-not-at-top
