@@ -57,6 +57,7 @@ CORE_TESTS = (
     'tests/nnx/sow/transform/interpreter_test.py',
     'tests/nnx/sow/transform/eager_trace_test.py',
     'tests/nnx/sow/api/capture_eager_test.py',
+    'tests/nnx/sow/api/capture_eager_dispatch_test.py',
     'tests/nnx/sow/api/capture_test.py',
     'tests/nnx/sow/api/capture_composition_test.py',
     'tests/nnx/sow/transform/rules/rules_calls_test.py',
@@ -553,6 +554,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '      rule = interpreter.higher_order_rule(prim, params,',
        '      rule = None and interpreter.higher_order_rule(prim, params,',
        'the sows inside a jit (scan, cond...) called eagerly are collected'),
+    _m('eager-fast-path-for-sowing-jits', 'transform/eager.py',
+       '  return type(trace) is EagerTrace and not primitive.sow_keys('
+       'closed.jaxpr)',
+       '  return type(trace) is EagerTrace',
+       'a jit whose program holds a sow is bound on every eager call'),
+    _m('eager-fast-path-off', 'transform/eager.py',
+       '_jax.run_jits_at_top_level_when(_without_sows)',
+       'del _without_sows',
+       'a jit without sows takes the compiled path in an eager capture'),
     _m('eager-custom-jvp-unseen', 'transform/eager.py',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
        '    with core.set_current_trace(self):',

@@ -270,7 +270,10 @@ function itself does. `eager.run(scope, call)` runs the call under
 value), hands a higher-order primitive holding one to the interpreter's
 rule table, and every other primitive to JAX's eager evaluation. It takes
 the weak reference by which NNX knows the trace it runs under, so the
-function updates the caller's modules in place, as a direct call does.''',
+function updates the caller's modules in place, as a direct call does. A
+`jax.jit` whose program holds no sow runs its first call as at the top
+level, so JAX records its compiled fast path (`jax.numpy`'s own functions
+among them), and later calls never reach Python.''',
         files=(T + 'eager.py', N + 'transform/eager_trace_test.py'),
     ),
     # -----------------------------------------------------------------------
@@ -535,13 +538,15 @@ skip.''',
         '''\
 Every bad input gets an exact error naming the sow, the argument or the
 primitive at fault and what to do (`bad_inputs_test.CASES`, which the
-bad-input guide shows); 8 threads x 50 captures each get their own values;
+bad-input guide shows); a jit holding a sow never takes JAX's compiled
+path in an eager capture, one without takes it; 8 threads x 50 captures each get their own values;
 the core cases pass under `jax.checking_leaks()`; nothing remains after an
 exception; 1,000 eager captures keep memory flat, an eager capture frees
 the intermediates of `f` as `f` itself does and drops the values a clobber
 supersedes. Tests of everything before, so a commit of its own.''',
         files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py',
-               N + 'api/capture_memory_test.py'),
+               N + 'api/capture_memory_test.py',
+               N + 'api/capture_eager_dispatch_test.py'),
     ),
     # -----------------------------------------------------------------------
     # nnx.capture, Module.sow and Module.perturb on the transform

@@ -23,10 +23,11 @@ hypothesis installed (Flax's own test extras lack it) there are no profiles
 and the property tests skip.
 
 The guard: every test must leave the process as it found it (the compat
-layer installed or not, JAX's configuration, the sow rule table, the
-profile function, the environment), so that the suite passes in any order, in
-any split across workers, and beside other test suites. A test that changes
-any of it fails, naming what it changed.
+layer installed or not, JAX's configuration, the sow rule table, how a
+jit's cache miss is run, the profile function, the environment), so that
+the suite passes in any order, in any split across workers, and beside
+other test suites. A test that changes any of it fails, naming what it
+changed.
 """
 
 import importlib.util
@@ -84,6 +85,10 @@ def _global_state() -> dict[str, object]:
     from flax.nnx.sow.transform import interpreter  # pylint: disable=g-import-not-at-top
 
     state['sow rule table'] = dict(interpreter.RULES)
+  if _exists('flax.nnx.sow.transform.eager'):
+    from flax.nnx.sow.transform import _jax  # pylint: disable=g-import-not-at-top
+
+    state['jit misses run at top level'] = _jax.runs_jits_at_top_level()
   if _exists('flax.nnx.capture_compat'):
     from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 

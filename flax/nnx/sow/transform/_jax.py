@@ -22,6 +22,7 @@ serves (as of JAX 0.10.2).
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 import typing as tp
@@ -32,6 +33,7 @@ from jax._src import config
 from jax._src import core
 from jax._src import custom_batching
 from jax._src import effects
+from jax._src import pjit
 from jax._src import shard_map
 from jax._src import sharding_impls
 from jax._src import source_info_util
@@ -136,6 +138,78 @@ weakref_lru_cache = util.weakref_lru_cache
 def jit_info(f: tp.Any) -> tp.Any:
   """The ``PjitInfo`` of a ``jax.jit`` function (its options)."""
   return f._jit_info
+
+
+# -- The compiled fast path of a jit called under a trace -------------------
+# A `jax.jit` function called under a trace other than JAX's eval trace takes
+# JAX's Python dispatch on every call (the C++ dispatcher's cache miss:
+# `_infer_params`, then a `jit_p.bind`), and no compiled fast path is
+# recorded for it: `_run_python_pjit`, which the cache miss calls, runs the
+# program at once only where the trace state is clean. An eager interpretation
+# makes no tracers and needs to see only the jits whose programs hold a sow;
+# for the others, running the cache miss with the eval trace current is the
+# top-level call itself, and records the fast path. Public JAX has no hook by
+# which a trace accepts the compiled path for some programs (CONTRIBUTING.md,
+# "What JAX would need"); `_run_python_pjit` is the one place where the trace
+# a cache miss runs under can be chosen, knowing the traced program.
+_RUN_PYTHON_JIT = getattr(pjit, '_run_python_pjit', None)
+_RUN_PYTHON_JIT_PARAMETERS = ['p', 'args_flat', 'fun', 'args', 'kwargs']
+_at_top_level: tp.Callable[[tp.Any, tp.Any], bool] | None = None
+
+
+def _can_run_jits_at_top_level() -> bool:
+  if not callable(_RUN_PYTHON_JIT) or not hasattr(pjit, '_cpp_pjit'):
+    return False
+  try:
+    parameters = list(inspect.signature(_RUN_PYTHON_JIT).parameters)
+  except (TypeError, ValueError):
+    return False
+  return parameters == _RUN_PYTHON_JIT_PARAMETERS
+
+
+def _run_python_jit(p, args_flat, fun, args, kwargs):
+  trace = trace_ctx.trace
+  if (
+      type(trace) is not core.EvalTrace
+      and trace_ctx.axis_env is core.top_axis_env
+      and _at_top_level is not None
+      and _at_top_level(trace, p.params['jaxpr'])
+  ):
+    with core.set_current_trace(eval_trace):
+      return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
+  return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
+
+
+def run_jits_at_top_level_when(
+    at_top_level: tp.Callable[[tp.Any, tp.Any], bool],
+) -> bool:
+  """Runs a ``jax.jit`` call's cache miss as at the top level when asked.
+
+  ``at_top_level(trace, closed_jaxpr)`` is asked on each cache miss of a
+  ``jax.jit`` function called under ``trace`` (not the eval trace, with no
+  axis environment), for the program traced for the call; where it holds,
+  the miss runs with the eval trace current: the program is compiled and
+  run as a top-level call runs it, and JAX records the compiled fast path
+  for the jit key of the call. Only a trace whose values are concrete
+  arrays, that would hand this call to the eval trace unchanged, may say
+  yes. Set once, for the process.
+
+  Returns:
+    Whether JAX has the function this relies on (with its parameters); if
+    not, nothing is changed and every such call keeps JAX's Python dispatch
+    (correct, only slower).
+  """
+  global _at_top_level
+  if not _can_run_jits_at_top_level():
+    return False
+  _at_top_level = at_top_level
+  pjit._run_python_pjit = _run_python_jit
+  return True
+
+
+def runs_jits_at_top_level() -> bool:
+  """Whether :func:`run_jits_at_top_level_when` is in effect."""
+  return getattr(pjit, '_run_python_pjit', None) is _run_python_jit
 
 
 # -- The cond batching rule --------------------------------------------------

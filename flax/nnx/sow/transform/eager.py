@@ -42,9 +42,16 @@ Two details of JAX make the trace work, both in the funnel module:
 1. ``jax.jit`` calls take a compiled fast path that never binds, keyed by
    the configuration in JAX's jit key. ``harvesting``, which is on while a
    capture interprets ``f``, is part of that key, so a jitted function called
-   inside an eager capture is dispatched through ``bind`` (and its sows are
-   seen) even if it was compiled and cached outside a capture; JAX records no
-   fast path for a call that is not at the top level.
+   inside an eager capture never takes a fast path recorded outside one. JAX
+   records no fast path for a call that is not at the top level, so under
+   this trace every ``jit`` (``jax.numpy``'s own among them: ``jnp.add``,
+   ``relu``) would go through JAX's Python dispatch on every call. Instead,
+   a ``jit`` whose program holds no sow at any depth runs its first call as
+   at the top level, which records the compiled fast path under the
+   capturing key: it never binds again, and costs what it costs in ``f``.
+   Whether a program holds a sow does not depend on what a capture selects,
+   so such a fast path can drop no sow of any later capture; a ``jit`` whose
+   program holds one is bound on every call and reaches its rule.
 2. NNX refuses to update a Variable from another JAX trace than the one it
    was created under, to keep tracers from leaking. This trace makes no
    tracers (its values are JAX's concrete arrays, as at the top level), so it
@@ -184,6 +191,20 @@ class EagerTrace(jax.core.Trace):
 
   def cur_qdd(self, x):
     return self.parent.cur_qdd(x)
+
+
+def _without_sows(trace: tp.Any, closed: core.ClosedJaxpr) -> bool:
+  """Whether a ``jax.jit`` called under ``trace`` may run as at the top
+  level: ``trace`` is an eager interpretation, and the program holds no
+  sow at any depth, so the trace would hand it to JAX's eval trace as it
+  is, whatever any capture selects (see the module docstring, 1)."""
+  return type(trace) is EagerTrace and not primitive.sow_keys(closed.jaxpr)
+
+
+# Once, for the process: a trace other than an eager interpretation is never
+# asked, and where JAX lacks the function, every jit keeps its Python
+# dispatch (slower, and as correct).
+_jax.run_jits_at_top_level_when(_without_sows)
 
 
 def _equation(prim, args, params) -> core.JaxprEqn:
