@@ -563,6 +563,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '_jax.run_jits_at_top_level_when(_without_sows)',
        'del _without_sows',
        'a jit without sows takes the compiled path in an eager capture'),
+    _m('eager-predicate-not-asked-inside', 'transform/eager.py',
+       '        self._ask(key for sub in core.jaxprs_in_params(params)',
+       '        self._ask(key for sub in core.jaxprs_in_params({})',
+       'a name predicate selects the sows inside a jit of an eager call'),
     _m('eager-custom-jvp-unseen', 'transform/eager.py',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
        '    with core.set_current_trace(self):',

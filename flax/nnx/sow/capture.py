@@ -180,8 +180,9 @@ def capture(
   updates are written back. If ``f`` is a ``jax.jit`` function, its own
   rules decide instead, as for a direct call of ``f``: Python numbers are
   traced with weak types, its static arguments are static and its donated
-  arguments donated. A name predicate is asked about the names of the
-  whole program, so such a capture is staged too (on every call).
+  arguments donated. A name predicate is asked about each name once per
+  call: eagerly, as the call meets it; staged, about the names of the whole
+  program.
 
   Example::
 
@@ -484,7 +485,7 @@ def _compiled_runners(f) -> _CompiledRunners | None:
 
 
 def _call(f, selection, bounds, args, kwargs):
-  if eager.can_run() and not selection.by_predicate:
+  if eager.can_run():
     return _call_eagerly(f, selection, bounds, args, kwargs)
   return _call_staged(f, selection, bounds, args, kwargs)
 

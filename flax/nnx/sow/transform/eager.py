@@ -31,7 +31,10 @@ made of ``f`` and none is reused across calls. What makes the sows visible is
   over, and JAX reuses the jaxpr of an inner ``jax.jit`` across calls, so the
   transformed program compiles once;
 * a ``custom_jvp``/``custom_vjp`` function called eagerly runs its Python
-  under this trace, as JAX's eager evaluation runs it.
+  under this trace, as JAX's eager evaluation runs it;
+* a selection by a name predicate asks it about each name once per call, as
+  the call meets the name (a sow, or the sows inside a higher-order
+  primitive), and selects the names it said yes to.
 
 Under ``jax.grad``, ``jax.vmap`` and the like inside ``f``, the sows reach
 this trace through those transformations' own rules, with primal (and
@@ -61,6 +64,7 @@ Two details of JAX make the trace work, both in the funnel module:
 
 from __future__ import annotations
 
+import dataclasses
 import typing as tp
 
 import jax
@@ -73,6 +77,7 @@ from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.scope import as_array
+from flax.nnx.sow.transform.selection import Selection
 from flax.nnx.sow.transform.sites import site_at
 
 
@@ -122,15 +127,30 @@ class EagerTrace(jax.core.Trace):
     # JAX's jit key holds this reference too; `harvesting` tells the two
     # apart there.
     self._weakref = parent._weakref
+    # A selection by a name predicate is asked about each name as the call
+    # meets it, once per name (see `_ask`): the scope's request selects the
+    # names it said yes to so far.
+    selection = scope.request.selection
+    self._predicate: Selection | None = None
+    self._answers: dict[primitive.Name, bool] = {}
+    if isinstance(selection, Selection) and selection.by_predicate:
+      self._predicate = selection
+      scope.request = dataclasses.replace(
+          scope.request, selection=_answered(selection, frozenset()))
 
   def process_primitive(self, prim, args, params):
     # `Primitive.bind` made the eval trace current before calling this.
     if prim is primitive.sow_p:
+      if self._predicate is not None:
+        self._ask(((params['sow_name'], params['tag']),))
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
       # Walked only if a message needs the names (see `Scope.passed`).
       self.scope.passed_params.append(params)
+      if self._predicate is not None:
+        self._ask(key for sub in core.jaxprs_in_params(params)
+                  for key in primitive.sow_keys(sub))
       rule = interpreter.higher_order_rule(prim, params, self.scope.request)
     if rule is not None:
       eqn = _equation(prim, args, params)
@@ -147,6 +167,25 @@ class EagerTrace(jax.core.Trace):
       )
     with core.set_current_trace(parent):
       return prim.bind(*args, **params)
+
+  def _ask(self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]):
+    """Asks the name predicate about the names of ``keys`` not asked yet,
+    and widens the scope's request to the names it selects."""
+    predicate = tp.cast(Selection, self._predicate)
+    tag = predicate.tag
+    new = [name for name, t in keys
+           if (tag is None or t == tag) and name not in self._answers]
+    if not new:
+      return
+    yes = False
+    for name in dict.fromkeys(new):
+      self._answers[name] = answer = bool(
+          tp.cast(tp.Callable[[tp.Any], bool], predicate.names)(name))
+      yes = yes or answer
+    if yes:
+      selected = frozenset(n for n, a in self._answers.items() if a)
+      self.scope.request = dataclasses.replace(
+          self.scope.request, selection=_answered(predicate, selected))
 
   def _sow(self, args, params):
     if not self.scope.request.handles(params):
@@ -191,6 +230,12 @@ class EagerTrace(jax.core.Trace):
 
   def cur_qdd(self, x):
     return self.parent.cur_qdd(x)
+
+
+def _answered(predicate: Selection, names: frozenset) -> Selection:
+  """``predicate`` (a selection by a name predicate) as the set of names
+  it selected, as :meth:`Selection.resolve` makes it for a program."""
+  return Selection(tag=predicate.tag, names=names, given=predicate.given)
 
 
 def _without_sows(trace: tp.Any, closed: core.ClosedJaxpr) -> bool:

@@ -126,6 +126,43 @@ class EagerTraceTest(absltest.TestCase):
     np.testing.assert_array_equal(collected['b'][0], (X + 1) * 2)
     np.testing.assert_array_equal(out, (X + 1) * 2)
 
+  def test_a_name_predicate_runs_the_call_eagerly(self):
+    # The predicate is asked about each name as the call meets it (once per
+    # name and call), inside jits too: a value read with float() works
+    # where it works in f itself, and the Python runs on every call.
+    asked, calls = [], []
+    inner = jax.jit(lambda x: sow(x + 1, name='in_jit') * sow(
+        x, name=('skip', 1)))
+
+    def f(x):
+      calls.append(1)
+      h = sow(x * 2, name='h')
+      for i in range(2):
+        h = sow(h + i, name=('skip', i))
+      scale = 2.0 if float(h.sum()) > 0 else -2.0
+      return sow(inner(h) * scale, name='h', tag='t')
+
+    def wanted(name):
+      asked.append(name)
+      return not isinstance(name, tuple)
+
+    for _ in range(2):
+      out, collected = capture(f, names=wanted)(X)
+      h = X * 2 + 1
+      np.testing.assert_array_equal(out, f(X))
+      self.assertEqual(list(collected), ['h', 'in_jit'])
+      self.assertLen(collected['h'], 2)
+      np.testing.assert_array_equal(collected['h'][0], X * 2)
+      np.testing.assert_array_equal(collected['in_jit'][0], h + 1)
+    self.assertLen(calls, 4)  # two captures, and two direct calls
+    self.assertEqual(asked, ['h', ('skip', 0), ('skip', 1), 'in_jit'] * 2)
+    # With a tag, only the names of sows with that tag are asked about.
+    asked.clear()
+    _, collected = capture(f, tag='t', names=wanted)(X)
+    self.assertEqual(list(collected), ['h'])
+    self.assertLen(collected['h'], 1)
+    self.assertEqual(asked, ['h'])
+
   def test_runs_eagerly_at_the_top_level_only(self):
     seen = []
 

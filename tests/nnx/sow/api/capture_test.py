@@ -302,14 +302,14 @@ class StagedCaptureTest(parameterized.TestCase):
   """A capture under a staging trace."""
 
   def test_a_sown_constant_is_an_array_when_staged(self):
-    # A name predicate is asked about the whole program, so the call is
-    # staged and its jaxpr evaluated, whose sow of a constant has literal
-    # operands: they come back as JAX arrays, as `sow` returns them.
-    out, collected = capture(lambda: sow(3.0, name='c'),
-                             names=lambda name: True)()
-    self.assertIsInstance(out, jax.Array)
-    self.assertIsInstance(collected['c'][0], jax.Array)
-    np.testing.assert_array_equal(out, 3.0)
+    # A sow of a Python constant, under a name predicate: its value comes
+    # back as a JAX array, as `sow` returns it, eagerly and staged.
+    captured = capture(lambda: sow(3.0, name='c'), names=lambda name: True)
+    for out, collected in (captured(), jax.jit(captured)()):
+      self.assertIsInstance(out, jax.Array)
+      self.assertIsInstance(collected['c'][0], jax.Array)
+      np.testing.assert_array_equal(out, 3.0)
+      np.testing.assert_array_equal(collected['c'][0], 3.0)
 
   def test_a_staged_capture_returns_the_last_clobber_only(self):
     # Staged, each clobber supersedes the values before it: the program
