@@ -567,6 +567,11 @@ MUTANTS: tuple[Mutant, ...] = (
        '        self._ask(key for sub in core.jaxprs_in_params(params)',
        '        self._ask(key for sub in core.jaxprs_in_params({})',
        'a name predicate selects the sows inside a jit of an eager call'),
+    _m('eager-shard-map-in-a-scope-of-its-own', 'transform/eager.py',
+       '          closed.jaxpr, closed.consts, list(args), self.scope)',
+       '          closed.jaxpr, closed.consts, list(args),'
+       ' Scope(self.scope.request))',
+       'an eager shard_map gives its per-shard values'),
     _m('eager-custom-jvp-unseen', 'transform/eager.py',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
        '    with core.set_current_trace(self):',

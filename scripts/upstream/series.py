@@ -505,8 +505,9 @@ A `shard_map` holding a sow returns per-shard values with one leading axis
 per manual mesh axis (`rules/shard_map.py`); planting into one is refused.
 Its tests run in a child process with 8 CPU devices, with shardings, `jit`
 placements, `plant` and `perturb`. An eager, unjitted `shard_map` inside an
-eager capture refuses its sows (JAX runs it primitive by primitive, where no
-trace sees them).
+eager capture (which JAX runs primitive by primitive, where no trace sees a
+sow) is staged by the eager trace and reaches the same rule: its values are
+those of `jax.jit`.
 
 rules_coverage_test.py has a test per higher-order primitive of jax 0.10.2
 that can hold a sow: captured by its rule, or refused with an error naming

@@ -454,8 +454,9 @@ def build(node, seen: dict) -> tp.Callable[[jax.Array], jax.Array]:
     mesh = jax.make_mesh((SHARDS,), ('shards',),
                          axis_types=(jax.sharding.AxisType.Auto,))
     spec = jax.sharding.PartitionSpec('shards')
-    # Under jit: JAX runs an eager shard_map primitive by primitive, where
-    # its sows cannot be seen (capture says so).
+    # Under jit, as the fuzzer's programs have always called it (an eager
+    # capture stages an unjitted one to the same values: see
+    # rules_coverage_test.EagerShardMapTest).
     per_shard = jax.jit(jax.shard_map(
         lambda xb: body(xb[0])[None], mesh=mesh, in_specs=spec,
         out_specs=spec))

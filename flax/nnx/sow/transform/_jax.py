@@ -98,10 +98,6 @@ JaxprInputEffect = effects.JaxprInputEffect
 # `jax.shard_map` (and `jax.pmap`).
 custom_vmap_p = custom_batching.custom_vmap_p
 shard_map_p = shard_map.shard_map_p
-# JAX's eager evaluation of a `shard_map` (`EvalTrace.process_shard_map`),
-# which an eager interpretation hands the `shard_map`s called under it:
-# trace types register their handling of it on the class, not by a table.
-shard_map_impl = shard_map._shard_map_impl
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
 # stages as `closed_call`); an eager interpretation meets it as it is.
 eval_jaxpr_p = eval_jaxpr_lib.eval_jaxpr_p

@@ -214,15 +214,25 @@ class EagerTrace(jax.core.Trace):
       return fun.call_wrapped(*tracers)
 
   def process_shard_map(self, prim, fun, args, **params):
-    # JAX runs an eager `shard_map` primitive by primitive, each as a program
-    # of its own, where no trace of ours sees a sow: refuse them rather than
-    # lose them.
-    with core.set_current_trace(self.parent), primitive.refusing(
-        'JAX runs a shard_map called outside jax.jit primitive by primitive,'
-        ' where its sows are not seen. Call the shard_map under jax.jit'
-        ' (jax.jit(jax.shard_map(...))), or jit the captured function.'
-    ):
-      return _jax.shard_map_impl(self.parent, prim, fun, args, **params)
+    # JAX runs an eager `shard_map` primitive by primitive, each a program
+    # of its own, where no trace of ours would see a sow. So it is staged
+    # (its body's Python runs once, as eagerly) and its one equation
+    # interpreted as a jaxpr's: a body holding a handled sow goes to the
+    # rule of `shard_map`, which returns its per-shard values as under
+    # `jax.jit`; one holding none is bound as it is, which JAX runs as it
+    # runs the eager call.
+    staged = []
+
+    def stage(*xs):
+      # The staging trace's rule returns a FlatTree of the outputs.
+      staged.append(prim.bind(*xs, subfuns=(fun,), **params))
+      return list(staged[0].vals)
+
+    closed = jax.make_jaxpr(stage)(*args)
+    with core.set_current_trace(self.parent):
+      outs = interpreter.evaluate(
+          closed.jaxpr, closed.consts, list(args), self.scope)
+    return staged[0].update(outs)
 
   def stage_value(self, val):
     # A constant made into an array (`jnp.asarray`), as at the top level.

@@ -106,20 +106,6 @@ harvesting = _jax.bool_state(
 )
 
 
-# Why sows bound now cannot be collected, innermost last (see `refusing`).
-_REFUSALS: thread_stack.ThreadStack[str] = thread_stack.ThreadStack()
-
-
-@contextlib.contextmanager
-def refusing(reason: str) -> tp.Iterator[None]:
-  """Makes every ``sow`` bound in this thread while the block runs raise
-  ``NotImplementedError`` with ``reason``: for code that JAX runs where no
-  capture can see its sows (an eager ``shard_map``), so that none is lost
-  silently."""
-  with _REFUSALS.pushed(reason):
-    yield
-
-
 class _SowPrimitive(jex_core.Primitive):
   """The type of ``sow_p``: refuses, while capturing, a batched-index cond.
 
@@ -128,11 +114,6 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
-    if _REFUSALS.stack:
-      raise NotImplementedError(
-          f'capture: the sow {params["sow_name"]!r} cannot be collected:'
-          f' {_REFUSALS.stack[-1]}'
-      )
     # Such a cond binds its branches' sows under a batch trace: a sow bound
     # straight into a jaxpr (the common case while capturing) is in none, and
     # searching the stack would cost several microseconds per sow.

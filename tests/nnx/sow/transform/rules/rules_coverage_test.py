@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture
+from flax.nnx.sow import perturb
 from flax.nnx.sow import sow
 
 import sow_testing
@@ -252,26 +253,81 @@ class UnsupportedPrimitiveTest(parameterized.TestCase):
 
 class EagerShardMapTest(absltest.TestCase):
 
-  def test_an_eager_shard_map_refuses_its_sows(self):
-    # JAX runs it primitive by primitive, each a program of its own, where
-    # its sows would be lost: refused; under jax.jit, collected.
-    mesh = jax.make_mesh((1,), ('x',))
-    spec = jax.sharding.PartitionSpec()
-    body = lambda x: sow(x * 2, name='s') + 1
+  def _mesh_and_input(self):
+    # However many devices the process has (Flax's CI runs with 4).
+    n = jax.device_count()
+    mesh = jax.make_mesh((n,), ('x',),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    x = jnp.sin(jnp.arange(2.0 * n, dtype=jnp.float32))
+    return n, mesh, x
+
+  def test_an_eager_shard_map_gives_its_per_shard_values(self):
+    # JAX runs an eager shard_map primitive by primitive, where no trace
+    # sees a sow: the capture stages it (its body runs once) and its rule
+    # returns the per-shard values, as under jax.jit.
+    n, mesh, x = self._mesh_and_input()
+    spec = jax.sharding.PartitionSpec('x')
+    runs = []
+
+    def body(xs):
+      runs.append(1)
+      return sow(jnp.sin(xs) * 2, name='s') + 1
+
     f = jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec)
-    with self.assertRaisesRegex(
-        NotImplementedError, r"sow 's' cannot be collected.*jax\.jit"
-    ):
-      capture(f)(X_EAGER)
-    out, collected = capture(lambda x: jax.jit(f)(x))(X_EAGER)
-    np.testing.assert_array_equal(out, X_EAGER * 2 + 1)
-    np.testing.assert_array_equal(collected['s'][0], (X_EAGER * 2)[None])
-    plain = jax.shard_map(lambda x: x * 2, mesh=mesh, in_specs=spec,
+    expected = (jnp.sin(x) * 2).reshape(n, 2)
+    results = [capture(f)(x), jax.jit(capture(f))(x),
+               capture(jax.jit(f))(x)]
+    self.assertLen(runs, 3)  # the eager call ran its Python once
+    for out, collected in results:
+      np.testing.assert_array_equal(out, results[0][0])
+      self.assertLen(collected['s'], 1)
+      np.testing.assert_array_equal(collected['s'][0], results[0][1]['s'][0])
+    sow_testing.assert_close(results[0][0], jnp.sin(x) * 2 + 1)
+    sow_testing.assert_close(results[0][1]['s'][0], expected)
+    np.testing.assert_array_equal(f(x), results[0][0])  # outside a capture
+
+  def test_under_transforms_and_in_a_loop_as_under_jit(self):
+    _, mesh, x = self._mesh_and_input()
+    spec = jax.sharding.PartitionSpec('x')
+    f = jax.shard_map(
+        lambda xs: sow(jnp.sin(xs) * 2, name='s') + perturb(xs, name='p'),
+        mesh=mesh, in_specs=spec, out_specs=spec)
+    cases = {
+        'grad': lambda x: jax.grad(lambda y: jnp.sum(f(y) ** 2))(x),
+        'vmap': lambda x: jax.vmap(f)(jnp.stack([x, x + 1])),
+        'jvp': lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),))[1],
+        'loop': lambda x: f(f(x)),
+    }
+    for name, g in cases.items():
+      with self.subTest(name):
+        eager = capture(g)(x)
+        staged = jax.jit(capture(g))(x)
+        self.assertEqual(jax.tree.structure(eager), jax.tree.structure(staged))
+        self.assertNotEqual(eager[1], {})
+        for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(staged)):
+          np.testing.assert_array_equal(a, b)
+
+  def test_sows_an_eager_capture_leaves_reach_an_enclosing_one(self):
+    n, mesh, x = self._mesh_and_input()
+    spec = jax.sharding.PartitionSpec('x')
+    f = jax.shard_map(
+        lambda xs: sow(xs * 3, name='kept') + sow(xs, name='inner', tag='t'),
+        mesh=mesh, in_specs=spec, out_specs=spec)
+    (out, inner), outer = capture(capture(f, tag='t'))(x)
+    np.testing.assert_array_equal(out, f(x))
+    self.assertEqual(list(inner), ['inner'])
+    self.assertEqual(list(outer), ['kept'])
+    np.testing.assert_array_equal(outer['kept'][0], (x * 3).reshape(n, 2))
+    np.testing.assert_array_equal(inner['inner'][0], x.reshape(n, 2))
+
+  def test_an_eager_shard_map_without_sows_runs_as_a_direct_call(self):
+    _, mesh, x = self._mesh_and_input()
+    spec = jax.sharding.PartitionSpec('x')
+    plain = jax.shard_map(lambda xs: xs * 2, mesh=mesh, in_specs=spec,
                           out_specs=spec)
-    out, collected = capture(plain)(X_EAGER)  # without sows, as a direct call
-    np.testing.assert_array_equal(out, X_EAGER * 2)
+    out, collected = capture(plain)(x)
+    np.testing.assert_array_equal(out, plain(x))
     self.assertEqual(collected, {})
-    np.testing.assert_array_equal(f(X_EAGER), X_EAGER * 2 + 1)  # outside any capture
 
 
 if __name__ == '__main__':
