@@ -543,8 +543,8 @@ MUTANTS: tuple[Mutant, ...] = (
        ' clobbers).'),
     # -- transform/eager.py ------------------------------------------------
     _m('eager-sow-not-recorded', 'transform/eager.py',
-       '    return interpreter.handle_site(self.scope, site, leaves)',
-       '    return leaves',
+       '    out = interpreter.handle_site(self.scope, site, leaves)',
+       '    out = leaves',
        'an eager capture collects the sows bound in f itself'),
     _m('eager-unhandled-sow-dropped', 'transform/eager.py',
        '      return self._forward(primitive.sow_p, args, params)',
@@ -555,13 +555,21 @@ MUTANTS: tuple[Mutant, ...] = (
        '      rule = None and interpreter.higher_order_rule(prim, params,',
        'the sows inside a jit (scan, cond...) called eagerly are collected'),
     _m('eager-fast-path-for-sowing-jits', 'transform/eager.py',
-       '  return type(trace) is EagerTrace and not primitive.sow_keys('
+       '  fast = not tracking_reads.value and not primitive.sow_keys('
        'closed.jaxpr)',
-       '  return type(trace) is EagerTrace',
+       '  fast = not tracking_reads.value',
        'a jit whose program holds a sow is bound on every eager call'),
+    _m('eager-fast-path-while-tracking-reads', 'transform/eager.py',
+       '  fast = not tracking_reads.value and not',
+       '  fast = True and not',
+       'a planted value read only by a jit counts as read'),
+    _m('eager-fast-path-recorded-by-plant-functions', 'transform/eager.py',
+       '  return _jax.AS_JAX_DOES if fast else _jax.WITHOUT_FAST_PATH',
+       '  return _jax.AS_JAX_DOES',
+       'a jit a plant function calls records no fast path for later captures'),
     _m('eager-fast-path-off', 'transform/eager.py',
-       '_jax.run_jits_at_top_level_when(_without_sows)',
-       'del _without_sows',
+       '_jax.set_jit_dispatch(_dispatch)',
+       'del _dispatch',
        'a jit without sows takes the compiled path in an eager capture'),
     _m('eager-predicate-not-asked-inside', 'transform/eager.py',
        '        self._ask(key for sub in core.jaxprs_in_params(params)',
@@ -574,8 +582,10 @@ MUTANTS: tuple[Mutant, ...] = (
        'an eager shard_map gives its per-shard values'),
     _m('eager-custom-jvp-unseen', 'transform/eager.py',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
+       '    self._read(tracers)\n'
        '    with core.set_current_trace(self):',
        '    del prim, jvp, symbolic_zeros  # evaluated, not differentiated\n'
+       '    self._read(tracers)\n'
        '    with core.set_current_trace(self.parent):',
        'the sows of a custom_jvp function called eagerly are collected'),
     _m('eager-own-trace-state', 'transform/eager.py',
@@ -1033,6 +1043,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '        carry = None',
        'rows left at a window\'s end start the next window'),
     # -- plant.py ----------------------------------------------------------
+    _m('plant-eager-unread-accepted', 'plant.py',
+       '  if first is not None:\n    raise interpreter.unread_plant(*first)',
+       '  if first is None:\n    raise interpreter.unread_plant(*first)',
+       'an eager plant refuses a planted value nothing reads'),
+    _m('plant-eager-results-not-read', 'plant.py',
+       '    unread.read(graph_nodes.arrays_in(',
+       '    unread.read(()) or (graph_nodes.arrays_in(',
+       'an eager plant whose value is returned or kept in a Variable runs'),
     _m('plant-pattern-name-spelled', 'plant.py',
        '  return fn(value, index, name)',
        '  return fn(value, index, names_lib.spell(name))',

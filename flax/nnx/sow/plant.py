@@ -18,11 +18,13 @@ from __future__ import annotations
 import functools
 import typing as tp
 
+from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import planting
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.lift import graph_calls
+from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.selection import Selection
 from flax.nnx.sow.transform.request import Request
@@ -69,6 +71,16 @@ def plant(
   with a traced selector; ``index`` counts the executions of that name. A
   pattern that selects no sow of the call, or a name two keys select, is an
   error.
+
+  Outside any JAX trace, a plant whose keys are names is a direct call of
+  ``f``, as ``capture`` is: its Python runs on every call with concrete
+  values (``float(h)`` works where it works in ``f``). A planted sow whose
+  result the program never uses is an error, as when staged; eagerly it is
+  raised after the call, if no JAX operation took the planted value and the
+  call neither returned it nor left it in a Variable of its graph nodes (a
+  value read only by NumPy or ``float`` counts as unused). With a pattern
+  key, ``f`` is staged, so that the pattern selects among the program's
+  names.
 
   Example::
 
@@ -125,6 +137,8 @@ def plant(
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
+    if fixed is not None and eager.can_run():
+      return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
     with graph_calls.staged(f, args, kwargs) as staged:
       entries = tp.cast(dict[primitive.Name, tp.Any], keyed)
       if by_pattern:  # the names the patterns select in this program
@@ -144,6 +158,31 @@ def plant(
       return staged.unflatten_out(out_flat)
 
   return planted
+
+
+def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
+                   kwargs):
+  """A direct call of ``f`` (see :mod:`flax.nnx.sow.transform.eager`) whose
+  sows named in ``entries`` return the planted values.
+
+  As staged, a planted sow whose result nothing reads is an error: here
+  once the call has run, if no operation took the value, and the call
+  neither returned it nor left it in a Variable of its graph nodes.
+  """
+  fns = planting.Functions({name: entries[name] for name in request.fn_names})
+  planter = planting.ValuesPlanter(entries, fns)
+  scope = Scope(request, planter, fns)
+  unread = eager.Unread()
+  out = eager.run(
+      scope, lambda: graph_calls.call_directly(f, args, kwargs), unread)
+  if unread.values:
+    unread.read(graph_nodes.arrays_in(
+        (out, graph_calls.graph_node_of(f), args, kwargs)))
+  first = unread.first()
+  if first is not None:
+    raise interpreter.unread_plant(*first)
+  planter.check_all_used(tag)
+  return out
 
 
 def _request(selection: Selection, entries: dict[primitive.Name, tp.Any]):

@@ -88,7 +88,7 @@ def _global_state() -> dict[str, object]:
   if _exists('flax.nnx.sow.transform.eager'):
     from flax.nnx.sow.transform import _jax  # pylint: disable=g-import-not-at-top
 
-    state['jit misses run at top level'] = _jax.runs_jits_at_top_level()
+    state['jit dispatch'] = (_jax.jit_dispatch_is_set(), _jax._policy)
   if _exists('flax.nnx.capture_compat'):
     from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
 

@@ -78,6 +78,12 @@ def _is_traced(leaf: tp.Any) -> bool:
   return primitive.is_array(leaf) or variablelib.is_array_ref(leaf)
 
 
+def graph_node_of(f) -> tp.Any:
+  """The graph node ``f`` calls (a Module, a bound method's, a tapped
+  one's), or ``None``."""
+  return _split_callable(f)[0]
+
+
 def _split_callable(f):
   """Returns ``(graph node or None, call(node, *args, **kwargs))``."""
   if isinstance(f, taps.Tapped):

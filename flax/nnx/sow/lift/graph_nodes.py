@@ -20,6 +20,7 @@ import typing as tp
 import jax
 
 from flax.nnx import graphlib
+from flax.nnx import variablelib
 from flax.nnx.sow.transform import primitive
 
 
@@ -55,3 +56,17 @@ def holds_graph_nodes(tree: tp.Any) -> bool:
       is_graph_node(leaf)
       for leaf in jax.tree_util.tree_leaves(tree, is_leaf=is_graph_node)
   )
+
+
+def arrays_in(tree: tp.Any) -> list[tp.Any]:
+  """The array leaves of ``tree``, with the values of the Variables of its
+  graph nodes (what a call returned or left in its arguments' modules)."""
+  arrays = []
+  for leaf in jax.tree_util.tree_leaves(tree, is_leaf=is_graph_node):
+    if not is_graph_node(leaf):
+      arrays.append(leaf)
+      continue
+    for _, value in graphlib.iter_graph([leaf], graph=True):
+      if isinstance(value, variablelib.Variable):
+        arrays.extend(jax.tree_util.tree_leaves(value.get_raw_value()))
+  return arrays

@@ -136,7 +136,7 @@ def jit_info(f: tp.Any) -> tp.Any:
   return f._jit_info
 
 
-# -- The compiled fast path of a jit called under a trace -------------------
+# -- The compiled fast path of a jit while a capture runs --------------------
 # A `jax.jit` function called under a trace other than JAX's eval trace takes
 # JAX's Python dispatch on every call (the C++ dispatcher's cache miss:
 # `_infer_params`, then a `jit_p.bind`), and no compiled fast path is
@@ -144,16 +144,28 @@ def jit_info(f: tp.Any) -> tp.Any:
 # program at once only where the trace state is clean. An eager interpretation
 # makes no tracers and needs to see only the jits whose programs hold a sow;
 # for the others, running the cache miss with the eval trace current is the
-# top-level call itself, and records the fast path. Public JAX has no hook by
-# which a trace accepts the compiled path for some programs (CONTRIBUTING.md,
-# "What JAX would need"); `_run_python_pjit` is the one place where the trace
-# a cache miss runs under can be chosen, knowing the traced program.
+# top-level call itself, and records the fast path. Conversely, a jit called
+# at the top level while a capture runs (a plant's function, called by the
+# interpreter) records a fast path under the capturing jit key, which a later
+# eager capture would take, running the jit's sows unseen: for a program
+# holding one, no fast path may be recorded. Public JAX has no hook by which
+# a trace chooses how a jit call is dispatched (CONTRIBUTING.md, "What JAX
+# would need"); `_run_python_pjit` is the one place where the trace a cache
+# miss runs under can be chosen, knowing the traced program, and its result
+# says whether a fast path is recorded (its compiled executable, or None).
 _RUN_PYTHON_JIT = getattr(pjit, '_run_python_pjit', None)
 _RUN_PYTHON_JIT_PARAMETERS = ['p', 'args_flat', 'fun', 'args', 'kwargs']
-_at_top_level: tp.Callable[[tp.Any, tp.Any], bool] | None = None
+# Where the compiled executable is in its result (of 8 values).
+_EXECUTABLE = 5
+
+# What a dispatch policy answers (see `set_jit_dispatch`).
+AS_JAX_DOES = 'as JAX does'
+AT_TOP_LEVEL = 'at the top level'
+WITHOUT_FAST_PATH = 'without a fast path'
+_policy: tp.Callable[[tp.Any, tp.Any], str] | None = None
 
 
-def _can_run_jits_at_top_level() -> bool:
+def _can_set_jit_dispatch() -> bool:
   if not callable(_RUN_PYTHON_JIT) or not hasattr(pjit, '_cpp_pjit'):
     return False
   try:
@@ -164,47 +176,49 @@ def _can_run_jits_at_top_level() -> bool:
 
 
 def _run_python_jit(p, args_flat, fun, args, kwargs):
-  trace = trace_ctx.trace
-  if (
-      type(trace) is not core.EvalTrace
-      and trace_ctx.axis_env is core.top_axis_env
-      and _at_top_level is not None
-      and _at_top_level(trace, p.params['jaxpr'])
-  ):
+  policy = _policy
+  if policy is None or trace_ctx.axis_env is not core.top_axis_env:
+    return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
+  how = policy(trace_ctx.trace, p.params['jaxpr'])
+  if how is AT_TOP_LEVEL:
     with core.set_current_trace(eval_trace):
       return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
-  return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
+  result = _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
+  if how is WITHOUT_FAST_PATH:
+    result = list(result)
+    result[_EXECUTABLE] = None  # the cache miss then records no fast path
+    result = tuple(result)
+  return result
 
 
-def run_jits_at_top_level_when(
-    at_top_level: tp.Callable[[tp.Any, tp.Any], bool],
-) -> bool:
-  """Runs a ``jax.jit`` call's cache miss as at the top level when asked.
+def set_jit_dispatch(policy: tp.Callable[[tp.Any, tp.Any], str]) -> bool:
+  """Chooses how a ``jax.jit`` call's cache miss runs.
 
-  ``at_top_level(trace, closed_jaxpr)`` is asked on each cache miss of a
-  ``jax.jit`` function called under ``trace`` (not the eval trace, with no
-  axis environment), for the program traced for the call; where it holds,
-  the miss runs with the eval trace current: the program is compiled and
-  run as a top-level call runs it, and JAX records the compiled fast path
-  for the jit key of the call. Only a trace whose values are concrete
-  arrays, that would hand this call to the eval trace unchanged, may say
-  yes. Set once, for the process.
+  ``policy(trace, closed_jaxpr)`` is asked on each cache miss of a
+  ``jax.jit`` function called under ``trace`` with no axis environment, for
+  the program traced for the call, and answers :data:`AS_JAX_DOES`;
+  :data:`AT_TOP_LEVEL`: the miss runs with the eval trace current, so the
+  program is compiled and run as a top-level call runs it and JAX records
+  its compiled fast path for the jit key of the call (only for a trace whose
+  values are concrete arrays, that would hand the call to the eval trace
+  unchanged); or :data:`WITHOUT_FAST_PATH`: as JAX does, recording no fast
+  path, so every later call with that jit key takes the cache miss again.
+  Set once, for the process.
 
   Returns:
     Whether JAX has the function this relies on (with its parameters); if
-    not, nothing is changed and every such call keeps JAX's Python dispatch
-    (correct, only slower).
+    not, nothing is changed and JAX dispatches as it does.
   """
-  global _at_top_level
-  if not _can_run_jits_at_top_level():
+  global _policy
+  if not _can_set_jit_dispatch():
     return False
-  _at_top_level = at_top_level
+  _policy = policy
   pjit._run_python_pjit = _run_python_jit
   return True
 
 
-def runs_jits_at_top_level() -> bool:
-  """Whether :func:`run_jits_at_top_level_when` is in effect."""
+def jit_dispatch_is_set() -> bool:
+  """Whether :func:`set_jit_dispatch` is in effect."""
   return getattr(pjit, '_run_python_pjit', None) is _run_python_jit
 
 

@@ -78,7 +78,9 @@ from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.scope import Scope
 from flax.nnx.sow.transform.scope import as_array
 from flax.nnx.sow.transform.selection import Selection
+from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import site_at
+from flax.nnx.sow.transform.sites import where_bound
 
 
 def can_run() -> bool:
@@ -89,16 +91,84 @@ def can_run() -> bool:
   )
 
 
-def run(scope: Scope, call: tp.Callable[[], tp.Any]) -> tp.Any:
+# On while an eager `plant` runs (see `Unread`). In JAX's jit key, so that
+# no compiled fast path of a jit, which would pass the planted values it
+# reads unseen, is recorded or taken then.
+tracking_reads = _jax.bool_state(
+    name='flax_nnx_sow_tracking_reads',
+    default=False,
+    help=(
+        'Internal to flax.nnx.sow: true while an eager plant runs, which'
+        ' sees every operation to tell which planted values are read.'
+    ),
+    include_in_trace_context=True,
+    include_in_jit_key=True,
+)
+
+
+def run(scope: Scope, call: tp.Callable[[], tp.Any],
+        unread: Unread | None = None) -> tp.Any:
   """Runs ``call()`` eagerly, interpreting its binds in ``scope``.
 
   Call it only where :func:`can_run`. The sows ``scope.request`` handles are
   recorded in ``scope`` (or take planted values); the others reach the
-  enclosing trace, so an enclosing capture sees them.
+  enclosing trace, so an enclosing capture sees them. With ``unread``, the
+  values planted at sows bound directly are kept there until an operation
+  reads them (see :class:`Unread`).
   """
-  trace = EagerTrace(_jax.trace_ctx.trace, scope)
-  with primitive.harvesting(True), core.set_current_trace(trace):
+  trace = EagerTrace(_jax.trace_ctx.trace, scope, unread)
+  if unread is None:
+    with primitive.harvesting(True), core.set_current_trace(trace):
+      return call()
+  with (primitive.harvesting(True), tracking_reads(True),
+        core.set_current_trace(trace)):
     return call()
+
+
+class Unread:
+  """The values planted at sows bound eagerly that nothing has read yet.
+
+  A staged ``plant`` refuses a planted sow whose result the program never
+  reads (it would change nothing: ``Module.sow`` discards what ``sow``
+  returns); a jaxpr says so. Eagerly, a planted value counts as read once
+  an operation takes it (every bind, jits included, while
+  :data:`tracking_reads` keeps JAX's compiled fast path off), or once the
+  caller finds it in what the call returns or left in its graph nodes
+  (:meth:`read`). Held by identity, with the value, so an identity is not
+  reused while it waits.
+  """
+
+  def __init__(self):
+    # Per planted sow executed, by number: its leaves (held, so that their
+    # identities are not reused), its site and where it was bound; and the
+    # number of each leaf, by identity. As staged, a sow counts as read
+    # once any of its leaves is.
+    self.sows: dict[int, tuple[list[tp.Any], Site, tp.Any]] = {}
+    self.values: dict[int, int] = {}
+    self._planted = 0
+
+  def planted(self, site: Site, leaves: tp.Sequence[tp.Any],
+              source_info: tp.Any) -> None:
+    number = self._planted
+    self._planted += 1
+    self.sows[number] = (list(leaves), site, source_info)
+    for leaf in leaves:
+      self.values[id(leaf)] = number
+
+  def read(self, values: tp.Iterable[tp.Any]) -> None:
+    for value in values:
+      number = self.values.pop(id(value), None)
+      if number is not None:
+        leaves, _, _ = self.sows.pop(number)
+        for leaf in leaves:
+          self.values.pop(id(leaf), None)
+
+  def first(self) -> tuple[Site, str] | None:
+    """The site of the first planted sow still unread and where it was
+    bound."""
+    for _, site, source_info in self.sows.values():
+      return site, where_bound(source_info)
+    return None
 
 
 def _has_jaxprs(params: dict[str, tp.Any]) -> bool:
@@ -119,10 +189,12 @@ class EagerTrace(jax.core.Trace):
     scope: what this interpretation records and plants.
   """
 
-  def __init__(self, parent: tp.Any, scope: Scope):
+  def __init__(self, parent: tp.Any, scope: Scope,
+               unread: Unread | None = None):
     super().__init__()
     self.parent = parent
     self.scope = scope
+    self.unread = unread
     # Known to NNX as the trace it runs under (see the module docstring, 2).
     # JAX's jit key holds this reference too; `harvesting` tells the two
     # apart there.
@@ -140,6 +212,7 @@ class EagerTrace(jax.core.Trace):
 
   def process_primitive(self, prim, args, params):
     # `Primitive.bind` made the eval trace current before calling this.
+    self._read(args)
     if prim is primitive.sow_p:
       if self._predicate is not None:
         self._ask(((params['sow_name'], params['tag']),))
@@ -168,6 +241,10 @@ class EagerTrace(jax.core.Trace):
     with core.set_current_trace(parent):
       return prim.bind(*args, **params)
 
+  def _read(self, args: tp.Sequence[tp.Any]) -> None:
+    if self.unread is not None and self.unread.values:
+      self.unread.read(args)
+
   def _ask(self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]):
     """Asks the name predicate about the names of ``keys`` not asked yet,
     and widens the scope's request to the names it selects."""
@@ -192,24 +269,31 @@ class EagerTrace(jax.core.Trace):
       self.scope.passed.add((params['sow_name'], params['tag']))
       return self._forward(primitive.sow_p, args, params)
     leaves = [as_array(a) for a in args]
-    site = site_at(params, leaves, source_info_util.current())
-    return interpreter.handle_site(self.scope, site, leaves)
+    source_info = source_info_util.current()
+    site = site_at(params, leaves, source_info)
+    out = interpreter.handle_site(self.scope, site, leaves)
+    if self.unread is not None and self.scope.request.plants(params):
+      self.unread.planted(site, out, source_info)
+    return out
 
   def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,
                               symbolic_zeros):
     del prim, jvp, symbolic_zeros  # evaluated, not differentiated
+    self._read(tracers)
     with core.set_current_trace(self):
       return fun.call_wrapped(*tracers)
 
   def process_custom_vjp_call(self, prim, fun, fwd, bwd, tracers, *,
                               out_trees, symbolic_zeros):
     del prim, fwd, bwd, out_trees, symbolic_zeros
+    self._read(tracers)
     with core.set_current_trace(self):
       return fun.call_wrapped(*tracers)
 
   def process_call(self, prim, fun, tracers, params):
     # A call primitive's body is Python to run, as the eval trace runs it.
     del prim, params
+    self._read(tracers)
     with core.set_current_trace(self):
       return fun.call_wrapped(*tracers)
 
@@ -221,6 +305,7 @@ class EagerTrace(jax.core.Trace):
     # rule of `shard_map`, which returns its per-shard values as under
     # `jax.jit`; one holding none is bound as it is, which JAX runs as it
     # runs the eager call.
+    self._read(args)
     staged = []
 
     def stage(*xs):
@@ -248,18 +333,30 @@ def _answered(predicate: Selection, names: frozenset) -> Selection:
   return Selection(tag=predicate.tag, names=names, given=predicate.given)
 
 
-def _without_sows(trace: tp.Any, closed: core.ClosedJaxpr) -> bool:
-  """Whether a ``jax.jit`` called under ``trace`` may run as at the top
-  level: ``trace`` is an eager interpretation, and the program holds no
-  sow at any depth, so the trace would hand it to JAX's eval trace as it
-  is, whatever any capture selects (see the module docstring, 1)."""
-  return type(trace) is EagerTrace and not primitive.sow_keys(closed.jaxpr)
+def _dispatch(trace: tp.Any, closed: core.ClosedJaxpr) -> str:
+  """How a ``jax.jit`` called under ``trace`` runs its cache miss (see the
+  module docstring, 1, and ``_jax.set_jit_dispatch``).
+
+  Under an eager interpretation, a program holding no sow at any depth runs
+  as at the top level: the trace would hand it to JAX's eval trace as it
+  is, whatever any capture selects, and JAX records its fast path. At the
+  top level while a capture runs (a plant's function, called by the
+  interpreter), a program holding a sow records no fast path, which a later
+  eager capture would take. While an eager ``plant`` tracks which planted
+  values are read, no fast path is recorded at all.
+  """
+  if not primitive.harvesting.value:
+    return _jax.AS_JAX_DOES
+  fast = not tracking_reads.value and not primitive.sow_keys(closed.jaxpr)
+  if type(trace) is EagerTrace:
+    return _jax.AT_TOP_LEVEL if fast else _jax.AS_JAX_DOES
+  return _jax.AS_JAX_DOES if fast else _jax.WITHOUT_FAST_PATH
 
 
-# Once, for the process: a trace other than an eager interpretation is never
-# asked, and where JAX lacks the function, every jit keeps its Python
-# dispatch (slower, and as correct).
-_jax.run_jits_at_top_level_when(_without_sows)
+# Once, for the process. Where JAX lacks the function it relies on, every
+# jit keeps JAX's own dispatch (slower, and as correct but for a fast path
+# recorded at the top level while a capture runs).
+_jax.set_jit_dispatch(_dispatch)
 
 
 def _equation(prim, args, params) -> core.JaxprEqn:

@@ -121,14 +121,20 @@ def _handle_unread_sow(
   """
   site = scope.here(site_of(eqn))
   if scope.request.refuse_unread and scope.request.plants(eqn.params):
-    raise ValueError(
-        f'plant: the sow {site.name!r} (tag={site.tag!r}, at {where(eqn)})'
-        ' returns a value the function never uses, so a value planted there'
-        ' would change nothing. Use what sow returns (x = sow(x, name=...));'
-        ' Module.sow discards it, so plant into a tap of the module'
-        ' (flax.nnx.sow.tap) instead.'
-    )
+    raise unread_plant(site, where(eqn))
   return handle_sow(scope, eqn, invals)
+
+
+def unread_plant(site: Site, location: str) -> ValueError:
+  """The error of a planted sow at ``location`` whose result nothing
+  reads."""
+  return ValueError(
+      f'plant: the sow {site.name!r} (tag={site.tag!r}, at {location})'
+      ' returns a value the function never uses, so a value planted there'
+      ' would change nothing. Use what sow returns (x = sow(x, name=...));'
+      ' Module.sow discards it, so plant into a tap of the module'
+      ' (flax.nnx.sow.tap) instead.'
+  )
 
 
 def drop_sow(scope: Scope, eqn: core.JaxprEqn, invals: list[tp.Any]):

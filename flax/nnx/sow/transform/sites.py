@@ -269,8 +269,14 @@ def skip_frames_in(directory: str) -> None:
 def where(eqn: core.JaxprEqn) -> str:
   """Where ``eqn`` was traced: the first frame outside JAX and this
   library."""
+  return where_bound(eqn.source_info)
+
+
+def where_bound(source_info: tp.Any) -> str:
+  """Where a primitive bound with ``source_info`` was bound (see
+  :func:`where`)."""
   dirs = tuple(_LIBRARY_DIRS)
-  for frame in _jax.user_frames(eqn.source_info.traceback):
+  for frame in _jax.user_frames(source_info.traceback):
     if not frame.file_name.startswith(dirs):
       return f'{frame.file_name}:{frame.start_line} ({frame.function_name})'
-  return source_info_util.summarize(eqn.source_info)
+  return source_info_util.summarize(source_info)

@@ -15,7 +15,7 @@
 
 An eager capture runs a ``jax.jit`` whose program holds no sow as at the top
 level, so that JAX records its compiled fast path and later calls never
-reach Python (``transform/eager.py``, ``_jax.run_jits_at_top_level_when``);
+reach Python (``transform/eager.py``, ``_jax.set_jit_dispatch``);
 a ``jit`` whose program holds a sow at any depth is bound on every call and
 reaches its rule. Python dispatches are counted as calls of JAX's
 ``pjit._infer_params``, which only the Python path makes (the contract of the
@@ -32,6 +32,7 @@ import jax
 from jax import lax
 # The contract of the funnel's private name, and the count of dispatches.
 from jax._src import pjit  # pylint: disable=g-bad-import-order
+from jax._src.interpreters import pxla  # pylint: disable=g-bad-import-order
 import jax.numpy as jnp
 import numpy as np
 
@@ -67,7 +68,7 @@ def fast_path(enabled: bool):
     yield
     return
   with mock.patch.object(pjit, '_run_python_pjit', _jax._RUN_PYTHON_JIT):
-    assert not _jax.runs_jits_at_top_level()
+    assert not _jax.jit_dispatch_is_set()
     yield
 
 
@@ -121,8 +122,26 @@ class EagerDispatchTest(parameterized.TestCase):
   def test_this_jax_has_the_function_the_funnel_relies_on(self):
     # The contract: if JAX renames or changes it, this fails (and eager
     # captures stay correct, only slower: see `fast_path(False)`).
-    self.assertTrue(_jax.runs_jits_at_top_level())
-    self.assertTrue(_jax._can_run_jits_at_top_level())
+    self.assertTrue(_jax.jit_dispatch_is_set())
+    self.assertTrue(_jax._can_set_jit_dispatch())
+    # Its result: 8 values, the compiled executable at `_jax._EXECUTABLE`,
+    # whose absence makes the cache miss record no fast path.
+    results = []
+
+    def recorded(*args):
+      results.append(_jax._RUN_PYTHON_JIT(*args))
+      return results[-1]
+
+    g = jax.jit(lambda x: x + 1)
+    with mock.patch.object(pjit, '_run_python_pjit', recorded):
+      g(X)
+      with python_dispatches() as calls:
+        g(X)
+    # The last to return is g's own (jnp's add was traced inside it).
+    self.assertLen(results[-1], 8)
+    self.assertIsInstance(results[-1][_jax._EXECUTABLE],
+                          pxla.MeshExecutable)
+    self.assertEqual(calls, [])  # its fast path was recorded
 
   @parameterized.parameters(True, False)
   def test_a_jit_without_sows_dispatches_in_python_only_once(self, enabled):
@@ -220,6 +239,30 @@ class EagerDispatchTest(parameterized.TestCase):
       (_, inner), outer = capture(capture(f, names='outer'))(X)
       np.testing.assert_array_equal(inner['outer'][0], X * 2)
       np.testing.assert_array_equal(outer['inner'][0], X * 2)
+
+  @parameterized.parameters(True, False)
+  def test_a_jit_called_by_a_plant_function_records_no_fast_path(self,
+                                                                 sows):
+    # A plant's function runs at the top level while the capture runs: a
+    # fast path recorded there would be taken by later eager captures and
+    # plants (found by the program fuzzer: a planted value read only by
+    # such a jit counted as unread).
+    g = jax.jit(lambda x: sow(x * 2, name='g') if sows else x * 2)
+    f = lambda x: sow(jnp.sin(x), name='h') + 1
+    planted = plant(f, {'h': lambda v, i: g(v)})
+    for _ in range(2):
+      np.testing.assert_array_equal(planted(X), jnp.sin(X) * 2 + 1)
+    for _ in range(2):
+      _, collected = capture(lambda x: g(x) + 1)(X)
+      if sows:
+        np.testing.assert_array_equal(collected['g'][0], X * 2)
+      else:
+        self.assertEqual(collected, {})
+    # A value planted by hand, read only by the jit: seen to be read.
+    read_by_g = lambda x: g(sow(x + 1, name='h'))
+    for _ in range(2):
+      np.testing.assert_array_equal(
+          plant(read_by_g, {'h': (jnp.ones(3),)})(X), jnp.full(3, 2.0))
 
   def test_the_top_level_fast_path_of_a_sowing_jit_is_not_taken(self):
     # Outside a capture a sow is an identity and the compiled program runs

@@ -425,6 +425,92 @@ class SeveralSitesOfOneBodyTest(parameterized.TestCase):
     sow_testing.assert_close(out, np.sum(10 * np.asarray(pa) + 2 * xs))
 
 
+class EagerPlantTest(parameterized.TestCase):
+  """Outside any trace, ``plant(f, ...)`` is a direct call of ``f``."""
+
+  def test_the_python_runs_on_every_call_with_concrete_values(self):
+    calls = []
+
+    def f(x, scale):
+      calls.append(scale)
+      h = sow(jnp.sin(x), name='h')
+      # A value read on the host works, as in f itself.
+      h = h * scale if float(h.sum()) > 0 else -h
+      return jnp.sum(sow(h, name='out') ** 2)
+
+    def by_hand(h, scale):  # f with the planted value written in
+      h = h * scale if float(h.sum()) > 0 else -h
+      return jnp.sum(h ** 2)
+
+    for scale in (1.0, 2.0, 3.0):
+      planted = plant(f, {'h': (X * scale,)})
+      np.testing.assert_array_equal(planted(X, scale), by_hand(X * scale,
+                                                              scale))
+      steered = plant(f, {'h': lambda v, i: v + i + scale})
+      np.testing.assert_array_equal(
+          steered(X, scale), by_hand(jnp.sin(X) + scale, scale))
+    self.assertEqual(calls, [1.0, 1.0, 2.0, 2.0, 3.0, 3.0])
+
+  def test_a_value_read_only_by_a_jit_is_read(self):
+    # The jit takes JAX's compiled path in other calls; a plant sees it.
+    g = jax.jit(lambda h: h * 3)
+    g(X)
+    capture(lambda x: g(sow(x, name='x')))(X)  # its fast path recorded
+    f = lambda x: g(sow(x + 1, name='h'))
+    for _ in range(2):
+      np.testing.assert_array_equal(
+          plant(f, {'h': (jnp.ones(3),)})(X), jnp.full(3, 3.0))
+
+  def test_a_value_returned_or_kept_in_a_variable_is_read(self):
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+
+    class Cache(nnx.Module):
+
+      def __init__(self):
+        self.kv = nnx.Variable(jnp.zeros(3))
+
+      def __call__(self, x):
+        self.kv[...] = sow(x * 2, name='kv')
+        return x + 1
+
+    cache = Cache()
+    zeros = jnp.zeros(3)
+    out = plant(cache, {'kv': (zeros - 5,)})(X)
+    np.testing.assert_array_equal(out, X + 1)
+    np.testing.assert_array_equal(cache.kv[...], zeros - 5)
+    returned = plant(lambda x: sow(x * 2, name='r'), {'r': (zeros + 7,)})(X)
+    np.testing.assert_array_equal(returned, zeros + 7)
+
+  def test_an_unread_value_is_refused_after_the_call(self):
+    calls = []
+
+    def f(x):
+      calls.append(1)
+      sow(x * 2, name='dropped')  # its result is never used
+      return sow(x, name='kept') + 1
+
+    with self.assertRaisesRegex(
+        ValueError,
+        r"plant: the sow 'dropped' \(tag=None, at .*"
+        + re.escape(os.path.basename(__file__)) + r':\d+ .*never uses'):
+      plant(f, {'dropped': (X + 10,), 'kept': (X + 20,)})(X)
+    self.assertLen(calls, 1)  # eager: the call ran, then the check
+    # Read on the host only (by NumPy) is not a use JAX can see: refused
+    # too (the guide's limitations say so).
+    with self.assertRaisesRegex(ValueError, r"'host' .*never uses"):
+      plant(lambda x: np.asarray(sow(x, name='host')).sum() + x,
+            {'host': (X + 10,)})(X)
+
+  def test_under_jit_the_same_values(self):
+    def f(x):
+      h = sow(jnp.sin(x), name='h')
+      return jax.lax.fori_loop(0, 2, lambda i, c: sow(c * 2, name='l'), h)
+
+    values = {'h': (X,), 'l': lambda v, i: v + i}
+    np.testing.assert_array_equal(plant(f, values)(X),
+                                  jax.jit(plant(f, values))(X))
+
+
 class UnreadSowTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*[(k, *v) for k, v in _UNREAD.items()])
