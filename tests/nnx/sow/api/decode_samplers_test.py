@@ -185,11 +185,31 @@ class SamplerTestCase(absltest.TestCase):
     self.assertIsInstance(collected['logits'][-1], Steps)
     self.assertEmpty(compiles)  # the decode loop stays compiled
 
+  def test_an_eager_plant_of_the_public_call_steers_as_compiled(self):
+    # Outside any trace, plant is a direct call of the sampler's own call
+    # (its Python, host reads included), which plants into its compiled
+    # decode loop: the same values as the jitted decode function planted,
+    # whose executions are counted after those before the loop (a
+    # prefill's).
+    with self.context():
+      sampler, run = self.make()
+      plain = run()
+      *before, _ = capture(run, max_steps=self.MAX_STEPS)()[1][RESIDUAL]
+      eager = plant(run, {RESIDUAL: steering})()
+      shifted = lambda v, i: steering(v, i + len(before))
+      with self.decoding_with(sampler, jax.jit(
+          plant(self.decode_fn(sampler), {RESIDUAL: shifted}))):
+        compiled = run()
+    for got, want, before in zip(self.outputs(eager), self.outputs(compiled),
+                                 self.outputs(plain)):
+      np.testing.assert_array_equal(got, want)
+      self.assertGreater(float(np.max(np.abs(got - before))), 1e-3)
+
   def test_a_function_plant_steers_chosen_steps(self):
     # Planted into the compiled loop: one program, whose function plant
-    # reads the step as its index. (plant stages what it plants into, so it
-    # plants into the jitted decode function, not into the sampler's Python
-    # around it.)
+    # reads the step as its index (plant is planted into the jitted decode
+    # function here; an eager plant of the sampler's public call gives the
+    # same values, see the test above).
     with self.context():
       sampler, run = self.make()
       plain = run()
