@@ -34,7 +34,13 @@ made of ``f`` and none is reused across calls. What makes the sows visible is
   under this trace, as JAX's eager evaluation runs it;
 * a selection by a name predicate asks it about each name once per call, as
   the call meets the name (a sow, or the sows inside a higher-order
-  primitive), and selects the names it said yes to.
+  primitive), and selects the names it said yes to;
+* an unjitted ``shard_map`` (which JAX would run primitive by primitive,
+  where no trace sees a sow) is staged, its body's Python run once, and its
+  equation interpreted as a jaxpr's;
+* for an eager ``plant``, the values planted at sows bound here are held
+  until an operation reads them (:class:`Unread`), so that a planted value
+  nothing uses is refused as when staged.
 
 Under ``jax.grad``, ``jax.vmap`` and the like inside ``f``, the sows reach
 this trace through those transformations' own rules, with primal (and
@@ -54,7 +60,10 @@ Two details of JAX make the trace work, both in the funnel module:
    capturing key: it never binds again, and costs what it costs in ``f``.
    Whether a program holds a sow does not depend on what a capture selects,
    so such a fast path can drop no sow of any later capture; a ``jit`` whose
-   program holds one is bound on every call and reaches its rule.
+   program holds one is bound on every call and reaches its rule, and never
+   records a fast path under the capturing key, also when called at the top
+   level while a capture runs (a plant's function). While an eager ``plant``
+   runs, no fast path is recorded or taken (:data:`tracking_reads`).
 2. NNX refuses to update a Variable from another JAX trace than the one it
    was created under, to keep tracers from leaking. This trace makes no
    tracers (its values are JAX's concrete arrays, as at the top level), so it
