@@ -568,7 +568,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '  return _jax.AS_JAX_DOES',
        'a jit a plant function calls records no fast path for later captures'),
     _m('eager-fast-path-off', 'transform/eager.py',
-       '_jax.set_jit_dispatch(_dispatch)',
+       '_jax.set_jit_dispatch(_dispatch, (EagerTrace,))',
        'del _dispatch',
        'a jit without sows takes the compiled path in an eager capture'),
     _m('eager-predicate-not-asked-inside', 'transform/eager.py',

@@ -163,6 +163,8 @@ AS_JAX_DOES = 'as JAX does'
 AT_TOP_LEVEL = 'at the top level'
 WITHOUT_FAST_PATH = 'without a fast path'
 _policy: tp.Callable[[tp.Any, tp.Any], str] | None = None
+# The trace types it is asked about, besides the eval trace.
+_policy_traces: tuple[type, ...] = ()
 
 
 def _can_set_jit_dispatch() -> bool:
@@ -176,10 +178,15 @@ def _can_set_jit_dispatch() -> bool:
 
 
 def _run_python_jit(p, args_flat, fun, args, kwargs):
-  policy = _policy
-  if policy is None or trace_ctx.axis_env is not core.top_axis_env:
+  # A staging trace (the common case of a cache miss) is never asked.
+  trace = trace_ctx.trace
+  if (
+      _policy is None
+      or trace is not eval_trace and type(trace) not in _policy_traces
+      or trace_ctx.axis_env is not core.top_axis_env
+  ):
     return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
-  how = policy(trace_ctx.trace, p.params['jaxpr'])
+  how = _policy(trace, p.params['jaxpr'])
   if how is AT_TOP_LEVEL:
     with core.set_current_trace(eval_trace):
       return _RUN_PYTHON_JIT(p, args_flat, fun, args, kwargs)
@@ -191,12 +198,15 @@ def _run_python_jit(p, args_flat, fun, args, kwargs):
   return result
 
 
-def set_jit_dispatch(policy: tp.Callable[[tp.Any, tp.Any], str]) -> bool:
+def set_jit_dispatch(
+    policy: tp.Callable[[tp.Any, tp.Any], str], traces: tuple[type, ...]
+) -> bool:
   """Chooses how a ``jax.jit`` call's cache miss runs.
 
   ``policy(trace, closed_jaxpr)`` is asked on each cache miss of a
-  ``jax.jit`` function called under ``trace`` with no axis environment, for
-  the program traced for the call, and answers :data:`AS_JAX_DOES`;
+  ``jax.jit`` function called under ``trace``, the eval trace or one of the
+  types ``traces``, with no axis environment, for the program traced for
+  the call, and answers :data:`AS_JAX_DOES`;
   :data:`AT_TOP_LEVEL`: the miss runs with the eval trace current, so the
   program is compiled and run as a top-level call runs it and JAX records
   its compiled fast path for the jit key of the call (only for a trace whose
@@ -209,10 +219,10 @@ def set_jit_dispatch(policy: tp.Callable[[tp.Any, tp.Any], str]) -> bool:
     Whether JAX has the function this relies on (with its parameters); if
     not, nothing is changed and JAX dispatches as it does.
   """
-  global _policy
+  global _policy, _policy_traces
   if not _can_set_jit_dispatch():
     return False
-  _policy = policy
+  _policy, _policy_traces = policy, traces
   pjit._run_python_pjit = _run_python_jit
   return True
 

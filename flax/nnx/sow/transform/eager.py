@@ -365,7 +365,7 @@ def _dispatch(trace: tp.Any, closed: core.ClosedJaxpr) -> str:
 # Once, for the process. Where JAX lacks the function it relies on, every
 # jit keeps JAX's own dispatch (slower, and as correct but for a fast path
 # recorded at the top level while a capture runs).
-_jax.set_jit_dispatch(_dispatch)
+_jax.set_jit_dispatch(_dispatch, (EagerTrace,))
 
 
 def _equation(prim, args, params) -> core.JaxprEqn:
