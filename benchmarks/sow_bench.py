@@ -271,7 +271,7 @@ def bench_many_sows(quick: bool) -> list[Row]:
   rows = []
   processes = 2 if quick else 7
   repeats = 3 if quick else 7
-  for n_layers in (500,) if quick else (500, 2000):
+  for n_layers in (500,) if quick else (50, 500, 2000):
     runs = _many_sows_in_processes(n_layers, processes, repeats, True)
     ratios = sorted(captured / plain
                     for plain, _, captured in (run.times for run in runs))
@@ -449,7 +449,7 @@ def _bench_nnx_installed(quick, capture_compat, nnx,
   t_plain, _ = paired(lambda: model(x), lambda: model(x), repeats=3,
                       number=number)
   rows = [Row('4', 'eager: new nnx.capture / legacy, 8-block MLP',
-              t_new / t_old, '<= 1.0', t_new / t_old <= 1.0,
+              t_new / t_old, '<= 0.9', t_new / t_old <= 0.9,
               f'plain model(x) {t_plain * 1e6:.0f} us, legacy '
               f'{t_old * 1e6:.0f} us, new {t_new * 1e6:.0f} us')]
 
@@ -762,8 +762,8 @@ def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
   what = (f'Flax examples/gemma, {layers} layers, {sites} sown values, '
           f'batch {batch} x {length} tokens')
   return [
-      Row('7', f'eager: new nnx.capture / legacy, {what}', ratio, '<= 1.0',
-          ratio <= 1.0,
+      Row('7', f'eager: new nnx.capture / legacy, {what}', ratio, '<= 0.9',
+          ratio <= 0.9,
           f'legacy {t_old * 1e3:.1f} ms, new {t_new * 1e3:.1f} ms; '
           f'{src.repo}@{src.commit[:12]}'),
       Row('7', f'XLA compiles in {calls} eager calls after the first, new '
