@@ -137,7 +137,7 @@ def plant(
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
-    if fixed is not None and eager.can_run():
+    if fixed is not None and eager.can_run() and eager.can_track_reads():
       return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
     with graph_calls.staged(f, args, kwargs) as staged:
       entries = tp.cast(dict[primitive.Name, tp.Any], keyed)

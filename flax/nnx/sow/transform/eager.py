@@ -115,6 +115,13 @@ tracking_reads = _jax.bool_state(
 )
 
 
+def can_track_reads() -> bool:
+  """Whether an eager interpretation can tell which planted values are read
+  (:class:`Unread`): only where the jit dispatch is chosen here, so that no
+  jit passes them by on a compiled fast path."""
+  return _jax.jit_dispatch_is_set()
+
+
 def run(scope: Scope, call: tp.Callable[[], tp.Any],
         unread: Unread | None = None) -> tp.Any:
   """Runs ``call()`` eagerly, interpreting its binds in ``scope``.
@@ -364,7 +371,8 @@ def _dispatch(trace: tp.Any, closed: core.ClosedJaxpr) -> str:
 
 # Once, for the process. Where JAX lacks the function it relies on, every
 # jit keeps JAX's own dispatch (slower, and as correct but for a fast path
-# recorded at the top level while a capture runs).
+# recorded at the top level while a capture runs), and `plant` stages (see
+# `can_track_reads`).
 _jax.set_jit_dispatch(_dispatch, (EagerTrace,))
 
 
