@@ -262,7 +262,7 @@ class EagerDispatchTest(parameterized.TestCase):
     read_by_g = lambda x: g(sow(x + 1, name='h'))
     for _ in range(2):
       np.testing.assert_array_equal(
-          plant(read_by_g, {'h': (jnp.ones(3),)})(X), jnp.full(3, 2.0))
+          plant(read_by_g, {'h': (jnp.ones(3, X.dtype),)})(X), jnp.full(3, 2.0, X.dtype))
 
   def test_without_the_dispatch_an_eager_plant_is_staged(self):
     # It could not tell which planted values a jit on a fast path reads.
@@ -275,7 +275,7 @@ class EagerDispatchTest(parameterized.TestCase):
     for enabled, added in ((True, 1), (False, 100)):
       with fast_path(enabled):
         np.testing.assert_array_equal(
-            plant(f, {'h': (jnp.zeros(3),)})(X), jnp.full(3, added))
+            plant(f, {'h': (jnp.zeros(3, X.dtype),)})(X), jnp.full(3, added))
 
   def test_the_top_level_fast_path_of_a_sowing_jit_is_not_taken(self):
     # Outside a capture a sow is an identity and the compiled program runs

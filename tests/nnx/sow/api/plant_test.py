@@ -459,7 +459,7 @@ class EagerPlantTest(parameterized.TestCase):
     f = lambda x: g(sow(x + 1, name='h'))
     for _ in range(2):
       np.testing.assert_array_equal(
-          plant(f, {'h': (jnp.ones(3),)})(X), jnp.full(3, 3.0))
+          plant(f, {'h': (jnp.ones(3, X.dtype),)})(X), jnp.full(3, 3.0, X.dtype))
 
   def test_a_value_returned_or_kept_in_a_variable_is_read(self):
     from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -467,14 +467,14 @@ class EagerPlantTest(parameterized.TestCase):
     class Cache(nnx.Module):
 
       def __init__(self):
-        self.kv = nnx.Variable(jnp.zeros(3))
+        self.kv = nnx.Variable(jnp.zeros(3, X.dtype))
 
       def __call__(self, x):
         self.kv[...] = sow(x * 2, name='kv')
         return x + 1
 
     cache = Cache()
-    zeros = jnp.zeros(3)
+    zeros = jnp.zeros(3, X.dtype)
     out = plant(cache, {'kv': (zeros - 5,)})(X)
     np.testing.assert_array_equal(out, X + 1)
     np.testing.assert_array_equal(cache.kv[...], zeros - 5)
