@@ -228,7 +228,8 @@ class EagerTrace(jax.core.Trace):
 
   def process_primitive(self, prim, args, params):
     # `Primitive.bind` made the eval trace current before calling this.
-    self._read(args)
+    if self.unread is not None:  # an eager plant (every primitive comes here)
+      self._read(args)
     if prim is primitive.sow_p:
       if self._predicate is not None:
         self._ask(((params['sow_name'], params['tag']),))
