@@ -331,8 +331,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if self.tag is None and params['tag'] != self.tag:",
        'capture(f, tag=...) selects only sows with that tag'),
     _m('selection-predicate-ignored', 'transform/selection.py',
-       '        names=frozenset(filter(self.names, candidates)),',
-       '        names=frozenset(candidates),',
+       '    return self.answered(frozenset(filter(self.names, candidates)))',
+       '    return self.answered(frozenset(candidates))',
        'a name predicate selects only the names it accepts'),
     _m('selection-zero-trip-superseded-append', 'transform/selection.py',
        "    return params['mode'] == 'append' and"

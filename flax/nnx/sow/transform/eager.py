@@ -224,7 +224,7 @@ class EagerTrace(jax.core.Trace):
     if isinstance(selection, Selection) and selection.by_predicate:
       self._predicate = selection
       scope.request = dataclasses.replace(
-          scope.request, selection=_answered(selection, frozenset()))
+          scope.request, selection=selection.answered(frozenset()))
 
   def process_primitive(self, prim, args, params):
     # `Primitive.bind` made the eval trace current before calling this.
@@ -279,7 +279,7 @@ class EagerTrace(jax.core.Trace):
     if yes:
       selected = frozenset(n for n, a in self._answers.items() if a)
       self.scope.request = dataclasses.replace(
-          self.scope.request, selection=_answered(predicate, selected))
+          self.scope.request, selection=predicate.answered(selected))
 
   def _sow(self, args, params):
     if not self.scope.request.handles(params):
@@ -342,12 +342,6 @@ class EagerTrace(jax.core.Trace):
 
   def cur_qdd(self, x):
     return self.parent.cur_qdd(x)
-
-
-def _answered(predicate: Selection, names: frozenset) -> Selection:
-  """``predicate`` (a selection by a name predicate) as the set of names
-  it selected, as :meth:`Selection.resolve` makes it for a program."""
-  return Selection(tag=predicate.tag, names=names, given=predicate.given)
 
 
 def _dispatch(trace: tp.Any, closed: core.ClosedJaxpr) -> str:

@@ -117,11 +117,12 @@ class Selection:
     candidates = {
         name for name, tag in keys() if self.tag is None or tag == self.tag
     }
-    return Selection(
-        tag=self.tag,
-        names=frozenset(filter(self.names, candidates)),
-        given=self.given,
-    )
+    return self.answered(frozenset(filter(self.names, candidates)))
+
+  def answered(self, names: frozenset) -> Selection:
+    """This selection by a predicate as the set of ``names`` it selected
+    (by :meth:`resolve`, or name by name as an eager call meets them)."""
+    return Selection(tag=self.tag, names=names, given=self.given)
 
   def unmatched(
       self, selected: tp.Collection[primitive.Name]
