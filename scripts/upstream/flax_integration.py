@@ -178,6 +178,18 @@ return capture_compat.capture(
 )
 '''
 
+# After the definitions: they hand their calls to the sow transform, which
+# tells them from a released Flax's own by this declaration
+# (`flax.nnx.sow.lift.module_paths.ON_TRANSFORM`), not by reading code.
+_DECLARED = '''
+
+# These hand their calls to the sow transform (flax.nnx.sow), which tells
+# them from the functions of a Flax release without it by this declaration.
+Module.sow.__sow_transform__ = True  # type: ignore[attr-defined]
+Module.perturb.__sow_transform__ = True  # type: ignore[attr-defined]
+capture.__sow_transform__ = True  # type: ignore[attr-defined]
+'''
+
 SIGNATURES = {
     'sow': ['self', 'variable_type', 'name', 'value', 'reduce_fn', 'init_fn'],
     'perturb': ['self', 'name', 'value', 'variable_type'],
@@ -371,7 +383,7 @@ def delegate_module(text: str, where: str = MODULE_PATH) -> str:
     raise EditError(
         f'{where}: still mentions __captures__ outside the removed code'
     )
-  return delegated
+  return delegated + _DECLARED
 
 
 _RETURNED = '(result, *intermediates)'

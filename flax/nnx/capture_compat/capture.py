@@ -27,6 +27,7 @@ from flax.nnx import module as module_lib
 from flax.nnx import statelib
 from flax.nnx import variablelib
 from flax.nnx.capture_compat import call as call_lib
+from flax.nnx.sow.lift import module_paths
 
 Module = module_lib.Module
 Variable = variablelib.Variable
@@ -168,3 +169,7 @@ def capture(
     return run(args[0], args[1:], kwargs)
 
   return wrapper
+
+
+# Declared for `capture_compat.delegates` (see there).
+module_paths.mark_on_transform(capture)

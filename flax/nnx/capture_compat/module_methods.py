@@ -333,6 +333,12 @@ def perturb(
   return perturbation + value
 
 
+# Declared for `legacy_sow_methods`, which tells these from Flax 0.12.8's
+# own by identity (also through a `functools.wraps` wrapper).
+paths_lib.mark_on_transform(sow)
+paths_lib.mark_on_transform(perturb)
+
+
 def _deprecated_perturb(self, name, value, variable_type):
   """Flax 0.12.8's ``Module.perturb`` outside of any capture."""
   if hasattr(self, name):

@@ -32,6 +32,7 @@ from flax.nnx.capture_compat import replaced
 from flax.nnx.capture_compat.capture import capture
 from flax.nnx.capture_compat.module_methods import perturb
 from flax.nnx.capture_compat.module_methods import sow
+from flax.nnx.sow.lift import module_paths
 
 Module = module_lib.Module
 
@@ -92,21 +93,17 @@ def is_installed() -> bool:
 def delegates(fn: tp.Callable[..., tp.Any]) -> bool:
   """Whether ``fn``, an ``nnx.capture``, runs on the sow transform.
 
-  True for this package's :func:`capture`, and for a function that hands its
-  calls to it: Flax's own ``nnx.capture`` where Flax carries this package
-  (its ``module.py`` then calls ``capture_compat``). False for the
-  ``nnx.capture`` of a Flax release without it, such as 0.12.8's.
+  True for this package's :func:`capture`, a ``functools.wraps`` wrapper of
+  it, and Flax's own ``nnx.capture`` where Flax carries this package (its
+  ``module.py`` hands the call here and declares so). False for the
+  ``nnx.capture`` of a Flax release without it, such as 0.12.8's, and for
+  any other function: decided by identity, never by reading code.
 
   >>> from flax.nnx import capture_compat
   >>> capture_compat.delegates(capture_compat.capture)
   True
   """
-  if fn is capture:
-    return True
-  # A function that refers to this package by name calls into it: Flax's
-  # `capture` has no other reason to name it.
-  code = getattr(fn, '__code__', None)
-  return code is not None and 'capture_compat' in code.co_names
+  return module_paths.runs_on_transform(fn)
 
 
 def _namespaces() -> tuple[types.ModuleType, ...]:

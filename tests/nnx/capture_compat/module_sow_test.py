@@ -16,6 +16,7 @@ functional ``capture`` their sites are sows named by module path; outside
 any capture they behave exactly as in Flax 0.12.8; without
 ``capture_compat.install()`` a functional capture refuses them."""
 
+import functools
 import os
 import re
 import warnings
@@ -398,6 +399,66 @@ class WithoutInstallTest(parameterized.TestCase):
     with self.assertWarns(DeprecationWarning):
       forward(self.model, X_MODULES)
     self.assertIsInstance(self.model.blocks[0].h, nnx.Intermediate)
+
+
+def _logging(method, calls):
+  """``method`` behind a ``functools.wraps`` wrapper that logs its calls,
+  as a user's profiling or logging wrapper of ``Module.sow`` would."""
+
+  @functools.wraps(method)
+  def logged(self, *args, **kwargs):
+    calls.append(type(self).__name__)
+    return method(self, *args, **kwargs)
+
+  return logged
+
+
+class WrappedModuleSowTest(absltest.TestCase):
+  """``Module.sow`` is told apart by identity, not by its code: a wrapper of
+  the overlay's is collected, a wrapper of Flax 0.12.8's own is refused with
+  the ``install()`` error; never an empty result with ``h`` written onto the
+  model."""
+
+  def run_with(self, run):
+    """``run(model)`` with ``Module.sow`` and ``Module.perturb`` wrapped, as
+    a profiler wraps every method."""
+    model = Model(nnx.Rngs(0))
+    before = [sorted(vars(m)) for _, m in nnx.iter_modules(model)]
+    calls = []
+    kept = {name: getattr(nnx.Module, name) for name in ('sow', 'perturb')}
+    for name, method in kept.items():
+      setattr(nnx.Module, name, _logging(method, calls))
+    try:
+      result = run(model)
+    finally:
+      for name, method in kept.items():
+        setattr(nnx.Module, name, method)
+      after = [sorted(vars(m)) for _, m in nnx.iter_modules(model)]
+      self.assertEqual(after, before)  # nothing written onto the model
+    return model, result, calls
+
+  def test_a_wrapper_of_the_overlays_sow_is_collected(self):
+    with capture_compat.install():
+      model, (out, collected), calls = self.run_with(
+          lambda m: capture(forward)(m, X_MODULES))
+    # Each sow went through the wrapper, once per value collected.
+    self.assertEqual(calls, ['Block'] * sum(map(len, collected.values())))
+    _, hs = model_oracle(model, X_MODULES)
+    self.assertEqual([n for n in collected if n[-1] == 'h'],
+                     [('blocks', 0, 'h'), ('blocks', 1, 'h')])
+    for i in range(2):
+      assert_close(collected[('blocks', i, 'h')][0], hs[i])
+    assert_close(out, hs[-1])
+
+  @absltest.skipUnless(sow_legacy.is_available(), sow_legacy.SKIP_REASON)
+  def test_a_wrapper_of_flax_own_sow_is_refused(self):
+    with capture_compat.uninstall():
+      for run in (lambda m: capture(forward)(m, X_MODULES),
+                  lambda m: jax.jit(capture(forward))(m, X_MODULES)):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Module\.sow .* Flax's own.*capture_compat\.install\(\)"):
+          self.run_with(run)
 
 
 class DeprecatedPathTest(CompatTestCase):

@@ -60,6 +60,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 import typing as tp
 
@@ -360,15 +361,41 @@ def modules_of_roots(
 _LEGACY_CAPTURES = '__captures__'
 
 
-def legacy_sow_methods() -> bool:
-  """Whether ``Module.sow`` or ``Module.perturb`` is Flax 0.12.8's own: one
-  that writes into a module's ``__captures__`` (or an attribute) instead of
-  sowing, as on a released Flax before ``capture_compat.install()``."""
+# What marks a function as one that runs on this transform: ``Module.sow``,
+# ``Module.perturb`` and ``nnx.capture`` as ``flax.nnx.capture_compat``
+# implements them, and Flax's own where its ``module.py`` hands them to it
+# (the patch series marks them there). Their author declares it: nothing
+# here reads a function's code.
+ON_TRANSFORM = '__sow_transform__'
+
+
+def mark_on_transform(fn: tp.Callable[..., tp.Any]) -> None:
+  """Declares that ``fn`` runs on this transform (see :data:`ON_TRANSFORM`)."""
+  setattr(fn, ON_TRANSFORM, True)
+
+
+def runs_on_transform(fn: tp.Any) -> bool:
+  """Whether ``fn``, or what it wraps (``functools.wraps``), runs on this
+  transform: was declared so by :func:`mark_on_transform`."""
+  try:
+    unwrapped = inspect.unwrap(fn)
+  except ValueError:  # a cycle of __wrapped__
+    unwrapped = fn
   return any(
-      _LEGACY_CAPTURES in getattr(method, '__code__').co_names
-      for method in sow_methods()
-      if hasattr(method, '__code__')
+      getattr(f, ON_TRANSFORM, False) is True for f in (fn, unwrapped)
   )
+
+
+def legacy_sow_methods() -> bool:
+  """Whether ``Module.sow`` or ``Module.perturb`` is not this transform's:
+  Flax 0.12.8's own, which writes into a module's ``__captures__`` (or an
+  attribute) instead of sowing, as on a released Flax before
+  ``capture_compat.install()``, or a wrapper of it.
+
+  Decided by identity (:func:`runs_on_transform`): a wrapper made with
+  ``functools.wraps`` is what it wraps.
+  """
+  return not all(runs_on_transform(method) for method in sow_methods())
 
 
 class _RefusedCaptures:
