@@ -39,6 +39,8 @@ from jax._src import sharding_impls
 from jax._src import source_info_util
 from jax._src import tree_util
 from jax._src import util
+from jax._src.interpreters import ad
+from jax._src.interpreters import batching
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax import eval_jaxpr as eval_jaxpr_lib
 from jax._src.lax.control_flow import conditionals
@@ -126,6 +128,24 @@ convert_constvars_jaxpr = pe.convert_constvars_jaxpr
 # An LRU cache keyed weakly by its first argument (a jaxpr) and, optionally,
 # by the trace context: `functools.lru_cache` would keep every jaxpr alive.
 weakref_lru_cache = util.weakref_lru_cache
+
+# -- Tracers ------------------------------------------------------------------
+# What a JVP or linearize tracer stands for (its primal) and a batch tracer's
+# batched value: a deferred sow (`deferred`) whose anchor is a tracer of a
+# trace that is not current (a module closed over by a custom_vjp's forward
+# under grad) finds the caller's array through them. Public JAX has no
+# accessor for either.
+_PRIMAL_TRACERS = (ad.JVPTracer, ad.LinearizeTracer)
+
+
+def traced_value(tracer: tp.Any) -> tp.Any | None:
+  """The value ``tracer`` stands for in its parent trace, or ``None``."""
+  if isinstance(tracer, _PRIMAL_TRACERS):
+    return tracer.primal
+  if isinstance(tracer, batching.BatchTracer):
+    return tracer.val
+  return None
+
 
 # -- jit functions -----------------------------------------------------------
 # The options a `jax.jit` function was made with (static and donated

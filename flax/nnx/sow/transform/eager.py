@@ -82,6 +82,7 @@ import jax.extend.core as core
 import jax.extend.source_info_util as source_info_util
 
 from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.scope import Scope
@@ -231,11 +232,15 @@ class EagerTrace(jax.core.Trace):
     if self.unread is not None:  # an eager plant (every primitive comes here)
       self._read(args)
     if prim is primitive.sow_p:
+      if deferred.is_deferred(params):
+        return self._deferred_sow(args, params)
       if self._predicate is not None:
         self._ask(((params['sow_name'], params['tag']),))
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
+      # Deferred sows inside are named from the values bound here.
+      params = deferred.rename_params(prim, params, args)
       # Walked only if a message needs the names (see `Scope.passed`).
       self.scope.passed_params.append(params)
       if self._predicate is not None:
@@ -292,6 +297,26 @@ class EagerTrace(jax.core.Trace):
     if self.unread is not None and self.scope.request.plants(params):
       self.unread.planted(site, out, source_info)
     return out
+
+  def _deferred_sow(self, args, params):
+    """A deferred sow bound here (under ``vmap`` of a module, say): named
+    from its anchors' values, then handled as any sow; its anchors pass
+    through."""
+    resolution, named = deferred.resolve_bound(params, args)
+    if resolution is None:
+      # No running capture holds its module: an enclosing interpretation
+      # may, or nothing does.
+      if type(self.parent) is EagerTrace:
+        return self._forward(primitive.sow_p, args, params)
+      raise deferred.refusal(params)
+    count = len(args) - params['anchors']
+    values, anchors = list(args[:count]), list(args[count:])
+    if resolution is deferred.DROP:
+      return values + anchors
+    assert named is not None
+    if self._predicate is not None:
+      self._ask(((named['sow_name'], named['tag']),))
+    return list(self._sow(values, named)) + anchors
 
   def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,
                               symbolic_zeros):

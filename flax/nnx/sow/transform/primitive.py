@@ -224,22 +224,28 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
   # these leading axes, outermost vmap first (each rule runs after the vmaps
   # inside it), so the interpreter can put a loop axis after the vmaps
   # applied outside that loop. Outside a capture, nothing is broadcast and the
-  # parameters stay as they are: a plain program keeps its cost.
+  # parameters stay as they are: a plain program keeps its cost. The anchors
+  # of a deferred sow (`deferred`) say where its module's state comes from,
+  # not what is sown: they pass through as they are, batched or not.
+  count = len(leaves) - params.get('anchors', 0)
+  leaves, anchors = list(leaves[:count]), list(leaves[count:])
+  dims, anchor_dims = list(dims[:count]), list(dims[count:])
   if not harvesting.value:
     moved = [
         leaf if dim is None else jax.numpy.moveaxis(leaf, dim, 0)
         for leaf, dim in zip(leaves, dims)
     ]
     out_dims = [None if dim is None else 0 for dim in dims]
-    return sow_p.bind(*moved, vmapped=vmapped, **params), out_dims
+    out = sow_p.bind(*moved, *anchors, vmapped=vmapped, **params)
+    return out, out_dims + anchor_dims
   moved = mapped_axis_leading(leaves, dims, axis_data.size)
   keep = keeps_unbatched(dims)
   with binding_jvp_primal(False):
-    out = sow_p.bind(*moved, vmapped=vmapped + 1, **params)
+    out = sow_p.bind(*moved, *anchors, vmapped=vmapped + 1, **params)
   if keep:
     # Recorded per member; the program goes on with the unbatched value.
-    return list(leaves), [None] * len(leaves)
-  return out, [0] * len(out)
+    return leaves + anchors, [None] * len(leaves) + anchor_dims
+  return out, [0] * len(leaves) + anchor_dims
 
 
 sow_p.def_impl(_sow_impl)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import typing as tp
 
+from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.selection import SiteFilter
 from flax.nnx.sow.transform.steps import LoopBounds
@@ -56,6 +57,9 @@ class Request:
   bounds: LoopBounds = LoopBounds()
 
   def handles(self, params: dict[str, tp.Any]) -> bool:
+    if deferred.is_deferred(params):
+      # Every running capture was asked to name it, and none could.
+      raise deferred.refusal(params)
     return self.selection.matches(params) and (
         self.collect or self.remove or self.plants(params)
     )

@@ -23,6 +23,7 @@ import dataclasses
 import typing as tp
 
 from flax.nnx.sow.transform import names as names_lib
+from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import primitive
 
 NameFilter = tp.Union[
@@ -115,7 +116,10 @@ class Selection:
     if not callable(self.names):
       return self
     candidates = {
-        name for name, tag in keys() if self.tag is None or tag == self.tag
+        name for name, tag in keys()
+        if (self.tag is None or tag == self.tag)
+        # A deferred sow still unnamed is refused where it is handled.
+        and not isinstance(name, deferred.Deferred)
     }
     return self.answered(frozenset(filter(self.names, candidates)))
 

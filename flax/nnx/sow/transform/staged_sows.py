@@ -42,6 +42,7 @@ import typing as tp
 import jax.extend.core as core
 
 from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import thread_stack
 from flax.nnx.sow.transform.request import Request
@@ -158,6 +159,8 @@ def _stage_sow(trace, source_info, *tracers, **params):
     if (
         harvest.trace is trace
         and params['mode'] == 'append'
+        # A deferred sow is named once the trace is done (`deferred`).
+        and not deferred.is_deferred(params)
         and harvest.request.handles(params)
     ):
       harvest.take(params, list(tracers), source_info)
