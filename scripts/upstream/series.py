@@ -210,9 +210,15 @@ it (next commit):
   commit);
 - `names.py`: names as researchers write them: the dotted spelling of a
   tuple name (`'layers.1.mlp.__call__.output'`) and patterns over spellings
-  (`'*'` one component, `'**'` any number), ambiguous spellings refused.''',
+  (`'*'` one component, `'**'` any number), ambiguous spellings refused;
+- `deferred.py`: sows whose name is found where the program is bound, from
+  the origins of the anchors they carry (a `Module.sow` on a copy that a
+  transformation made: the lift names it by its Variables); nothing else
+  sees one, and one no capture names is refused.''',
         files=(T + 'names.py', T + 'selection.py', T + 'sites.py',
-               N + 'transform/names_test.py', N + 'transform/sites_test.py'),
+               T + 'deferred.py', N + 'transform/names_test.py',
+               N + 'transform/sites_test.py',
+               N + 'transform/deferred_test.py'),
     ),
     Commit(
         'model',
@@ -292,10 +298,12 @@ that uses it (two commits on):
   the caller's objects, immutable pytrees rebuilt as `nnx.jit` does;
 - `lift/module_paths.py`: how a call's arguments name their modules (the
   first argument is the root, others are prefixed by their position or
-  keyword), the per-thread frames of active calls and the static path marks
-  by which a module copy finds its path through every transform; and Flax's
-  own `Module.sow` refused inside a functional capture until
-  `nnx.capture`'s commit builds it on the transform.''',
+  keyword), the per-thread frames of active calls, each with the paths of
+  its modules and Variables built on first use (nothing is written onto a
+  module), and the resolver of deferred sows, by which a copy a transform
+  made inside the call is named from its Variables; and Flax's own
+  `Module.sow` refused inside a functional capture until `nnx.capture`'s
+  commit builds it on the transform.''',
         files=(L + '__init__.py', L + 'graph_nodes.py', L + 'write_back.py',
                L + 'module_paths.py', N + 'lift/graph_nodes_test.py',
                N + 'lift/write_back_test.py', N + 'lift/module_paths_test.py'),
@@ -618,15 +626,17 @@ inputs and outputs, model and classes untouched.
 
 Under `nnx.capture`: what the sown values become (reducers, inits, shared
 submodules, non-array values, modules outside the root), the Variable
-updates a call makes, as after a direct call, and the path marks of module
-copies.
+updates a call makes, as after a direct call, and that nothing of a call
+is written onto a module (its graph inside is what it is outside, threads
+share models and jits, a module merged inside is a fresh one).
 
 Tests only: of the compat commit's `Module.sow` and `nnx.capture`, which
 could not take them without going over budget.''',
         files=(N + 'module_models.py', C + 'module_sow_test.py',
                C + 'module_taps_test.py',
                C + 'compat_sow_values_test.py',
-               C + 'compat_variable_updates_test.py'),
+               C + 'compat_variable_updates_test.py',
+               C + 'nothing_on_modules_test.py'),
     ),
     Commit(
         'discover',

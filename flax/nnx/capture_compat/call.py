@@ -128,7 +128,11 @@ class Call:
         with graph_calls.updating():
           out = self._run_staged(scope, frame, root, args, kwargs)
     records = scope.records
-    states = self._states(frame, _sites(records), init_entries, records)
+    states = (
+        self._states(frame, _sites(records), init_entries, records)
+        if records or init_entries
+        else [statelib.from_flat_state([]) for _ in self.var_types]
+    )
     if not self.var_types:
       return out
     if len(self.var_types) == 1:
@@ -140,7 +144,7 @@ class Call:
     prepared = graph_calls.Prepared(
         self._traced(frame), (root, args, kwargs), {}, paths=False
     )
-    jaxpr, outcome = prepared.trace()
+    jaxpr, outcome = prepared.trace()  # resolved in `frame` too
     out_flat = interpreter.evaluate(
         jaxpr.jaxpr, jaxpr.consts, prepared.inputs, scope
     )
@@ -153,8 +157,7 @@ class Call:
       if self.method_outputs is not None:
         frame.taps = [method_outputs_lib.tap_spec(self.method_outputs)]
       return taps.run_in_frame(
-          frame, frames.module_paths(root),
-          lambda: self.call(root, *args, **kwargs),
+          frame, [((), root)], lambda: self.call(root, *args, **kwargs),
       )
 
     return traced

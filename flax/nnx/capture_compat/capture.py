@@ -84,10 +84,10 @@ def capture(
   recorded as they are bound (:mod:`flax.nnx.sow.transform.eager`), and jitted
   functions inside keep their compiled programs. Under a JAX or NNX
   transform it is staged on copies, as under ``nnx.jit``, and only their
-  Variable updates are written back. Unlike Flax 0.12.8's, it writes no
-  ``__captures__`` into the modules (only a path mark while it runs), so it
-  is thread-safe, leaves nothing behind on error, nests, and works inside
-  and around every NNX transform and with Hijax or reference Variables.
+  Variable updates are written back. Unlike Flax 0.12.8's, it writes
+  nothing onto the modules (no ``__captures__``), so it is thread-safe,
+  leaves nothing behind on error, nests, and works inside and around every
+  NNX transform and with Hijax or reference Variables.
 
   Example::
 

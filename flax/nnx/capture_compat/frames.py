@@ -13,8 +13,8 @@
 # limitations under the License.
 """Frames of ``capture_compat.capture``: which module copy has which path.
 
-The path machinery (frames on a thread-local stack, path marks on module
-copies, resolving a module to its frame) is the sow transform's own
+The path machinery (frames on a thread-local stack, each with the module
+paths of its call, resolving a module to its frame) is the sow transform's own
 (:mod:`flax.nnx.sow.lift.module_paths`); a compat frame collects only its
 Variable types (and ``init``'s), whose sites become the States ``capture``
 returns.
@@ -34,11 +34,8 @@ Variable = variablelib.Variable
 PathParts = paths_lib.PathParts
 
 FRAMES = paths_lib.FRAMES
-mark = paths_lib.mark
-unmark = paths_lib.unmark
 resolve = paths_lib.resolve
 sow_name = paths_lib.sow_name
-module_paths = paths_lib.modules_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +59,8 @@ class SiteInfo:
 class Frame(paths_lib.Frame):
   """One active compat ``capture``: the types it collects.
 
-  Everything in it is static and outlives the trace: the module copies know
-  their paths themselves (see
-  :class:`~flax.nnx.sow.lift.module_paths.PathMark`), and the sow markers
-  what each site is (:class:`SiteInfo`).
+  Its id is static and outlives the trace: the sow markers say what each
+  site is and which frame collects it (:class:`SiteInfo`).
   """
 
   functional = False
@@ -76,13 +71,12 @@ class Frame(paths_lib.Frame):
       init_types: dict[PathParts, set[type[Variable]]],
       method_outputs: type[Variable] | None,
   ):
-    # The id is part of the marked modules' graph definitions (their
-    # marks), so it holds what decides which sows the program has, and
-    # nothing that differs between two calls of the same capture: a per-call
-    # id would make every `nnx.jit` inside trace and compile again on every
-    # call. Its depth among the compat frames tells nested captures apart,
-    # and its thread the captures of other threads, which may mark the same
-    # modules (an eager call marks the caller's own).
+    # The id is in the markers of the sites the frame collects (`SiteInfo`),
+    # so it holds what decides which sows the program has, and nothing that
+    # differs between two calls of the same capture: a per-call id would
+    # make every `nnx.jit` inside compile again on every call. Its depth
+    # among the compat frames tells nested captures apart, and its thread
+    # the captures of other threads.
     depth = sum(not f.functional for f in FRAMES.stack)
     super().__init__((
         'nnx.capture',
@@ -97,6 +91,10 @@ class Frame(paths_lib.Frame):
     self.var_types = var_types
     self.init_types = init_types
     self.method_outputs = method_outputs
+
+  def accepts_type(self, var_type: type[Variable]) -> bool:
+    return var_type in self.var_types or any(
+        var_type in types for types in self.init_types.values())
 
   def accepts(self, path: PathParts, var_type: type[Variable]) -> bool:
     """Whether legacy ``__captures__`` of the module at ``path`` has a slot

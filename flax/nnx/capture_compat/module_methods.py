@@ -34,6 +34,7 @@ from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import replaced
 from flax.nnx.sow.lift import module_paths as paths_lib
+from flax.nnx.sow.transform import deferred as deferred_lib
 from flax.nnx.sow.transform import primitive
 
 Module = module_lib.Module
@@ -132,6 +133,19 @@ def sow(
     return flax_sow(self, variable_type, name, value, reduce_fn, init_fn)
   target = frames.resolve(self, variable_type)
   if target is None:
+    if frames.FRAMES.stack and primitive.is_sowable(value):
+      # A copy made inside the call (by nnx.jit, jax.vmap...): named where
+      # the program is bound, from its Variables (`paths_lib.deferred_sow`).
+      done = paths_lib.deferred_sow(
+          self, value, rest=(name,), tag=variable_type,
+          mode=sow_mode(reduce_fn),
+          detail=paths_lib.SowDetail(
+              variable_type, _deferred_site,
+              (name, variable_type, 'sow', reduce_fn, init_fn)),
+      )
+      if done is not None:
+        return _accepting(variable_type)
+      paths_lib.refuse_unnamed_copy(self, 'sow', value)
     paths_lib.refuse_unreachable(self, 'sow')
     with _explain_unreachable(self, 'sow'):
       return _deprecated_sow(self, variable_type, name, value, reduce_fn,
@@ -151,6 +165,25 @@ def sow(
                       init_fn),
   )
   return True
+
+
+def _deferred_site(frame, path, accepted, name, variable_type, kind,
+                   reduce_fn, init_fn):
+  """The resolution of a deferred ``Module.sow``/``Module.perturb`` whose
+  module is at ``path`` in ``frame``: as the direct call makes it there."""
+  if not accepted:
+    if kind == 'perturb':
+      return deferred_lib.DROP  # the value plus nothing
+    return frames.sow_name(path, name), None
+  return frames.sow_name(path, name), _site_info(
+      frame, path, name, variable_type, kind, reduce_fn, init_fn)
+
+
+def _accepting(variable_type) -> bool:
+  """What a deferred ``Module.sow`` returns: whether a running capture
+  collects ``variable_type`` (its module's path is not known yet)."""
+  return any(frame.accepts_type(variable_type)
+             for frame in frames.FRAMES.stack)
 
 
 def _site_info(frame, *fields) -> frames.SiteInfo | None:
@@ -312,6 +345,18 @@ def perturb(
     return flax_perturb(self, name, value, variable_type)
   target = frames.resolve(self, variable_type)
   if target is None:
+    if frames.FRAMES.stack and primitive.is_sowable(value):
+      zeros = jax.tree.map(jnp.zeros_like, value)
+      done = paths_lib.deferred_sow(
+          self, zeros, rest=(name,), tag=variable_type, mode='append',
+          detail=paths_lib.SowDetail(
+              variable_type, _deferred_site,
+              (name, variable_type, 'perturb', tuple_reduce, tuple_init)),
+      )
+      if done is not None:
+        perturbation, _ = done
+        return perturbation + value
+      paths_lib.refuse_unnamed_copy(self, 'perturb', value)
     paths_lib.refuse_unreachable(self, 'perturb')
     with _explain_unreachable(self, 'perturb'):
       return _deprecated_perturb(self, name, value, variable_type)

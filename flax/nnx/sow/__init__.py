@@ -35,7 +35,14 @@ Layout, in three layers; each imports only from those below it:
 * ``lift/``, on Flax NNX: a call of ``f`` over graph nodes staged on copies
   and written back (``graph_calls``, ``write_back``), the module paths that
   name ``Module.sow`` sites (``module_paths``) and the taps of submodule
-  calls (``taps``).
+  calls (``taps``). Nothing is written onto a module to name it: each call
+  keeps its own map from its modules (and their Variables' arrays) to their
+  paths, built at its first ``Module.sow``. A copy that a transform makes
+  inside the call is none of them; its ``Module.sow`` is a *deferred* sow
+  (``transform.deferred``), named where the transform's program is bound,
+  by the NNX transform's record of what it copied, or by the origins of the
+  Variable values the sow carries as anchors: so JAX may share one trace
+  among modules of one structure, as it does without a capture.
 * This package: the public API (``capture``, ``plant``, ``perturb``, ``tap``,
   ``sow``, ``discover``), and ``render``, the text of its tables.
   ``flax.nnx.capture_compat``, Flax's own ``nnx.capture`` and ``Module.sow``

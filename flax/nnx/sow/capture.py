@@ -637,22 +637,6 @@ def collect(records: tp.Sequence[Record],
   return Collected((name, tuple(values)) for name, values in grouped.items())
 
 
-# Per pytree structure of sown values: whether it has graph nodes (a sown
-# module), which `group` clears of marks. Bounded, like JAX's own caches.
-_HOLDS_GRAPH_NODES: dict[tp.Any, bool] = {}
-_HOLDS_GRAPH_NODES_SIZE = 4096
-
-
-def _holds_graph_nodes(treedef: tp.Any, value: tp.Any) -> bool:
-  holds = _HOLDS_GRAPH_NODES.get(treedef)
-  if holds is None:
-    holds = graph_nodes.holds_graph_nodes(value)
-    if len(_HOLDS_GRAPH_NODES) >= _HOLDS_GRAPH_NODES_SIZE:
-      _HOLDS_GRAPH_NODES.clear()
-    _HOLDS_GRAPH_NODES[treedef] = holds
-  return holds
-
-
 def group(
     records: tp.Iterable[Record],
     key: tp.Callable[[Site], tp.Hashable],
@@ -665,8 +649,6 @@ def group(
   grouped: dict[tp.Hashable, list[tp.Any]] = {}
   for site, leaves in records:
     value = jax.tree_util.tree_unflatten(site.tree, leaves)
-    if _holds_graph_nodes(site.tree, value):
-      module_paths.clear_marks(value)
     if site.mode == 'clobber':
       grouped[key(site)] = [value]
     else:

@@ -70,6 +70,11 @@ LEGACY_FAILURES = {
 NEW_REFUSALS = {
     'an appending reducer in a while_loop':
         r"capture: a while_loop \(at .*\) sows .* with mode='append'",
+    'a module whose every Variable is updated before it sows, inside a'
+    ' transform':
+        r'none of the Variables it reads there comes from an input',
+    'a module without Variables that sows inside a transform':
+        r'holds no Variable whose value comes from the capture',
 }
 
 

@@ -76,6 +76,11 @@ class PerturbTest(CompatTestCase):
 
       def __init__(self):
         self.calls = nnx.BatchStat(jnp.zeros((), jnp.float32))
+        # A Variable the call does not update: inside nnx.cond, the branch
+        # reads it from an input, which names the module (a module whose
+        # every Variable is updated before it sows there is refused:
+        # `module_sow_test.test_every_variable_updated_first_is_refused`).
+        self.scale = nnx.Param(jnp.ones((), jnp.float32))
 
       def __call__(self, x):
         self.calls[...] = self.calls[...] + 1.0

@@ -15,6 +15,8 @@
 with modules holding immutable pytrees, and one ``nnx.jit`` traced per
 module path."""
 
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -94,9 +96,9 @@ class TransformsTest(CompatTestCase):
       self.assertCollected(state_legacy, expected)
 
   def test_jit_inside_is_traced_once_per_capture_structure(self):
-    # Sow names hold module paths, which JAX's caches do not see: while a
-    # capture traces, the jitted function is traced once per module. The
-    # capture's own trace is then reused, so later calls trace nothing.
+    # The jitted function is traced once per module structure (the two
+    # blocks differ), as without a capture: the sow names of each call are
+    # found from its arguments. Later calls trace nothing.
     net = Net(nnx.Rngs(0))
     traces = []
 
@@ -756,11 +758,23 @@ class CompatTracesPerModuleTest(absltest.TestCase):
         return x
 
     model = Stack(nnx.Rngs(0))
-    _, state = nnx.capture(model, nnx.Intermediate)(X_SEMANTICS)
-    self.assertEqual(
-        [path for path, _ in nnx.to_flat_state(state)],
-        [('blocks', 0, 'y'), ('blocks', 1, 'y')],
-    )
+    traces = []
+    block_call = _Block.__call__
+
+    def counting(self, x):
+      traces.append(None)
+      return block_call(self, x)
+
+    with mock.patch.object(_Block, '__call__', counting):
+      for _ in range(2):
+        _, state = nnx.capture(model, nnx.Intermediate)(X_SEMANTICS)
+        self.assertEqual(
+            [path for path, _ in nnx.to_flat_state(state)],
+            [('blocks', 0, 'y'), ('blocks', 1, 'y')],
+        )
+    # The model makes its nnx.jit anew on each call: one trace per call, for
+    # both blocks (nothing of a module's path is in what JAX's caches see).
+    self.assertLen(traces, 2)
     x = X_SEMANTICS
     for i, block in enumerate(model.blocks):
       x = x @ block.linear.kernel.get_value() + block.linear.bias.get_value()

@@ -329,6 +329,51 @@ class ModuleSowTest(ModulesTestCase):
     # functional capture, named from nnx.capture's module.
     assert_close(collected[('blocks', 1, 'h')][0], hs[1])
 
+  def test_every_variable_updated_first_is_refused(self):
+    # Inside a transformation, a copy's Module.sow is named from where its
+    # Variables come from: eagerly, also through the NNX transform's own
+    # record of its copies; staged, from the inputs its Variables hold, or
+    # from what its transform's record said when it was staged, if JAX did
+    # not reuse that trace for another module. A module whose every
+    # Variable the call updated before it sows, in one nnx.jit trace JAX
+    # reuses for two such modules, is refused staged, naming the module.
+    class Counter(nnx.Module):
+
+      def __init__(self):
+        self.calls = nnx.BatchStat(jnp.zeros(()))
+
+      def __call__(self, x):
+        self.calls[...] += 1.0
+        self.sow(nnx.Intermediate, 'h', x * self.calls[...])
+        return x
+
+    class Pair(nnx.Module):
+
+      def __init__(self):
+        self.a, self.b = Counter(), Counter()
+
+    shared = nnx.jit(lambda m, x: m(x))
+
+    def f(pair, x):
+      return shared(pair.b, shared(pair.a, x))
+
+    pair = Pair()
+    _, collected = capture(f)(pair, X_MODULES)
+    self.assertEqual(list(collected), [('a', 'h'), ('b', 'h')])
+    for name in ('a', 'b'):
+      assert_close(collected[(name, 'h')][0], X_MODULES)
+    self.assertEqual(float(pair.a.calls[...]), 1.0)
+    with self.assertRaisesRegex(
+        ValueError, r"a Counter sow \('h',\) was made inside a JAX"
+        ' transformation .* none of the Variables it reads there comes'
+        ' from an input'):
+      jax.jit(capture(f))(pair, X_MODULES)
+    # One module per trace (a new nnx.jit each call): named staged too.
+    fresh = lambda m, x: nnx.jit(lambda m, x: m(x))(m, x)
+    _, collected = jax.jit(capture(fresh))(pair.a, X_MODULES)
+    self.assertEqual(list(collected), [('h',)])
+    assert_close(collected[('h',)][0], X_MODULES * 2.0)
+
   def test_jitted_function_with_a_name_predicate(self):
     # The predicate is resolved on a trace of the call made for that
     # purpose; it too must see Module.sow sites as sows (it took the

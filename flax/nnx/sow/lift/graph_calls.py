@@ -67,6 +67,7 @@ from jax.interpreters import partial_eval
 
 from flax.nnx import graphlib
 from flax.nnx import variablelib
+from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import staged_sows
 from flax.nnx.sow.lift import module_paths
 from flax.nnx.sow.transform import primitive
@@ -341,6 +342,11 @@ class Prepared:
     state_leaves, state_traced = self.state_leaves, self.state_traced
     graphdef = self.traced_graphdef
 
+    # What each input is in the frames of the call, found before the trace
+    # ends (its copies hold its tracers, which must not outlive it).
+    origins: list[tp.Any] = []
+    started: list[module_paths.Frame] = []
+
     def flat_f(*input_values):
       values = iter(input_values)
       call_leaves = [
@@ -368,6 +374,7 @@ class Prepared:
         )
       else:
         out = self.call(node, *call_args, **call_kwargs)
+      origins[:] = module_paths.release(started, input_values)
       # (3) After f: flatten the copies again and return what changed.
       return _after_call(out, copies, self.graph, graphdef, values_in, outcome)
 
@@ -377,9 +384,14 @@ class Prepared:
         outcome.harvested = taking.finish()
         return outputs + taking.leaves()
 
-    with primitive.harvesting(True):
+    with primitive.harvesting(True), module_paths.started(started):
       closed = _trace_flat(flat_f if collect is None else collecting_f,
                            self.inputs)
+    # Sows deferred inside the call (on copies that transforms made of its
+    # copies) are named from its frames, now that the program is whole.
+    if started:
+      with module_paths.finishing(started):
+        closed = deferred.rename_jaxpr(closed, origins)
     return closed, outcome
 
   def stage(self, collect: tp.Any = None) -> StagedCall:
@@ -446,21 +458,16 @@ def call_directly(f: tp.Callable[..., tp.Any], args, kwargs) -> tp.Any:
 
 
 def _call_in_frame(call, node, args, kwargs, has_nodes: bool):
-  """``call(node, *args, **kwargs)`` on copies marked with their module
-  paths, in a functional frame (see :mod:`.module_paths`).
+  """``call(node, *args, **kwargs)`` in a functional frame that names the
+  modules of its arguments by path (see :mod:`.module_paths`).
 
   The frame is there even without graph node arguments: a ``Module.sow`` on
   a module the function closes over then raises rather than writing an
   attribute.
   """
-  modules = []
-  if has_nodes:  # else no argument can hold a module: no walk
-    roots = module_paths.roots(node, args, kwargs)
-    modules = module_paths.modules_of_roots(roots)
+  found = module_paths.roots(node, args, kwargs) if has_nodes else []
   return taps.run_in_frame(
-      module_paths.Frame(), modules,
-      lambda: call(node, *args, **kwargs),
-  )
+      module_paths.Frame(), found, lambda: call(node, *args, **kwargs))
 
 
 def _references(nodes: list[tp.Any], copy_index: graphlib.RefMap) -> bool:

@@ -11,15 +11,42 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Module paths inside a staged call: which module copy has which path.
+"""Module paths inside a call: which module is at which path.
 
-A staged call (``capture``, ``plant``, ``perturb``, ``nnx.capture``) runs its
-function on copies of the graph nodes of its arguments (see
-:mod:`flax.nnx.sow.lift.graph_calls`). ``Module.sow`` on a copy, or on a copy
-of it that an NNX or JAX transform made inside the call, must find the module's
-path: this module keeps, per thread, a stack of active calls (frames), marks
-each copy with its path in its frame, and resolves a module to its frame and
-path.
+A call of ``capture``, ``plant``, ``perturb`` or ``nnx.capture`` runs its
+function on graph nodes: the caller's own when eager, copies it made when
+staged (see :mod:`flax.nnx.sow.lift.graph_calls`). ``Module.sow`` on one of
+them must find the module's path. This module keeps, per thread, a stack of
+active calls (frames); each frame knows its roots and, built on first use
+and for that call only, a map from each module it reaches to its path (and
+from each array its Variables hold to the Variable's path). Nothing is
+written onto any module: ``nnx.split(model)`` inside the call is what it is
+outside, and nothing of the call remains on any object after it.
+
+A copy of a module made inside the call by a JAX or NNX transformation
+(``nnx.jit``, ``nnx.vmap``, ``nnx.scan``, ``jax.jit`` of a module as a
+pytree) is none of the frame's modules. Its ``Module.sow`` is *deferred*
+(:mod:`flax.nnx.sow.transform.deferred`), named where the program is bound,
+by the first of:
+
+1. the NNX transform's own record: in graph mode, each NNX transform keeps,
+   in its update context, the index of each copy among what it split, and
+   what it split; the deferred sow carries ``(context tag, index)`` of each
+   context between the copy and the call's objects (:func:`context_chain`),
+   and where the program is bound inside that context (eagerly), the index
+   gives the module the copy was made from;
+2. its anchors: the values of some of the copy's Variables, carried as
+   operands; their origins (the caller's arrays eagerly, the staged copies'
+   inputs when staged) are looked up in the frames' maps, which give the
+   Variables' paths and so the module's;
+3. when staged, what the record of 1. gave when the sow was staged, if the
+   sow occurs once in the program (JAX reused its trace for no other
+   module).
+
+JAX may reuse one trace for several modules of the same structure (one
+``nnx.jit`` for every block): the names are found anew each time the
+program is bound, never written into the trace. Where none of the three
+tells, the sow is refused with an error naming the module.
 
 Naming, for the functional transforms (:func:`roots`): if the function is a
 Module (or a bound method of one), paths are from it; otherwise from the
@@ -59,14 +86,18 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import threading
 import typing as tp
 
+import jax
 
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes
+from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import deferred as deferred_lib
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import thread_stack
 
@@ -79,46 +110,210 @@ PathParts = tuple[tp.Hashable, ...]
 
 
 class Frame:
-  """One active staged call that names ``Module.sow`` sites by path.
+  """One active call that names ``Module.sow`` sites by path.
 
   The base frame is the functional transforms' one: it accepts every
   Variable type, and ``Module.sow`` there is the functional ``sow``.
   ``nnx.capture`` subclasses it to collect only its types into States.
 
   Attributes:
-    id: identifies the frame in the marks of its module copies.
-    modules: ``(path, module copy)`` while the call runs.
-    module_paths: their paths, kept after the call.
+    id: identifies the frame in the sites it collects (``nnx.capture``).
+    roots: ``(path prefix, graph node)`` of the call (see :func:`roots`).
     taps: the active taps (see :mod:`flax.nnx.sow.lift.taps`), innermost last.
   """
 
   functional = True
 
   def __init__(self, frame_id: tp.Hashable = None):
-    # A functional frame's id is its thread and its depth among the
-    # functional frames of the thread: the same for every call at that
-    # depth, so that an `nnx.jit` inside the call, keyed by the marks in the
-    # graph definition, is traced once per module path rather than once per
-    # call; and another for every thread, since an eager call marks the
-    # caller's own modules, which other threads may be capturing too.
     if frame_id is None:
       frame_id = (
           threading.get_ident(), -1 - sum(f.functional for f in FRAMES.stack)
       )
     self.id = frame_id
-    self.modules: list[tuple[PathParts, tp.Any]] = []
-    self.module_paths: list[PathParts] = []
+    self.roots: list[tuple[PathParts, tp.Any]] = []
     self.taps: list[tp.Any] = []
+    self._modules: list[tuple[PathParts, tp.Any]] | None = None
+    self._module_index: dict[int, PathParts] = {}
+    self._variables: dict[int, list[PathParts]] | None = None
+    self._held: list[tp.Any] = []
+    self._kept_paths: list[PathParts] | None = None
+    self._staged: dict[int, tuple[tp.Any, PathParts]] = {}
+
+  def start(self, found: tp.Iterable[tuple[PathParts, tp.Any]]) -> None:
+    """Sets the call's roots; the maps are built when first needed."""
+    self.roots = list(found)
+    self._kept_paths = None
+    self._modules = None
+    self._module_index = {}
+    self._variables = None
+    self._held = []
+
+  @property
+  def modules(self) -> list[tuple[PathParts, tp.Any]]:
+    """``(path, module)`` for every module the roots reach, each once."""
+    if self._modules is None:
+      self._modules = modules_of_roots(self.roots)
+      self._module_index = {id(m): path for path, m in self._modules}
+    return self._modules
+
+  @property
+  def module_paths(self) -> list[PathParts]:
+    if self._kept_paths is not None:
+      return self._kept_paths
+    return [path for path, _ in self.modules]
+
+  def release(self) -> None:
+    """Drops the call's objects, at the end of a staged call: its copies
+    hold the trace's tracers, which must not outlive it. The module paths
+    stay (``nnx.capture`` files its States by them)."""
+    if not self.functional:
+      self.modules  # pylint: disable=pointless-statement
+    if self._modules is not None:
+      self._kept_paths = [path for path, _ in self._modules]
+    self.roots = []
+    self._modules = None
+    self._module_index = {}
+    self._variables = None
+    self._held = []
+
+  def note_staged(self, pending: tp.Any, holder: tp.Any) -> None:
+    """Notes the path of the module a deferred sow was staged on, as its
+    NNX contexts led to it then (see :func:`path_in`)."""
+    path = self.path_of(holder)
+    if path is not None:
+      self._staged[id(pending)] = (pending, path)
+
+  def staged_path(self, pending: tp.Any) -> PathParts | None:
+    found = self._staged.get(id(pending))
+    return None if found is None or found[0] is not pending else found[1]
+
+  def paths_now(self, value: tp.Any) -> list[PathParts]:
+    """:meth:`variable_paths` as the map has it now (no new look)."""
+    if self._variables is None:
+      return []
+    return self._variables.get(id(value), [])
 
   def accepts(self, path: PathParts, var_type: type) -> bool:
     """Whether a ``Module.sow`` of ``var_type`` at ``path`` is collected."""
     del path, var_type
     return True
 
+  def accepts_type(self, var_type: type) -> bool:
+    """Whether a ``Module.sow`` of ``var_type`` is collected at some path."""
+    del var_type
+    return True
+
   def path_of(self, obj: tp.Any) -> PathParts | None:
     """``obj``'s path in this frame, or ``None``."""
-    mark_ = _mark_of(obj)
-    return None if mark_ is None else mark_.path_in(self.id)
+    if not self.roots:
+      return None
+    self.modules  # pylint: disable=pointless-statement
+    return self._module_index.get(id(obj))
+
+  def variable_paths(self, value: tp.Any) -> list[PathParts]:
+    """The paths of the Variables of this frame's modules that hold
+    ``value`` (an array, by identity), or ``[]``.
+
+    The map is built on first use (for a staged call, as it starts: see
+    :func:`~flax.nnx.sow.lift.taps.run_in_frame`) and extended after a miss
+    with the values the Variables hold then: the call may have given them
+    new ones, and a program bound before that still reads the old.
+    """
+    if isinstance(value, KnownOrigin):
+      return list(value.paths.get(id(self), ()))
+    if not self.roots:
+      return []
+    if self._variables is None:
+      self._variables = {}
+      self._index_variables()
+    found = self._variables.get(id(value))
+    if found is None and value is not None:
+      self._index_variables()
+      found = self._variables.get(id(value))
+    if found is None and isinstance(value, jax.core.Tracer):
+      # A tracer of a trace that is not current (a module closed over by a
+      # custom_vjp's forward under grad): the array it stands for.
+      underlying = _jax.traced_value(value)
+      if underlying is not None:
+        return self.variable_paths(underlying)
+    return found or []
+
+  def _index_variables(self) -> None:
+    index = self._variables
+    assert index is not None
+    for prefix, root in self.roots:
+      if not graph_nodes.holds_graph_nodes(root):
+        continue
+      for path, variable in _variables_of(root):
+        for leaf in jax.tree_util.tree_leaves(variable.get_raw_value()):
+          paths = index.setdefault(id(leaf), [])
+          full = (*prefix, *path)
+          if full not in paths:
+            paths.append(full)
+            self._held.append(leaf)  # so that an identity is not reused
+
+  def holder_path(
+      self, anchors: tp.Sequence[PathParts], origins: tp.Sequence[tp.Any]
+  ) -> PathParts | None:
+    """The path of the module of this frame whose Variables at ``anchors``
+    (paths from the module) hold the arrays ``origins`` (``None``:
+    unknown), or ``None`` if no anchor is one of this frame's.
+
+    Raises:
+      ValueError: the anchors point at different modules (Variables
+        shared between modules under the same name).
+    """
+    found: set[PathParts] | None = None
+    for anchor, origin in zip(anchors, origins):
+      if origin is None:
+        continue
+      candidates = {
+          path[:len(path) - len(anchor)]
+          for path in self.variable_paths(origin)
+          if len(path) >= len(anchor)
+          and tuple(path[len(path) - len(anchor):]) == tuple(anchor)
+      }
+      if not candidates:
+        continue
+      found = candidates if found is None else found & candidates
+      if not found:
+        break
+    if found is None:
+      return None
+    if len(found) != 1:
+      held = ', '.join(map(repr, sorted(found, key=repr))) or 'none alike'
+      raise ValueError(
+          'capture: a Module.sow inside a JAX transformation reads'
+          f' Variables that this call holds at other module paths ({held}),'
+          ' so its module cannot be told; sow from a module whose Variables'
+          ' are its own.'
+      )
+    return next(iter(found))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KnownOrigin:
+  """The origin of a value as the frames of a staged call saw it (the
+  paths of the Variables holding it, by frame), kept after the trace
+  without the value itself (a tracer of the trace)."""
+
+  paths: dict[int, tuple[PathParts, ...]]
+
+
+def _variables_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
+  # Imported here: `flax.nnx.module` itself delegates to this package.
+  # pylint: disable-next=g-import-not-at-top
+  from flax.nnx import variablelib
+
+  try:
+    with _WALK_LOCK:  # see there
+      return [
+          (tuple(path), value)
+          for path, value in graphlib.iter_graph(root, graph=True)
+          if isinstance(value, variablelib.Variable)
+      ]
+  except Exception:  # pylint: disable=broad-except
+    return []  # not a graph node
 
 
 # The frames of the calls running on this thread, innermost last.
@@ -130,103 +325,6 @@ def innermost_functional() -> Frame | None:
     if frame.functional:
       return frame
   return None
-
-
-# ---------------------------------------------------------------------------
-# Path marks: how a module copy knows its path, through every transform
-# ---------------------------------------------------------------------------
-
-# The attribute of a module that holds its mark. NNX leaves the attributes
-# named `_pytree__*` out of what a module shows its user (the keys of an
-# `nnx.Dict`, its repr), while flattening them like any other attribute.
-_MARK_ATTRIBUTE = '_pytree__sow_paths'
-# An eager call marks the caller's own modules, which calls in other threads
-# may be marking and walking too. Marking reads the mark and writes it back,
-# and adding or removing the attribute changes the size of the module's
-# `__dict__`, which a walk of it in another thread must not see: so marking,
-# unmarking and this module's walks of modules hold this lock. While any call
-# holds an entry in a module's mark, the attribute stays: what other calls
-# change is its value, never the size of the dictionary that the NNX code
-# inside a running call (an `nnx.jit` splitting the model, say) may walk.
-_MARKS_LOCK = threading.RLock()
-
-
-@dataclasses.dataclass(frozen=True)
-class PathMark:
-  """A static attribute of the module copies a staged call runs on.
-
-  For each enclosing frame (innermost last): its id and the module's path
-  there. Being static, it is part of the module's graph definition and pytree
-  structure, so every copy that an NNX transform (graph or tree mode) or a
-  JAX transform of modules as pytrees makes inside the call carries it, and
-  the caches of JAX and NNX tell apart modules at different paths (an
-  ``nnx.jit`` traced for ``blocks[0]`` is not reused, with its sow names, for
-  ``blocks[1]``) and frames. It is only ever set on a call's private copies,
-  and removed from them (and from graph nodes the call returns) when the
-  call ends.
-  """
-
-  paths: tuple[tuple[tp.Hashable, PathParts], ...]
-
-  def path_in(self, frame_id: tp.Hashable) -> PathParts | None:
-    for entry_id, path in self.paths:
-      if entry_id == frame_id:
-        return path
-    return None
-
-
-def _mark_of(obj: tp.Any) -> PathMark | None:
-  attributes = getattr(obj, '__dict__', None)
-  if attributes is None:
-    return None
-  mark_ = attributes.get(_MARK_ATTRIBUTE)
-  return mark_ if isinstance(mark_, PathMark) else None
-
-
-def mark(module: tp.Any, frame: Frame, path: PathParts) -> None:
-  """Marks ``module`` with its ``path`` in ``frame``."""
-  if getattr(module, '__dict__', None) is None:
-    return  # a module without attributes cannot sow by path
-  with _MARKS_LOCK:
-    previous = _mark_of(module)
-    entries = () if previous is None else previous.paths
-    # Written into the instance dictionary: the mark is neither data nor a
-    # user attribute, and must not go through the module's __setattr__.
-    vars(module)[_MARK_ATTRIBUTE] = PathMark((*entries, (frame.id, path)))
-
-
-def unmark(
-    nodes: tp.Iterable[tp.Any], frame: Frame, refused: bool = False
-) -> None:
-  """Removes ``frame``'s entry from the marks of ``nodes`` and the graph
-  nodes they reach; with ``refused``, also the refusing ``__captures__``
-  (see :func:`run_in_frame`)."""
-  with _MARKS_LOCK:
-    for _, node in graphlib.iter_graph(list(nodes), graph=True):
-      mark_ = _mark_of(node)
-      if mark_ is None or mark_.path_in(frame.id) is None:
-        continue
-      rest = tuple(entry for entry in mark_.paths if entry[0] != frame.id)
-      if rest:
-        vars(node)[_MARK_ATTRIBUTE] = PathMark(rest)
-      else:
-        del vars(node)[_MARK_ATTRIBUTE]
-        if refused:  # the last call that marked it: no call refuses now
-          _allow_legacy_sows(node)
-
-
-def clear_marks(tree: tp.Any) -> None:
-  """Removes the marks of the graph nodes in ``tree`` (and those they reach).
-
-  For the modules in sown values: each is rebuilt from the sow's pytree
-  structure, of which the mark of the module it was sown from is a part, so
-  it would carry the mark of a call that has ended. No frame holds them.
-  """
-  with _MARKS_LOCK:
-    for _, node in graphlib.iter_graph(graph_nodes.graph_nodes_in(tree),
-                                       graph=True):
-      if _mark_of(node) is not None:
-        del vars(node)[_MARK_ATTRIBUTE]
 
 
 def resolve(
@@ -241,9 +339,13 @@ def resolve(
   ``obj``. A functional frame collects every type, and the frames outside it
   are not searched: its sows are its own.
   """
+  return _choose(lambda frame: frame.path_of(obj), var_type)
+
+
+def _choose(path_in, var_type: type, frames=None):
   fallback = None
-  for frame in reversed(FRAMES.stack):
-    path = frame.path_of(obj)
+  for frame in reversed(FRAMES.stack if frames is None else frames):
+    path = path_in(frame)
     if path is None:
       continue
     if frame.functional:
@@ -253,6 +355,260 @@ def resolve(
     if fallback is None:
       fallback = (frame, path, False)
   return fallback
+
+
+# ---------------------------------------------------------------------------
+# Modules that are none of a frame's: deferred to where the program is bound
+# ---------------------------------------------------------------------------
+
+# How many of a module's Variables a deferred sow carries as anchors: one
+# whose origin is known names the module; more cover Variables updated
+# before the sow (whose values are computed, so have no origin).
+MAX_ANCHORS = 8
+
+
+def anchors_of(module: tp.Any) -> list[tuple[PathParts, tp.Any]]:
+  """``(path from the module, array)`` of the first Variables of
+  ``module``, in graph order: what a deferred sow on it carries."""
+  found = []
+  for path, variable in _variables_of(module):
+    leaves = jax.tree_util.tree_leaves(variable.get_raw_value())
+    if leaves and primitive.is_array(leaves[0]):
+      found.append((path, leaves[0]))
+      if len(found) == MAX_ANCHORS:
+        break
+  return found
+
+
+@dataclasses.dataclass(frozen=True)
+class SowDetail:
+  """What a deferred ``Module.sow`` (or ``Module.perturb``) is, besides its
+  module's path: the :class:`~flax.nnx.sow.transform.deferred.Deferred`'s
+  ``detail``.
+
+  Attributes:
+    var_type: the Variable type sown, which chooses the frame (see
+      :func:`resolve`).
+    site: ``site(frame, path, accepted, *args)`` gives the resolution: the
+      sow's name and marker at ``path`` in ``frame``, or
+      ``deferred.DROP`` (a function of the layer that made the sow, the
+      same object for every sow, so the detail is static).
+    args: the rest of ``site``'s arguments.
+  """
+
+  var_type: type
+  site: tp.Callable[..., deferred_lib.Resolution]
+  args: tuple[tp.Hashable, ...]
+
+  def resolve(self, pending, origins, frames, once
+              ) -> deferred_lib.Resolution:
+    chosen = _choose(path_in(pending, origins, once), self.var_type, frames)
+    return None if chosen is None else self.site(*chosen, *self.args)
+
+
+def path_in(pending: deferred_lib.Deferred, origins: list[tp.Any],
+            once: bool):
+  """``path_in(frame)``: the path, in a frame, of the module of a deferred
+  sow: the one its NNX transforms' contexts lead to (:func:`context_chain`,
+  where the program is bound inside them: eagerly), else the one its
+  anchors' origins are Variables of, else, if the sow occurs once in the
+  program (no trace of it was reused for another module), the path its
+  contexts led to when it was staged (:meth:`Frame.staged_path`)."""
+  holder = _chain_holder(pending.chain)
+
+  def in_frame(frame: Frame) -> PathParts | None:
+    if holder is not None:
+      path = frame.path_of(holder)
+      if path is not None:
+        return path
+    path = frame.holder_path(pending.anchors, origins)
+    if path is None and once:
+      path = frame.staged_path(pending)
+    return path
+
+  return in_frame
+
+
+def context_chain(module: tp.Any) -> tuple[tuple[tp.Any, int], ...]:
+  """How ``module``, a copy an NNX transform made inside a call, is found
+  again where the transform's program is bound: ``(tag, index)`` of each
+  NNX update context between it and the call's own objects, innermost
+  first (``nnx.jit``, ``nnx.vmap``, ``nnx.scan``... in graph mode keep
+  their copies' indexes there). The indexes are the structure's, the same
+  for every module a reused trace runs on."""
+  chain = []
+  stacks = graphlib.GRAPH_CONTEXT.update_context_stacks
+  obj = module
+  while len(chain) < len(stacks):
+    for tag, stack in stacks.items():
+      inner = stack[-1].inner_ref_outer_index if stack else None
+      if inner is not None and obj in inner:
+        index = inner[obj]
+        chain.append((tag, index))
+        outer = stack[-1].outer_index_outer_ref
+        obj = outer[index] if outer is not None and index in outer else None
+        break
+    else:
+      break
+    if obj is None:
+      break
+    if any(frame.path_of(obj) is not None for frame in FRAMES.stack):
+      break
+  return tuple(chain)
+
+
+def _chain_holder(chain) -> tp.Any | None:
+  """The object the outermost live context of ``chain`` made its copy from
+  (the transform whose program is being bound runs in it), or ``None``."""
+  stacks = graphlib.GRAPH_CONTEXT.update_context_stacks
+  for tag, index in reversed(chain):
+    stack = stacks.get(tag)
+    outer = stack[-1].outer_index_outer_ref if stack else None
+    if outer is not None and index in outer:
+      return outer[index]
+  return None
+
+
+def resolve_deferred(
+    pending: deferred_lib.Deferred, tag: tp.Hashable,
+    origins: list[tp.Any], once: bool = True,
+) -> deferred_lib.Resolution:
+  """The resolver of deferred sows (see
+  :mod:`flax.nnx.sow.transform.deferred`): the module whose Variables the
+  anchors come from, in the frames running now and those of a staged call
+  being finished (:func:`finishing`), chosen as its detail says."""
+  del tag
+  resolve_ = getattr(pending.detail, 'resolve', None)
+  if resolve_ is None:
+    return None
+  return resolve_(pending, origins, FRAMES.stack + _FINISHING.stack, once)
+
+
+def deferred_sow(
+    module: tp.Any, value: tp.Any, *, rest: tuple[tp.Hashable, ...],
+    detail: tp.Hashable, tag: tp.Hashable, mode: str,
+) -> tuple[tp.Any, bool] | None:
+  """Sows ``value`` for ``module``, which no running frame holds, under a
+  name its path starts (``(*path, *rest)``), found from its Variables.
+
+  Inside a JAX transformation (the Variables hold tracers), the sow is
+  deferred (see :mod:`flax.nnx.sow.transform.deferred`); outside any (a
+  module merged from the caller's state), it is resolved at once. Returns
+  ``(what the sow returns, whether it was resolved or deferred)``, or
+  ``None`` if nothing tells which module it is (no Variable, or none of
+  its arrays is a frame's).
+  """
+  anchors = anchors_of(module)
+  chain = context_chain(module)
+  if not anchors and not chain:
+    return None
+  pending = deferred_lib.Deferred(
+      anchors=tuple(path for path, _ in anchors), rest=rest,
+      owner=type(module).__name__, detail=detail, chain=chain,
+  )
+  values = [value for _, value in anchors]
+  # A copy made inside a transformation (its Variables traced, or known to
+  # an NNX transform's context) is named where the program is bound; any
+  # other module (merged from the caller's state, closed over) at once.
+  if not chain and not any(isinstance(v, jax.core.Tracer) for v in values):
+    resolution = resolve_deferred(pending, tag, values)
+    if resolution is None:
+      return None
+    if resolution is deferred_lib.DROP:
+      return value, True
+    name, meta = resolution
+    return primitive.sow_with_meta(
+        value, name=name, tag=tag, mode=mode, meta=meta), True
+  holder = _chain_holder(chain)
+  if holder is not None:
+    for frame in FRAMES.stack:
+      frame.note_staged(pending, holder)
+  leaves, treedef = primitive.flatten_value(
+      value, where=f'{type(module).__name__}.sow')
+  out = deferred_lib.sow(leaves, values, deferred=pending, treedef=treedef,
+                         tag=tag, mode=mode)
+  return jax.tree_util.tree_unflatten(treedef, out), True
+
+
+# Frames of staged calls whose jaxpr is being resolved after their trace.
+_FINISHING: thread_stack.ThreadStack[Frame] = thread_stack.ThreadStack()
+
+
+@contextlib.contextmanager
+def finishing(frames: tp.Sequence[Frame]) -> tp.Iterator[None]:
+  """Lets the resolver see ``frames`` (staged calls whose function has
+  returned) while the deferred sows of their jaxpr are resolved."""
+  for frame in frames:
+    _FINISHING.stack.append(frame)
+  try:
+    yield
+  finally:
+    for frame in reversed(frames):
+      popped = _FINISHING.stack.pop()
+      assert popped is frame
+
+
+deferred_lib.set_resolver(resolve_deferred)
+
+
+# The frames started while staging a call (see `started`), innermost last.
+_STARTED: thread_stack.ThreadStack[list[Frame]] = thread_stack.ThreadStack()
+
+
+@contextlib.contextmanager
+def started(frames: list[Frame]) -> tp.Iterator[list[Frame]]:
+  """Collects into ``frames`` the frames started in the block (a staged
+  call's, directly: a call staged inside collects its own)."""
+  with _STARTED.pushed(frames):
+    yield frames
+
+
+def release(
+    frames: tp.Sequence[Frame], values: tp.Sequence[tp.Any]
+) -> list[KnownOrigin | None]:
+  """The origins of ``values`` (a staged call's inputs) in ``frames``, kept
+  without them; then drops the frames' objects (see :meth:`Frame.release`)."""
+  origins: list[KnownOrigin | None] = []
+  for value in values:
+    paths = {}
+    for frame in frames:
+      found = frame.paths_now(value)
+      if found:
+        paths[id(frame)] = tuple(found)
+    origins.append(KnownOrigin(paths) if paths else None)
+  for frame in frames:
+    frame.release()
+  return origins
+
+
+def note_started(frame: Frame) -> None:
+  if _STARTED.stack:
+    _STARTED.stack[-1].append(frame)
+
+
+def refuse_unnamed_copy(module: tp.Any, method: str, value: tp.Any) -> None:
+  """Raises if ``value`` is traced: ``module`` is then a copy a JAX
+  transformation made inside the call (or one closed over by it) that
+  :func:`deferred_sow` could not name, as it holds no Variable from the
+  call's arguments."""
+  if not FRAMES.stack:
+    return
+  traced = lambda tree: any(isinstance(leaf, jax.core.Tracer)
+                            for leaf in jax.tree_util.tree_leaves(tree))
+  variables = [v.get_raw_value() for _, v in _variables_of(module)]
+  # A module holding concrete Variables is the caller's (closed over), not
+  # a copy: it takes the path of an unreachable module (see there).
+  if not (traced(variables) or not variables and traced(value)):
+    return
+  raise ValueError(
+      f'Module.{method} was called on a {type(module).__name__} inside a JAX'
+      ' transformation (jit, vmap, scan, an NNX transform...) that is none'
+      " of the capture's modules and holds no Variable whose value comes"
+      " from the capture's arguments, so nothing in the program says which"
+      ' module it is (a module without Variables, or one created inside the'
+      ' function). Sow from a module that holds Variables, or pass it to'
+      ' the capture as an argument.'
+  )
 
 
 def refuse_unreachable(module: tp.Any, method: str) -> None:
@@ -308,7 +664,7 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   from flax.nnx import module as module_lib
 
   try:
-    with _MARKS_LOCK:  # see there
+    with _WALK_LOCK:  # see there
       return [
           (tuple(path), module)
           for path, module in module_lib.iter_modules(root)
@@ -341,7 +697,7 @@ def modules_of_roots(
   """Every module under ``found``'s roots, each once, at its first path."""
   modules: list[tuple[PathParts, tp.Any]] = []
   seen: set[int] = set()
-  with _MARKS_LOCK:  # the walks, see there
+  with _WALK_LOCK:  # the walks, see there
     for prefix, root in found:
       if not graph_nodes.holds_graph_nodes(root):
         continue
@@ -427,15 +783,44 @@ class _RefusedCaptures:
 _REFUSED_CAPTURES = _RefusedCaptures()
 
 
-def refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
-  with _MARKS_LOCK:
+# Without `install()`, a functional call gives the modules it runs on a
+# refusing `__captures__` (the one thing it writes onto a module, and only
+# then), which calls in other threads may be giving the same modules: how
+# many calls refuse each module, by id. Writing and removing the attribute
+# changes the size of a module's `__dict__`, which a walk of it in another
+# thread must not see: those writes and this module's walks hold the lock.
+_WALK_LOCK = threading.RLock()
+_REFUSING: dict[int, int] = {}
+
+
+def refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> list[tp.Any]:
+  """Gives ``nodes`` the refusing ``__captures__``; returns those given it,
+  for :func:`allow_legacy_sows`."""
+  given = []
+  with _WALK_LOCK:
     for node in nodes:
-      if getattr(node, '__dict__', None) is not None:
-        vars(node).setdefault(_LEGACY_CAPTURES, _REFUSED_CAPTURES)
+      attributes = getattr(node, '__dict__', None)
+      if attributes is None:
+        continue
+      if id(node) in _REFUSING:
+        _REFUSING[id(node)] += 1
+      elif _LEGACY_CAPTURES in attributes:
+        continue  # Flax's own `nnx.capture` runs on it
+      else:
+        _REFUSING[id(node)] = 1
+        attributes[_LEGACY_CAPTURES] = _REFUSED_CAPTURES
+      given.append(node)
+  return given
 
 
-def _allow_legacy_sows(node: tp.Any) -> None:
-  attributes = getattr(node, '__dict__', None)
-  if (attributes is not None
-      and attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES):
-    del attributes[_LEGACY_CAPTURES]
+def allow_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
+  """Undoes :func:`refuse_legacy_sows` for ``nodes``; the attribute goes
+  with the last call that refuses the module."""
+  with _WALK_LOCK:
+    for node in nodes:
+      _REFUSING[id(node)] -= 1
+      if not _REFUSING[id(node)]:
+        del _REFUSING[id(node)]
+        attributes = vars(node)
+        if attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES:
+          del attributes[_LEGACY_CAPTURES]

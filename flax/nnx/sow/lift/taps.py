@@ -43,6 +43,8 @@ import jax
 from flax.nnx import graphlib
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import deferred
+from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
 
@@ -302,27 +304,38 @@ def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
   def method(self, *args, **kwargs):
     found = _active(self, name)
     if found is None:
-      # Called as the class calls it: the class attribute, module first.
-      return attr(self, *args, **kwargs)
-    path, specs = found
-    base = module_paths.sow_name(path, name)
+      specs = _unplaced(self, name)
+      if not specs:
+        # Called as the class calls it: the class attribute, module first.
+        return attr(self, *args, **kwargs)
+      # A copy made inside the call (nnx.vmap, nnx.scan, nnx.jit...): what
+      # each tap sows of it is decided once its path is found (`_Tapping`).
+      path = '(a copy made inside the call)'
+      naming = _deferred_naming(self, name, type(self))
+    else:
+      path, specs = found
+      base = module_paths.sow_name(path, name)
+      naming = lambda what, key: (*base, *what)  # pylint: disable=cell-var-from-loop
     for tag, inputs, mode in _sows(specs, 'inputs'):
+      key = (tag, inputs, mode)
       if inputs is True:
         args, kwargs = _sow_arrays(
-            (args, kwargs), name=(*base, 'inputs'), tag=tag, mode=mode
+            (args, kwargs), name=naming(('inputs',), key), tag=tag,
+            mode=mode,
         )
       else:
         args, kwargs = _sow_argument(
             attr, self, args, kwargs, inputs, path=path, method=name,
-            name=(*base, 'inputs', inputs), tag=tag, mode=mode,
+            name=naming(('inputs', inputs), key), tag=tag, mode=mode,
         )
     result = attr(self, *args, **kwargs)
     for spec in specs:
       if spec.on_output is not None:
         spec.on_output(self, name, result)
-    for tag, _, mode in _sows(specs, 'outputs'):
-      result = _sow_arrays(result, name=(*base, 'output'), tag=tag,
-                           mode=mode)
+    for tag, inputs, mode in _sows(specs, 'outputs'):
+      result = _sow_arrays(result, name=naming(('output',), (tag, inputs,
+                                                             mode)),
+                           tag=tag, mode=mode)
     return result
 
   if isinstance(attr, types.FunctionType):
@@ -416,6 +429,84 @@ def _active(module, method: str) -> tuple[PathParts, list[TapSpec]] | None:
   return None
 
 
+def _unplaced(module, method: str) -> list[TapSpec]:
+  """The taps that may apply to a call of ``module``, a copy no frame holds
+  (made inside the call), by its class and method: which do is known once
+  its path is."""
+  if any(frame.path_of(module) is not None
+         for frame in module_paths.FRAMES.stack):
+    return []  # a module of the call that no tap matches
+  cls = _base(type(module))
+  return [spec for frame in module_paths.FRAMES.stack for spec in frame.taps
+          if method in spec.method_names(cls)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tapping:
+  """A tap's sow on a copy made inside the call, until its path is found:
+  the ``detail`` of its :class:`~flax.nnx.sow.transform.deferred.Deferred`.
+
+  Resolved in the innermost frame with taps that holds the module: named as
+  on the module itself if a tap of that frame applies there and sows this
+  (``key``: tag, inputs, mode), else dropped.
+  """
+
+  cls: type
+  method: str
+  what: tuple[tp.Hashable, ...]  # ('inputs',), ('inputs', i), ('output',)
+  key: tuple[tp.Hashable, tp.Any, str]
+
+  def resolve(self, pending, origins, frames, once):
+    path_in = module_paths.path_in(pending, origins, once)
+    for frame in reversed(frames):
+      if not frame.taps:
+        continue
+      path = path_in(frame)
+      if path is None:
+        continue
+      specs = [s for s in frame.taps
+               if s.applies(path, self.cls, self.method)]
+      kind = 'outputs' if self.what == ('output',) else 'inputs'
+      if self.key not in _sows(specs, kind):
+        return deferred.DROP
+      return (*module_paths.sow_name(path, self.method), *self.what), None
+    return None
+
+
+class _DeferredName:
+  """The name of a tap's sow on a copy made inside the call (see
+  :class:`_Tapping`): resolved from the copy's Variables where the program
+  is bound."""
+
+  def __init__(self, module, method: str, what, key):
+    self.module = module
+    self.method = method
+    self.what = what
+    self.key = key
+
+  def sow(self, view, tag, mode):
+    done = module_paths.deferred_sow(
+        self.module, view, rest=(self.method, *self.what), tag=tag,
+        mode=mode,
+        detail=_Tapping(_base(type(self.module)), self.method, self.what,
+                        self.key),
+    )
+    if done is None:
+      raise ValueError(
+          f'tap: a {type(self.module).__name__}.{self.method} call on a copy'
+          ' of a tapped module made inside the call (by nnx.vmap, nnx.scan,'
+          ' nnx.jit...) cannot be named: the module holds no Variable whose'
+          " value comes from the call's arguments. Tap the module that"
+          ' holds it, or call it outside the transformation.'
+      )
+    return done[0]
+
+
+def _deferred_naming(module, method: str, cls: type):
+  del cls
+  return lambda what, key: _DeferredName(module, method, what, key)
+
+
 def _sow_arrays(tree: tp.Any, *, name, tag, mode: str = 'append') -> tp.Any:
   """Sows the array leaves of ``tree`` (others ``None``) and puts the sown
   arrays back in their places."""
@@ -428,9 +519,11 @@ def _sow_arrays(tree: tp.Any, *, name, tag, mode: str = 'append') -> tp.Any:
   view = jax.tree_util.tree_unflatten(
       treedef, [leaf if a else None for leaf, a in zip(leaves, arrays)]
   )
-  sown = jax.tree_util.tree_leaves(
-      primitive.sow(view, name=name, tag=tag, mode=mode)
-  )
+  if isinstance(name, _DeferredName):
+    sown = jax.tree_util.tree_leaves(name.sow(view, tag, mode))
+  else:
+    sown = jax.tree_util.tree_leaves(
+        primitive.sow(view, name=name, tag=tag, mode=mode))
   at = [i for i, a in enumerate(arrays) if a]
   for i, value in zip(at, sown, strict=True):
     leaves[i] = value
@@ -560,35 +653,38 @@ def _set_class(module: tp.Any, cls: type) -> None:
 
 def run_in_frame(
     frame: module_paths.Frame,
-    modules: list[tuple[module_paths.PathParts, tp.Any]],
+    found: list[tuple[module_paths.PathParts, tp.Any]],
     call: tp.Callable[[], tp.Any],
 ) -> tp.Any:
-  """Runs ``call()`` with ``modules`` marked in ``frame``.
+  """Runs ``call()`` in ``frame``, whose roots are ``found``.
 
-  The marks, and the frame's taps' watching classes, are removed when the
-  call ends, also on error, from the modules and from the graph nodes the
-  call returns (a module built from a marked one carries its mark). In a
-  functional frame, while ``Module.sow`` is Flax 0.12.8's own, a
-  ``Module.sow`` of these modules raises an error naming
-  ``capture_compat.install()`` (see :class:`_RefusedCaptures`).
+  The frame's taps' watching classes are removed when the call ends, also on
+  error, from the modules and from the graph nodes the call returns (a
+  module built from a watched one has its class). In a functional frame,
+  while ``Module.sow`` is Flax 0.12.8's own, a ``Module.sow`` of these
+  modules raises an error naming ``capture_compat.install()`` (see
+  ``module_paths._RefusedCaptures``).
   """
-  frame.modules = modules
-  frame.module_paths = [path for path, _ in modules]
-  for path, module in modules:
-    module_paths.mark(module, frame, path)
-  refusing = frame.functional and module_paths.legacy_sow_methods()
-  if refusing:
-    module_paths.refuse_legacy_sows(module for _, module in modules)
+  frame.start(found)
+  module_paths.note_started(frame)
+  if not eager.can_run():
+    # Staged: the Variables of the copies hold the trace's inputs now, which
+    # the deferred sows of the call are resolved from once it is traced.
+    frame.variable_paths(None)
+  refused = []
+  if frame.functional and module_paths.legacy_sow_methods():
+    refused = module_paths.refuse_legacy_sows(
+        module for _, module in frame.modules)
   module_paths.FRAMES.stack.append(frame)
   out = None
-  watched = watch_for(frame, modules)
+  watched = watch_for(frame, frame.modules) if frame.taps else []
   try:
     out = call()
     return out
   finally:
-    returned = graph_nodes.graph_nodes_in(out)
+    returned = graph_nodes.graph_nodes_in(out) if watched else []
     restore(watched, returned)
     popped = module_paths.FRAMES.stack.pop()
     assert popped is frame
-    module_paths.unmark([m for _, m in modules] + returned, frame, refusing)
-    frame.modules = []
+    if refused:
+      module_paths.allow_legacy_sows(refused)

@@ -82,31 +82,43 @@ class NamingTest(absltest.TestCase):
 
 class FramesTest(absltest.TestCase):
 
-  def test_a_mark_gives_the_path_in_its_frame_only(self):
+  def test_a_frame_gives_the_paths_of_its_own_roots_only(self):
     block = Block()
+    before = dict(vars(block))
     outer, inner = paths.Frame('outer'), paths.Frame('inner')
-    paths.mark(block, outer, ('a',))
-    paths.mark(block, inner, ('b', 0))
+    outer.start([(('a',), block)])
+    inner.start([(('b', 0), block)])
     self.assertEqual(outer.path_of(block), ('a',))
     self.assertEqual(inner.path_of(block), ('b', 0))
-    paths.unmark([block], inner)
-    self.assertIsNone(inner.path_of(block))
-    self.assertEqual(outer.path_of(block), ('a',))
-    paths.unmark([block], outer)
-    self.assertEqual(vars(block).get(paths._MARK_ATTRIBUTE), None)  # pylint: disable=protected-access
+    self.assertIsNone(paths.Frame('other').path_of(block))
+    # The paths are the frames' own: nothing is written onto the module.
+    self.assertEqual(vars(block), before)
+
+  def test_variables_are_found_by_the_arrays_they_hold(self):
+    model = Model()
+    model.blocks[1].w = nnx.Param(jnp.ones(2))
+    frame = paths.Frame('f')
+    frame.start([((), model)])
+    array = model.blocks[1].w.get_raw_value()
+    self.assertEqual(frame.variable_paths(array), [('blocks', 1, 'w')])
+    self.assertEqual(frame.holder_path([('w',)], [array]), ('blocks', 1))
+    self.assertIsNone(frame.holder_path([('w',)], [jnp.ones(2)]))
+    # A Variable given a new value during the call is found by it too.
+    model.blocks[1].w.set_value(jnp.zeros(2))
+    self.assertEqual(
+        frame.variable_paths(model.blocks[1].w.get_raw_value()),
+        [('blocks', 1, 'w')])
+    self.assertEqual(frame.variable_paths(array), [('blocks', 1, 'w')])
 
   def test_resolve_finds_the_innermost_frame_holding_the_module(self):
     block, elsewhere = Block(), Block()
     outer, inner = paths.Frame('outer'), paths.Frame('inner')
-    paths.mark(block, outer, ('a',))
-    try:
-      with active(outer), active(inner):
-        self.assertIs(paths.innermost_functional(), inner)
-        self.assertEqual(paths.resolve(block, nnx.Intermediate),
-                         (outer, ('a',), True))
-        self.assertIsNone(paths.resolve(elsewhere, nnx.Intermediate))
-    finally:
-      paths.unmark([block], outer)
+    outer.start([(('a',), block)])
+    with active(outer), active(inner):
+      self.assertIs(paths.innermost_functional(), inner)
+      self.assertEqual(paths.resolve(block, nnx.Intermediate),
+                       (outer, ('a',), True))
+      self.assertIsNone(paths.resolve(elsewhere, nnx.Intermediate))
     self.assertIsNone(paths.innermost_functional())
 
   def test_a_collecting_frame_inside_wins_for_its_types(self):
@@ -118,18 +130,14 @@ class FramesTest(absltest.TestCase):
 
     block = Block()
     functional, collecting = paths.Frame('f'), Collecting('c')
-    paths.mark(block, functional, ('f',))
-    paths.mark(block, collecting, ('c',))
-    try:
-      with active(functional), active(collecting):
-        self.assertEqual(paths.resolve(block, nnx.Intermediate),
-                         (collecting, ('c',), True))
-        # Another type reaches the functional frame outside it.
-        self.assertEqual(paths.resolve(block, nnx.Perturbation),
-                         (collecting, ('c',), False))
-    finally:
-      paths.unmark([block], functional)
-      paths.unmark([block], collecting)
+    functional.start([(('f',), block)])
+    collecting.start([(('c',), block)])
+    with active(functional), active(collecting):
+      self.assertEqual(paths.resolve(block, nnx.Intermediate),
+                       (collecting, ('c',), True))
+      # Another type reaches the functional frame outside it.
+      self.assertEqual(paths.resolve(block, nnx.Perturbation),
+                       (collecting, ('c',), False))
 
   def test_a_module_no_argument_reaches_is_refused_in_a_frame(self):
     paths.refuse_unreachable(Block(), 'sow')  # no frame: nothing to refuse
@@ -139,14 +147,15 @@ class FramesTest(absltest.TestCase):
           ' from the arguments'):
         paths.refuse_unreachable(Block(), 'sow')
 
-  def test_flax_own_sow_is_refused_until_the_last_mark_goes(self):
+  def test_flax_own_sow_is_refused_until_the_last_call_ends(self):
     block = Block()
-    frame = paths.Frame('f')
-    paths.mark(block, frame, ())
-    paths.refuse_legacy_sows([block])
+    first = paths.refuse_legacy_sows([block])
+    second = paths.refuse_legacy_sows([block])  # another thread's call
     with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
       iter(block.__captures__)
-    paths.unmark([block], frame, refused=True)
+    paths.allow_legacy_sows(first)
+    self.assertTrue(hasattr(block, '__captures__'))
+    paths.allow_legacy_sows(second)
     self.assertFalse(hasattr(block, '__captures__'))
 
 

@@ -58,10 +58,9 @@ class Model(nnx.Module):
 
 
 def in_frame(model, call):
-  """``call()`` with ``model``'s modules marked by path, as staging does."""
-  modules = module_paths.modules_of_roots(
-      module_paths.roots(None, (model,), {}))
-  return taps.run_in_frame(module_paths.Frame(), modules, call)
+  """``call()`` in a frame whose root is ``model``, as a capture runs it."""
+  return taps.run_in_frame(
+      module_paths.Frame(), module_paths.roots(None, (model,), {}), call)
 
 
 def sow_names(closed):
@@ -78,7 +77,8 @@ class TapTest(parameterized.TestCase):
     model = Model(nnx.Rngs(0))
     call = Block.__call__
     tapped = tap(Model.__call__, ('blocks', '*'))
-    closed = in_frame(model, lambda: jax.make_jaxpr(tapped)(model, X))
+    closed = in_frame(
+        model, lambda: jax.make_jaxpr(lambda x: tapped(model, x))(X))
     self.assertEqual(sow_names(closed), [
         ('blocks', 0, '__call__', 'inputs'),
         ('blocks', 0, '__call__', 'output'),
@@ -100,7 +100,8 @@ class TapTest(parameterized.TestCase):
     model = Model(nnx.Rngs(0))
     tapped = tap(Model.__call__, ('blocks', 1), ('blocks', 0, 'linear'),
                  inputs=False, tag='taps')
-    closed = in_frame(model, lambda: jax.make_jaxpr(tapped)(model, X))
+    closed = in_frame(
+        model, lambda: jax.make_jaxpr(lambda x: tapped(model, x))(X))
     self.assertEqual(sow_names(closed), [
         ('blocks', 0, 'linear', '__call__', 'output'),
         ('blocks', 1, '__call__', 'output'),

@@ -1,0 +1,264 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Nothing of a call is written onto the caller's modules: the module paths
+that name ``Module.sow`` sites are the call's own (issue 45, item 1).
+
+Oracles: ``nnx.graphdef``/``nnx.split`` of the model outside any call, a
+fresh model of the same class, the values recomputed from the parameters
+(``compat_testing.by_hand``), and a thread's own trace count.
+"""
+
+import pickle
+import threading
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax import nnx
+from flax.nnx import capture_compat
+from flax.nnx.sow import capture
+from flax.nnx.sow import plant
+from flax.nnx.sow import sow
+
+from compat_testing import by_hand, Net, X  # pylint: disable=g-multiple-import
+import sow_testing
+
+# One nnx.jit for both blocks: one trace (equal structures), two paths.
+_run_block = nnx.jit(lambda block, x: block(x))
+
+
+def forward(net, x):
+  """Net's forward with each block under one shared nnx.jit."""
+  for block in net.blocks:
+    x = _run_block(block, x)
+  out = net.head(x)
+  net.sow(nnx.Intermediate, 'out', out)
+  return out
+
+
+def _functional(f):
+  return lambda net, x: capture(f)(net, x)[1]
+
+
+def _functional_jit(f):
+  return lambda net, x: jax.jit(capture(f))(net, x)[1]
+
+
+def _compat(f):
+  return lambda net, x: nnx.capture(f, nnx.Intermediate)(net, x)[1]
+
+
+def _compat_jit(f):
+  return lambda net, x: nnx.jit(
+      lambda net, x: nnx.capture(f, nnx.Intermediate)(net, x)[1])(net, x)
+
+
+RUNS = (
+    ('functional', _functional),
+    ('functional_jit', _functional_jit),
+    ('compat', _compat),
+    ('compat_jit', _compat_jit),
+)
+
+
+def _names(collected):
+  """The names of a functional capture's result or a compat State."""
+  if isinstance(collected, nnx.State):
+    return [tuple(path) for path, _ in nnx.to_flat_state(collected)]
+  return list(collected)
+
+
+class NothingOnModulesTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.enterContext(capture_compat.install())
+
+  @parameterized.named_parameters(*RUNS)
+  def test_split_inside_is_split_outside(self, run):
+    net = Net(nnx.Rngs(0))
+    graphdef, state = nnx.split(net)
+    inside = []
+
+    def f(net, x):
+      inside.append(nnx.split(net)[0])
+      # Also inside a transformation the call makes.
+      inside.append(nnx.jit(lambda m: nnx.split(m)[0])(net))
+      return forward(net, x)
+
+    collected = run(f)(net, X)
+    self.assertEqual(
+        _names(collected),
+        [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('out',)])
+    self.assertLen(inside, 2)
+    for seen in inside:
+      self.assertEqual(seen, graphdef)
+    # And after it: the same graph, the same values.
+    self.assertEqual(nnx.graphdef(net), graphdef)
+    for (path, a), (_, b) in zip(nnx.to_flat_state(nnx.state(net)),
+                                 nnx.to_flat_state(state)):
+      np.testing.assert_array_equal(a.get_value(), b.get_value(),
+                                    err_msg=str(path))
+
+  @parameterized.named_parameters(*RUNS)
+  def test_a_module_merged_inside_is_a_fresh_module(self, run):
+    net = Net(nnx.Rngs(0))
+    fresh = Net(nnx.Rngs(1))
+    kept = []
+
+    def f(net, x):
+      graphdef, state = nnx.split(net)
+      kept.append(graphdef)
+      return forward(net, x)
+
+    run(f)(net, X)
+    (graphdef,) = kept
+    self.assertEqual(graphdef, nnx.graphdef(fresh))
+    merged = nnx.merge(graphdef, nnx.state(fresh))
+    # It pickles, and comes back equal.
+    again = pickle.loads(pickle.dumps(merged))
+    self.assertEqual(nnx.graphdef(again), nnx.graphdef(fresh))
+    # Closed over in a later capture of another model, it is not one of
+    # that capture's modules: refused, as a fresh module is.
+    for module in (merged, fresh):
+      with self.assertRaisesRegex(ValueError, 'not reachable from the'
+                                  ' arguments'):
+        capture(lambda other, x: module(x))(Net(nnx.Rngs(2)), X)
+
+  def test_another_threads_nnx_jit_traces_once(self):
+    # One thread captures the model over and over (nnx.jit inside); another
+    # calls its own nnx.jit of the same model, plainly: it traces once, as
+    # without the capturing thread.
+    net = Net(nnx.Rngs(0))
+    traces = []
+
+    @nnx.jit
+    def plain_forward(net, x):
+      traces.append(None)
+      return _plain(net, x)
+
+    expected = plain_forward(net, X)
+    traces.clear()
+    stop = threading.Event()
+    failures = []
+
+    def capturing():
+      try:
+        while not stop.is_set():
+          capture(forward)(net, X)
+          nnx.capture(forward, nnx.Intermediate)(net, X)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append(e)
+
+    thread = threading.Thread(target=capturing)
+    thread.start()
+    try:
+      for _ in range(50):
+        np.testing.assert_array_equal(plain_forward(net, X), expected)
+    finally:
+      stop.set()
+      thread.join()
+    self.assertEqual(failures, [])
+    self.assertEqual(traces, [])  # the trace made before, reused 50 times
+
+  def test_eight_threads_of_mixed_calls_one_not_capturing(self):
+    # NNX's nnx.jit in graph-updates mode (the default) rebuilds the
+    # caller's modules in place after each call, which no other thread may
+    # then read, capture or not: the threads share jits that write back
+    # only what changed (`graph_updates=False`), as sharing a model across
+    # threads requires.
+    run_block = nnx.jit(lambda block, x: block(x), graph_updates=False)
+    run_plain = nnx.jit(_plain, graph_updates=False)
+
+    def forward(net, x):  # as the module's, with the threads' shared jit
+      for block in net.blocks:
+        x = run_block(block, x)
+      out = net.head(x)
+      net.sow(nnx.Intermediate, 'out', out)
+      return out
+
+    compat_jit = lambda f: nnx.jit(
+        lambda net, x: nnx.capture(f, nnx.Intermediate)(net, x)[1],
+        graph_updates=False)
+    net = Net(nnx.Rngs(0))
+    graphdef = nnx.graphdef(net)
+    n_threads, n_calls = 8, 200
+    inputs = [[X + 0.01 * (t * n_calls + i) for i in range(n_calls)]
+              for t in range(n_threads)]
+    expected = [[by_hand(net, x) for x in xs] for xs in inputs]
+    runs = [_functional(forward), _functional_jit(forward), _compat(forward),
+            compat_jit(forward)]
+    barrier = threading.Barrier(n_threads)
+    failures = []
+
+    def planted(x):
+      # The output replaced by the oracle's, plus one; the model (its
+      # Module.sow sites, inside the shared nnx.jit) runs as in the others.
+      # (A tap would give the shared model's blocks another class for the
+      # call, which the plain thread's nnx.jit would see: not yet.)
+      with_logits = lambda net, x: sow(forward(net, x), name='logits')
+      return plant(with_logits, {'logits': lambda out, i: out + 1.0})(net, x)
+
+    def work(t):
+      barrier.wait()
+      try:
+        for i, x in enumerate(inputs[t]):
+          want_out, want = expected[t][i]
+          if t == n_threads - 1:  # this thread captures nothing
+            out = run_plain(net, x)
+            sow_testing.assert_close(out, want_out)
+            continue
+          kind = (t + i) % (len(runs) + 1)
+          if kind == len(runs):
+            sow_testing.assert_close(planted(x), want_out + 1.0)
+            continue
+          collected = runs[kind](net, x)
+          self.assertEqual(_names(collected), list(want))
+          for name, values in want.items():
+            got = (collected[name] if not isinstance(collected, nnx.State)
+                   else nnx.to_flat_state(collected)[
+                       _names(collected).index(name)][1].get_value())
+            self.assertLen(got, len(values))
+            for g, v in zip(got, values):
+              # Another program (matmuls by hand): equal to float rounding;
+              # another thread's value would differ at order 1.
+              sow_testing.assert_close(g, v)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,))
+               for t in range(n_threads)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    self.assertEqual(failures, [])
+    self.assertEqual(nnx.graphdef(net), graphdef)
+
+
+def _plain(net, x):
+  """Net's forward without its sows (outside any capture, Module.sow takes
+  Flax 0.12.8's deprecated path and writes attributes onto the model,
+  which a thread that captures nothing must not do to a shared model)."""
+  for block in net.blocks:
+    x = jnp.tanh(block.linear(x))
+  return net.head(x)
+
+
+
+if __name__ == '__main__':
+  absltest.main()
