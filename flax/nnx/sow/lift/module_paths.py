@@ -751,7 +751,18 @@ def legacy_sow_methods() -> bool:
   Decided by identity (:func:`runs_on_transform`): a wrapper made with
   ``functools.wraps`` is what it wraps.
   """
-  return not all(runs_on_transform(method) for method in sow_methods())
+  methods = sow_methods()
+  known = _LEGACY.get(methods)
+  if known is None:
+    if len(_LEGACY) >= 64:
+      _LEGACY.clear()
+    known = _LEGACY[methods] = not all(map(runs_on_transform, methods))
+  return known
+
+
+# What `legacy_sow_methods` found, by the methods (asked on every call; a
+# function's declaration does not change). Bounded.
+_LEGACY: dict[tuple[tp.Any, tp.Any], bool] = {}
 
 
 class _RefusedCaptures:

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.request import Request
@@ -164,6 +165,29 @@ class DeferredTest(absltest.TestCase):
     self.assertNotIn('anchors', named)
     self.assertIsNone(unresolved)
 
+
+class FunnelContractTest(absltest.TestCase):
+  """``_jax.traced_value``: what a JVP, linearize or batch tracer stands for
+  (the private attributes it reads: ``primal``, ``val``). If a JAX release
+  changes them, this fails here, naming it."""
+
+  def test_traced_value_of_jax_tracers(self):
+    seen = {}
+
+    def keep(kind):
+      def f(x):
+        seen[kind] = _jax.traced_value(x)
+        return x
+      return f
+
+    jax.jvp(keep('jvp'), (W,), (V,))
+    jax.grad(lambda x: jnp.sum(keep('grad')(x)))(W)
+    ws = jnp.stack([W, V])
+    jax.vmap(keep('vmap'))(ws)
+    self.assertIs(seen['jvp'], W)
+    self.assertIs(seen['grad'], W)
+    self.assertIs(seen['vmap'], ws)
+    self.assertIsNone(_jax.traced_value(W))  # not a tracer
 
 if __name__ == '__main__':
   absltest.main()
