@@ -303,10 +303,13 @@ that uses it (two commits on):
   module), and the resolver of deferred sows, by which a copy a transform
   made inside the call is named from its Variables; and Flax's own
   `Module.sow` refused inside a functional capture until `nnx.capture`'s
-  commit builds it on the transform.''',
+  commit builds it on the transform (through a class hook,
+  `lift/class_hooks.py`: an attribute a call holds on a class, never on a
+  module, for its duration).''',
         files=(L + '__init__.py', L + 'graph_nodes.py', L + 'write_back.py',
-               L + 'module_paths.py', N + 'lift/graph_nodes_test.py',
-               N + 'lift/write_back_test.py', N + 'lift/module_paths_test.py'),
+               L + 'class_hooks.py', L + 'module_paths.py',
+               N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py',
+               N + 'lift/module_paths_test.py'),
     ),
     Commit(
         'taps',
@@ -314,11 +317,13 @@ that uses it (two commits on):
         '''\
 `tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
 `f` with the calls of the modules at `patterns` (module paths, `'*'` for
-one component) sown: inside a staged call, each matching module copy's
-class is, for the duration of the call, a watching subclass of its own that
-sows `(*path, method, 'inputs')` and `(*path, method, 'output')`; the user's
-classes and modules are never changed, and outside any staging `tap(f)`
-just calls `f`. Tested here in a frame set up by hand; `capture` (next
+one component) sown: for the duration of the call, each matching module's
+class holds a hook (`lift/class_hooks.py`) on the tapped methods, which
+sows `(*path, method, 'inputs')` and `(*path, method, 'output')` for the
+modules the call's taps match and calls the method for every other; the
+taps are in JAX's jit key, so that a jit inside traces anew for them.
+Nothing is written onto a module, and outside any staging `tap(f)` just
+calls `f`. Tested here in a frame set up by hand; `capture` (next
 commit) sets it up, and `plant` can then replace a submodule's inputs or
 output.''',
         files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py'),

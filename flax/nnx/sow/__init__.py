@@ -42,7 +42,10 @@ Layout, in three layers; each imports only from those below it:
   (``transform.deferred``), named where the transform's program is bound,
   by the NNX transform's record of what it copied, or by the origins of the
   Variable values the sow carries as anchors: so JAX may share one trace
-  among modules of one structure, as it does without a capture.
+  among modules of one structure, as it does without a capture. A tap sees
+  submodule calls through a hook its call holds on their classes (Python
+  finds methods there), which sows only for the modules the thread's
+  running taps match (``class_hooks``).
 * This package: the public API (``capture``, ``plant``, ``perturb``, ``tap``,
   ``sow``, ``discover``), and ``render``, the text of its tables.
   ``flax.nnx.capture_compat``, Flax's own ``nnx.capture`` and ``Module.sow``

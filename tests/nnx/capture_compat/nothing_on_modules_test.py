@@ -33,6 +33,8 @@ from flax.nnx import capture_compat
 from flax.nnx.sow import capture
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
+from flax.nnx.sow import tap
+from flax.nnx.sow.lift import class_hooks
 
 from compat_testing import by_hand, Net, X  # pylint: disable=g-multiple-import
 import sow_testing
@@ -73,6 +75,38 @@ RUNS = (
     ('compat', _compat),
     ('compat_jit', _compat_jit),
 )
+
+
+def _tapped(f):
+  return lambda net, x: capture(tap(f, ('blocks', '*')))(net, x)[1]
+
+
+def _tapped_jit(f):
+  return lambda net, x: jax.jit(capture(tap(f, ('blocks', '*'))))(net, x)[1]
+
+
+def _method_outputs(f):
+  return lambda net, x: nnx.capture(
+      f, nnx.Intermediate, method_outputs=nnx.Intermediate)(net, x)[1]
+
+
+TAPPED = (
+    ('tap', _tapped),
+    ('tap_jit', _tapped_jit),
+    ('method_outputs', _method_outputs),
+)
+
+
+def _block_outputs(collected):
+  """What a tap (or method_outputs) kept of each block's call, by index."""
+  return _block_outputs_of(collected, (0, 1))
+
+
+def _block_outputs_of(collected, blocks):
+  if isinstance(collected, nnx.State):
+    flat = {tuple(p): v.get_value() for p, v in nnx.to_flat_state(collected)}
+    return {i: flat[('blocks', i, '__call__')] for i in blocks}
+  return {i: collected[('blocks', i, '__call__', 'output')] for i in blocks}
 
 
 def _names(collected):
@@ -139,6 +173,65 @@ class NothingOnModulesTest(parameterized.TestCase):
                                   ' arguments'):
         capture(lambda other, x: module(x))(Net(nnx.Rngs(2)), X)
 
+  @parameterized.named_parameters(*TAPPED)
+  def test_a_tap_leaves_modules_as_they_are(self, run):
+    # Inside a tapped call (the blocks run under a shared nnx.jit, so the
+    # tapped calls are of copies), a block is of its own class and split
+    # gives the graphdef of outside; a module merged from it is plain.
+    net = Net(nnx.Rngs(0))
+    graphdef = nnx.graphdef(net)
+    block_class = type(net.blocks[0])
+    before = dict(vars(block_class))
+    inside = []
+
+    def f(net, x):
+      inside.append((nnx.split(net)[0], type(net.blocks[0])))
+      return forward(net, x)
+
+    collected = run(f)(net, X)
+    _, want = by_hand(net, X)
+    for i, got in _block_outputs(collected).items():
+      (h,) = want[('blocks', i, 'h')]
+      self.assertLen(got, 1)
+      sow_testing.assert_close(got[0], jnp.tanh(h))
+    for seen, cls in inside:
+      self.assertEqual(seen, graphdef)
+      self.assertIs(cls, block_class)
+    merged = nnx.merge(inside[0][0], nnx.state(Net(nnx.Rngs(1))))
+    self.assertIs(type(merged.blocks[0]), block_class)
+    again = pickle.loads(pickle.dumps(merged))
+    self.assertEqual(nnx.graphdef(again), graphdef)
+    # After it, the class is as it was.
+    self.assertEqual(dict(vars(block_class)), before)
+    self.assertEqual(class_hooks.held(), {})
+
+  @parameterized.named_parameters(*TAPPED)
+  def test_a_jit_traced_before_the_tap_traces_again_once_for_it(self, run):
+    # A trace of the blocks' nnx.jit made outside the tap would run none of
+    # their calls: under the tap (a state in JAX's jit key) it traces again,
+    # once for every block (one structure) and every later tapped call.
+    traces = []
+
+    @nnx.jit
+    def run_block(block, x):
+      traces.append(None)
+      return block(x)
+
+    def f(net, x):
+      for block in net.blocks[1:]:  # blocks of one structure (4 -> 4)
+        x = run_block(block, x)
+      return x
+
+    net = Net(nnx.Rngs(0))
+    x = jnp.ones(4)
+    capture(f)(net, x)
+    self.assertLen(traces, 1)
+    for _ in range(3):
+      got = _block_outputs_of(run(f)(net, x), [1])
+      h = x @ net.blocks[1].linear.kernel[...] + net.blocks[1].linear.bias[...]
+      sow_testing.assert_close(got[1][0], jnp.tanh(h))
+    self.assertLen(traces, 2)
+
   def test_another_threads_nnx_jit_traces_once(self):
     # One thread captures the model over and over (nnx.jit inside); another
     # calls its own nnx.jit of the same model, plainly: it traces once, as
@@ -161,6 +254,8 @@ class NothingOnModulesTest(parameterized.TestCase):
         while not stop.is_set():
           capture(forward)(net, X)
           nnx.capture(forward, nnx.Intermediate)(net, X)
+          _tapped(forward)(net, X)
+          _method_outputs(forward)(net, X)
       except Exception as e:  # pylint: disable=broad-except
         failures.append(e)
 
@@ -208,8 +303,6 @@ class NothingOnModulesTest(parameterized.TestCase):
     def planted(x):
       # The output replaced by the oracle's, plus one; the model (its
       # Module.sow sites, inside the shared nnx.jit) runs as in the others.
-      # (A tap would give the shared model's blocks another class for the
-      # call, which the plain thread's nnx.jit would see: not yet.)
       with_logits = lambda net, x: sow(forward(net, x), name='logits')
       return plant(with_logits, {'logits': lambda out, i: out + 1.0})(net, x)
 
@@ -222,9 +315,14 @@ class NothingOnModulesTest(parameterized.TestCase):
             out = run_plain(net, x)
             sow_testing.assert_close(out, want_out)
             continue
-          kind = (t + i) % (len(runs) + 1)
+          kind = (t + i) % (len(runs) + 2)
           if kind == len(runs):
             sow_testing.assert_close(planted(x), want_out + 1.0)
+            continue
+          if kind == len(runs) + 1:  # a tap of the shared blocks
+            for b, got in _block_outputs(_tapped(forward)(net, x)).items():
+              (h,) = want[('blocks', b, 'h')]
+              sow_testing.assert_close(got[0], jnp.tanh(h))
             continue
           collected = runs[kind](net, x)
           self.assertEqual(_names(collected), list(want))

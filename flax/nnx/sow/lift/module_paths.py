@@ -95,6 +95,7 @@ import typing as tp
 import jax
 
 from flax.nnx import graphlib
+from flax.nnx.sow.lift import class_hooks
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import deferred as deferred_lib
@@ -306,12 +307,11 @@ def _variables_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   from flax.nnx import variablelib
 
   try:
-    with _WALK_LOCK:  # see there
-      return [
-          (tuple(path), value)
-          for path, value in graphlib.iter_graph(root, graph=True)
-          if isinstance(value, variablelib.Variable)
-      ]
+    return [
+        (tuple(path), value)
+        for path, value in graphlib.iter_graph(root, graph=True)
+        if isinstance(value, variablelib.Variable)
+    ]
   except Exception:  # pylint: disable=broad-except
     return []  # not a graph node
 
@@ -455,6 +455,24 @@ def context_chain(module: tp.Any) -> tuple[tuple[tp.Any, int], ...]:
     if any(frame.path_of(obj) is not None for frame in FRAMES.stack):
       break
   return tuple(chain)
+
+
+def may_be_a_copy(module: tp.Any) -> bool:
+  """Whether ``module``, which no running frame holds, may be a copy of one
+  of the frames' modules: one an NNX transform made (its context records
+  it), one whose Variables hold traced values (named where the program is
+  bound), or one whose Variables hold a frame's arrays (merged from the
+  caller's state). Not a module closed over or made eagerly inside the call.
+  """
+  if context_chain(module):
+    return True
+  anchors = anchors_of(module)
+  values = [value for _, value in anchors]
+  if any(isinstance(value, jax.core.Tracer) for value in values):
+    return True
+  paths = tuple(path for path, _ in anchors)
+  return any(frame.holder_path(paths, values) is not None
+             for frame in FRAMES.stack)
 
 
 def _chain_holder(chain) -> tp.Any | None:
@@ -664,11 +682,10 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   from flax.nnx import module as module_lib
 
   try:
-    with _WALK_LOCK:  # see there
-      return [
-          (tuple(path), module)
-          for path, module in module_lib.iter_modules(root)
-      ]
+    return [
+        (tuple(path), module)
+        for path, module in module_lib.iter_modules(root)
+    ]
   except Exception:  # pylint: disable=broad-except
     # Not a graph node: nothing to name by path.
     return []
@@ -697,14 +714,13 @@ def modules_of_roots(
   """Every module under ``found``'s roots, each once, at its first path."""
   modules: list[tuple[PathParts, tp.Any]] = []
   seen: set[int] = set()
-  with _WALK_LOCK:  # the walks, see there
-    for prefix, root in found:
-      if not graph_nodes.holds_graph_nodes(root):
-        continue
-      for path, module in modules_of(root):
-        if id(module) not in seen:
-          seen.add(id(module))
-          modules.append(((*prefix, *path), module))
+  for prefix, root in found:
+    if not graph_nodes.holds_graph_nodes(root):
+      continue
+    for path, module in modules_of(root):
+      if id(module) not in seen:
+        seen.add(id(module))
+        modules.append(((*prefix, *path), module))
   return modules
 
 
@@ -766,15 +782,14 @@ _LEGACY: dict[tuple[tp.Any, tp.Any], bool] = {}
 
 
 class _RefusedCaptures:
-  """The ``__captures__`` of a module in a functional frame while
-  ``Module.sow`` is Flax 0.12.8's own.
+  """What Flax 0.12.8's ``Module.sow`` finds as ``__captures__`` of a module
+  while a functional call runs in its thread and ``Module.sow`` is Flax's
+  own.
 
   Flax's ``Module.sow`` and ``Module.perturb`` iterate a module's
   ``__captures__`` when it has one: this one raises there, before anything
   is written, rather than let the sow write an attribute onto the caller's
-  model while the capture returns nothing. Hashable, as a static attribute
-  of the module's graph definition, so that copies an NNX transform makes
-  inside the call refuse too.
+  model while the capture returns nothing.
   """
 
   def __iter__(self):
@@ -794,44 +809,37 @@ class _RefusedCaptures:
 _REFUSED_CAPTURES = _RefusedCaptures()
 
 
-# Without `install()`, a functional call gives the modules it runs on a
-# refusing `__captures__` (the one thing it writes onto a module, and only
-# then), which calls in other threads may be giving the same modules: how
-# many calls refuse each module, by id. Writing and removing the attribute
-# changes the size of a module's `__dict__`, which a walk of it in another
-# thread must not see: those writes and this module's walks hold the lock.
-_WALK_LOCK = threading.RLock()
-_REFUSING: dict[int, int] = {}
+class _CapturesHook:
+  """The class hook (see :mod:`.class_hooks`) ``nnx.Module.__captures__``
+  while a functional call runs and ``Module.sow`` is Flax's own: a module
+  asked for it in a thread whose innermost frame is functional has
+  :data:`_REFUSED_CAPTURES` (so copies made inside the call, and modules
+  made there, refuse too); otherwise it has none, as without the hook. Not a
+  data descriptor: a ``__captures__`` that Flax's own ``nnx.capture`` gives
+  a module (in its ``__dict__``) comes first.
+  """
+
+  def __get__(self, obj, owner=None):
+    if obj is not None:
+      frame = FRAMES.stack[-1] if FRAMES.stack else None
+      if frame is not None and frame.functional:
+        return _REFUSED_CAPTURES
+    raise AttributeError(_LEGACY_CAPTURES)
 
 
-def refuse_legacy_sows(nodes: tp.Iterable[tp.Any]) -> list[tp.Any]:
-  """Gives ``nodes`` the refusing ``__captures__``; returns those given it,
-  for :func:`allow_legacy_sows`."""
-  given = []
-  with _WALK_LOCK:
-    for node in nodes:
-      attributes = getattr(node, '__dict__', None)
-      if attributes is None:
-        continue
-      if id(node) in _REFUSING:
-        _REFUSING[id(node)] += 1
-      elif _LEGACY_CAPTURES in attributes:
-        continue  # Flax's own `nnx.capture` runs on it
-      else:
-        _REFUSING[id(node)] = 1
-        attributes[_LEGACY_CAPTURES] = _REFUSED_CAPTURES
-      given.append(node)
-  return given
+def refuse_legacy_sows() -> list[class_hooks.Key]:
+  """Holds the refusing ``__captures__`` hook on ``nnx.Module`` for a call;
+  returns what :func:`allow_legacy_sows` needs."""
+  # Imported here: `flax.nnx.module` itself delegates to this package.
+  # pylint: disable-next=g-import-not-at-top
+  from flax.nnx import module as module_lib
+
+  return class_hooks.hold(
+      [(module_lib.Module, _LEGACY_CAPTURES)],
+      lambda cls, name, unhooked: _CapturesHook(),
+  )
 
 
-def allow_legacy_sows(nodes: tp.Iterable[tp.Any]) -> None:
-  """Undoes :func:`refuse_legacy_sows` for ``nodes``; the attribute goes
-  with the last call that refuses the module."""
-  with _WALK_LOCK:
-    for node in nodes:
-      _REFUSING[id(node)] -= 1
-      if not _REFUSING[id(node)]:
-        del _REFUSING[id(node)]
-        attributes = vars(node)
-        if attributes.get(_LEGACY_CAPTURES) is _REFUSED_CAPTURES:
-          del attributes[_LEGACY_CAPTURES]
+def allow_legacy_sows(held: tp.Sequence[class_hooks.Key]) -> None:
+  """Undoes :func:`refuse_legacy_sows`."""
+  class_hooks.release(held)

@@ -13,19 +13,28 @@
 # limitations under the License.
 """``tap``: sow the inputs and outputs of submodule calls, by module path.
 
-A staged call runs on private copies of its modules, marked with their paths
-(see :mod:`.module_paths`). For the duration of a tapped call, each matching
-copy's class is a *watching* subclass of its own, whose listed methods call
-the class's and sow their inputs and outputs. One watching subclass is made
-per class and set of methods, the first time it is needed; the user's
-classes, and every instance other than the private copies, are left as they
-are. A copy of a copy (made by ``nnx.jit``, ``nnx.vmap``, ``nnx.scan`` or
-``nnx.remat`` inside the call) keeps the class and the path mark, so it sows
-too.
+Python finds a module's methods through its class, so a tap sees the calls
+of the modules it matches through a *class hook* (see :mod:`.class_hooks`):
+for the duration of the tapped call, each matched module's class holds,
+for each listed method, a dispatcher that calls the class's own method and,
+for an instance of that very class that a tap of this thread's frames
+matches by its path (see :mod:`.module_paths`), sows its inputs and
+outputs. Every other instance, thread and call goes straight to the class's
+method. Nothing is written onto a module: inside the call ``type(module)``
+is its class, ``nnx.split`` of it is what it is outside, and a module
+merged from it inside the call is a plain one.
 
-Inside the call, ``type(copy)`` is therefore the subclass (``isinstance``
-holds, and it has the class's name), and a ``super().method()`` call into a
-base class is not sown.
+A copy of a matched module made inside the call (by ``nnx.jit``,
+``nnx.vmap``, ``nnx.scan``, ``nnx.remat``, or ``jax.jit`` of the module as
+a pytree) is an instance of the same class that no frame holds: its sows
+are deferred and named by the path of the module it copies, found as for
+``Module.sow`` (:func:`.module_paths.deferred_sow`). A module of the class
+that nothing tells to be such a copy (made inside the call, or closed
+over) has no path, so no pattern selects it: it is not tapped. A copy made
+by an NNX transform that cannot be named is refused.
+
+A ``super().method()`` call into a base class is not sown: the dispatcher
+of a class taps only instances of the class itself.
 """
 
 from __future__ import annotations
@@ -41,8 +50,10 @@ import weakref
 import jax
 
 from flax.nnx import graphlib
+from flax.nnx.sow.lift import class_hooks
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.lift import module_paths
+from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import names as names_lib
@@ -110,6 +121,38 @@ class TapSpec:
   def applies(self, path: PathParts, cls: type, method: str) -> bool:
     return method in self.method_names(cls) and self.matches(path)
 
+  def key(self) -> tp.Hashable:
+    """What decides the sows this tap stages: its fields, with ``on_output``
+    as its code (a closure made per call stages the same)."""
+    on_output = getattr(self.on_output, '__code__', self.on_output)
+    return (self.patterns, self.methods, self.inputs, self.outputs,
+            self.tag, self.mode, self.paths, on_output)
+
+
+# The taps of this thread's running calls, in JAX's trace context and jit
+# key: a jit called inside a tapped call (``nnx.jit`` of a block, a jitted
+# method) traces anew for those taps, running the Python through which the
+# tap sees its modules' calls, and a later call with the same taps reuses
+# that trace. Without it, a trace made outside the tap would be reused and
+# its modules' calls never seen.
+_tapping = _jax.string_or_object_state(
+    name='flax_nnx_sow_tapping',
+    default=None,
+    help=(
+        'Internal to flax.nnx.sow: the taps of the calls running in this'
+        ' thread, so that a jit traces anew for them.'
+    ),
+    include_in_jit_key=True,
+    include_in_trace_context=True,
+)
+
+
+def tapping(frames: tp.Sequence[module_paths.Frame]):
+  """A context in which JAX's caches are keyed by the taps of ``frames``
+  (see ``_tapping``)."""
+  return _tapping(
+      tuple(spec.key() for frame in frames for spec in frame.taps) or None)
+
 
 def _matches(
     pattern: Pattern,
@@ -144,16 +187,6 @@ def _after(siblings, prefix: PathParts):
   return lambda more: siblings((*prefix, *more))
 
 
-def _class_attr(cls: type, name: str) -> tp.Any:
-  """``name`` as ``cls`` or a base defines it (not its metaclass: NNX's
-  ``PytreeMeta.__call__`` makes every Module class callable, not its
-  instances)."""
-  for klass in cls.__mro__:
-    if name in vars(klass):
-      return vars(klass)[name]
-  return None
-
-
 class Tapped:
   """``tap``'s result: calls ``f`` with its modules' calls sown.
 
@@ -179,15 +212,14 @@ class Tapped:
     spec = dataclasses.replace(
         self.spec, paths=frozenset(path for path, _ in modules))
     frame.taps.append(spec)
-    out = None
-    watched: list[tuple[tp.Any, type]] = []
+    watched: list[class_hooks.Key] = []
     try:
-      watched = watch((m, self.spec.method_names(_base(type(m))))
+      watched = watch((m, self.spec.method_names(type(m)))
                       for _, m in modules)
-      out = call()
-      return out
+      with tapping(module_paths.FRAMES.stack):
+        return call()
     finally:
-      restore(watched, graph_nodes.graph_nodes_in(out))
+      restore(watched)
       popped = frame.taps.pop()
       assert popped is spec
 
@@ -242,8 +274,8 @@ def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
 
 def _lacking(spec: TapSpec, module: tp.Any) -> str | None:
   """The first method of ``spec`` that ``module`` has not, or ``None``."""
-  for method in sorted(spec.method_names(_base(type(module)))):
-    attr = _class_attr(type(module), method)
+  for method in sorted(spec.method_names(type(module))):
+    attr = class_hooks.unhooked(type(module), method)
     if attr is None or not _method_like(attr):
       return method
   return None
@@ -256,7 +288,7 @@ def watch_for(frame, modules) -> list[tuple[tp.Any, type]]:
   for spec in frame.taps:
     for path, module in modules:
       if spec.matches(path):
-        pairs.append((module, spec.method_names(_base(type(module)))))
+        pairs.append((module, spec.method_names(type(module))))
   return watch(pairs)
 
 
@@ -298,10 +330,17 @@ def own_public_methods(cls: type) -> dict[str, tp.Any]:
   }
 
 
-def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
-  """``attr`` as a method that sows what the active taps ask for."""
+def _dispatching(cls: type, name: str, attr: tp.Any
+                 ) -> tp.Callable[..., tp.Any]:
+  """The hook of ``cls.<name>``, whose unhooked attribute is ``attr``:
+  ``attr`` called as the class calls it, sowing what the taps of this
+  thread's frames ask for of an instance of ``cls`` itself (an instance of
+  a subclass that inherits it, or a ``super()`` call into it, is not
+  tapped here: its own class is hooked if a tap matches it)."""
 
   def method(self, *args, **kwargs):
+    if type(self) is not cls or not module_paths.FRAMES.stack:
+      return attr(self, *args, **kwargs)
     found = _active(self, name)
     if found is None:
       specs = _unplaced(self, name)
@@ -311,7 +350,7 @@ def _watching(name: str, attr: tp.Any) -> tp.Callable[..., tp.Any]:
       # A copy made inside the call (nnx.vmap, nnx.scan, nnx.jit...): what
       # each tap sows of it is decided once its path is found (`_Tapping`).
       path = '(a copy made inside the call)'
-      naming = _deferred_naming(self, name, type(self))
+      naming = _deferred_naming(self, name, tuple(specs))
     else:
       path, specs = found
       base = module_paths.sow_name(path, name)
@@ -416,7 +455,7 @@ def _parameters(attr: tp.Any) -> list[str]:
 
 def _active(module, method: str) -> tuple[PathParts, list[TapSpec]] | None:
   """The path and taps of the innermost frame that taps this call."""
-  cls = _base(type(module))
+  cls = type(module)
   for frame in reversed(module_paths.FRAMES.stack):
     if not frame.taps:
       continue
@@ -436,7 +475,9 @@ def _unplaced(module, method: str) -> list[TapSpec]:
   if any(frame.path_of(module) is not None
          for frame in module_paths.FRAMES.stack):
     return []  # a module of the call that no tap matches
-  cls = _base(type(module))
+  if not module_paths.may_be_a_copy(module):
+    return []  # closed over, or made eagerly inside the call: no path
+  cls = type(module)
   return [spec for frame in module_paths.FRAMES.stack for spec in frame.taps
           if method in spec.method_names(cls)]
 
@@ -446,31 +487,37 @@ class _Tapping:
   """A tap's sow on a copy made inside the call, until its path is found:
   the ``detail`` of its :class:`~flax.nnx.sow.transform.deferred.Deferred`.
 
-  Resolved in the innermost frame with taps that holds the module: named as
-  on the module itself if a tap of that frame applies there and sows this
-  (``key``: tag, inputs, mode), else dropped.
+  ``specs`` are the taps that may apply (kept here: a staged call's taps
+  have ended when its program is resolved). Resolved in the innermost frame
+  that holds the module: named as on the module itself if one of ``specs``
+  applies there and sows this (``key``: tag, inputs, mode), else dropped;
+  dropped too where no frame holds it and nothing says it is an NNX
+  transform's copy (see the module docstring).
   """
 
   cls: type
   method: str
   what: tuple[tp.Hashable, ...]  # ('inputs',), ('inputs', i), ('output',)
   key: tuple[tp.Hashable, tp.Any, str]
+  specs: tuple[TapSpec, ...]
 
   def resolve(self, pending, origins, frames, once):
     path_in = module_paths.path_in(pending, origins, once)
     for frame in reversed(frames):
-      if not frame.taps:
-        continue
       path = path_in(frame)
       if path is None:
         continue
-      specs = [s for s in frame.taps
+      specs = [s for s in self.specs
                if s.applies(path, self.cls, self.method)]
       kind = 'outputs' if self.what == ('output',) else 'inputs'
       if self.key not in _sows(specs, kind):
         return deferred.DROP
       return (*module_paths.sow_name(path, self.method), *self.what), None
-    return None
+    if pending.chain:
+      return None  # an NNX transform's copy that cannot be named: refused
+    # Nothing tells that it is a copy of one of the call's modules: a
+    # module of the class made inside the call, which no pattern selects.
+    return deferred.DROP
 
 
 class _DeferredName:
@@ -478,33 +525,31 @@ class _DeferredName:
   :class:`_Tapping`): resolved from the copy's Variables where the program
   is bound."""
 
-  def __init__(self, module, method: str, what, key):
+  def __init__(self, module, method: str, what, key, specs):
     self.module = module
     self.method = method
     self.what = what
     self.key = key
+    self.specs = specs
 
   def sow(self, view, tag, mode):
     done = module_paths.deferred_sow(
         self.module, view, rest=(self.method, *self.what), tag=tag,
         mode=mode,
-        detail=_Tapping(_base(type(self.module)), self.method, self.what,
-                        self.key),
+        detail=_Tapping(type(self.module), self.method, self.what,
+                        self.key, self.specs),
     )
     if done is None:
-      raise ValueError(
-          f'tap: a {type(self.module).__name__}.{self.method} call on a copy'
-          ' of a tapped module made inside the call (by nnx.vmap, nnx.scan,'
-          ' nnx.jit...) cannot be named: the module holds no Variable whose'
-          " value comes from the call's arguments. Tap the module that"
-          ' holds it, or call it outside the transformation.'
-      )
+      # Nothing tells that it is a copy of one of the call's modules (no
+      # Variable, no NNX transform's record): a module of the class that
+      # the call made or closes over, which no path names, so no pattern
+      # selects it.
+      return view
     return done[0]
 
 
-def _deferred_naming(module, method: str, cls: type):
-  del cls
-  return lambda what, key: _DeferredName(module, method, what, key)
+def _deferred_naming(module, method: str, specs: tuple[TapSpec, ...]):
+  return lambda what, key: _DeferredName(module, method, what, key, specs)
 
 
 def _sow_arrays(tree: tp.Any, *, name, tag, mode: str = 'append') -> tp.Any:
@@ -530,125 +575,20 @@ def _sow_arrays(tree: tp.Any, *, name, tag, mode: str = 'append') -> tp.Any:
   return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-# Class -> {method names -> watching subclass}; subclass -> (class, names).
-_WATCHING: weakref.WeakKeyDictionary[type, dict[frozenset, type]] = (
-    weakref.WeakKeyDictionary()
-)
-_WATCHED_BY: weakref.WeakKeyDictionary[type, tuple[type, frozenset]] = (
-    weakref.WeakKeyDictionary()
-)
-_LOCK = threading.Lock()
-
-
-def _base(cls: type) -> type:
-  entry = _WATCHED_BY.get(cls)
-  return cls if entry is None else entry[0]
-
-
-def _watching_class(cls: type, names: frozenset[str]) -> type:
-  """The subclass of ``cls``'s base watching ``names`` and what ``cls``
-  already watches (made once per set of names)."""
-  entry = _WATCHED_BY.get(cls)
-  if entry is not None:
-    base, watched = entry
-    if names <= watched:
-      return cls  # a copy of a copy, or a tap inside a tap
-    names = names | watched
-  else:
-    base = cls
-  if not names:
-    return cls
-  with _LOCK:
-    by_names = _WATCHING.setdefault(base, {})
-    watching = by_names.get(names)
-    if watching is None:
-      namespace: dict[str, tp.Any] = {
-          name: _watching(name, inspect.getattr_static(base, name))
-          for name in sorted(names)
-      }
-      namespace.update(
-          __module__=base.__module__,
-          __qualname__=base.__qualname__,
-          __doc__=base.__doc__,
-      )
-      # The same metaclass and pytree setting as the class: a copy of the
-      # subclass flattens, merges and prints as one of the class would.
-      watching = type(base)(
-          base.__name__, (base,), namespace,
-          pytree=getattr(base, '_pytree__is_pytree'),
-      )
-      by_names[names] = watching
-      _WATCHED_BY[watching] = (base, names)
-    return watching
-
-
-# The modules watched now, by id: their class before the first watch and how
-# many calls watch them. An eager call watches the caller's own modules,
-# which calls in other threads may watch too: a module gets its class back
-# when the last of them ends (the watching class only routes calls; which
-# call sows what is decided by each thread's frames, see `_active`).
-@dataclasses.dataclass
-class _Held:
-  """A watched module's class before its first watch, and how many calls
-  watch it."""
-
-  cls: type
-  calls: int = 0
-
-
-_HELD: dict[int, _Held] = {}
-_HELD_LOCK = threading.Lock()
-
-
 def watch(
     pairs: tp.Iterable[tuple[tp.Any, frozenset[str]]],
-) -> list[tuple[tp.Any, type]]:
-  """Gives each module the class that watches its names; returns what
-  :func:`restore` needs."""
-  changed = []
-  with _HELD_LOCK:
-    for module, names in pairs:
-      cls = type(module)
-      watching = _watching_class(cls, names)
-      held = _HELD.get(id(module))
-      if watching is cls and held is None:
-        continue
-      if watching is not cls:
-        _set_class(module, watching)
-      if held is None:
-        held = _HELD[id(module)] = _Held(cls)
-      held.calls += 1
-      changed.append((module, held.cls))
-  return changed
+) -> list[class_hooks.Key]:
+  """Holds, for a call, the hook of each listed method on each module's class
+  (see :mod:`.class_hooks`); returns what :func:`restore` needs."""
+  return class_hooks.hold(
+      ((type(module), name) for module, names in pairs for name in names),
+      _dispatching,
+  )
 
 
-def restore(
-    changed: tp.Sequence[tuple[tp.Any, type]], returned: tp.Sequence[tp.Any]
-) -> None:
-  """Gives the modules :func:`watch` changed their classes back once no call
-  watches them, and so to the copies of them among the graph nodes the call
-  returned."""
-  previous = {}
-  with _HELD_LOCK:
-    for module, cls in reversed(changed):
-      previous[type(module)] = cls
-      held = _HELD[id(module)]
-      held.calls -= 1
-      if not held.calls:
-        del _HELD[id(module)]
-        _set_class(module, cls)
-    if not previous or not returned:
-      return
-    for _, node in graphlib.iter_graph(list(returned), graph=True):
-      cls = previous.get(type(node))
-      if cls is not None and id(node) not in _HELD:
-        _set_class(node, cls)
-
-
-def _set_class(module: tp.Any, cls: type) -> None:
-  # Not through the module's __setattr__, which would record `__class__` as
-  # an attribute of the module.
-  object.__setattr__(module, '__class__', cls)
+def restore(held: tp.Sequence[class_hooks.Key]) -> None:
+  """Releases the hooks :func:`watch` held."""
+  class_hooks.release(held)
 
 
 def run_in_frame(
@@ -658,12 +598,10 @@ def run_in_frame(
 ) -> tp.Any:
   """Runs ``call()`` in ``frame``, whose roots are ``found``.
 
-  The frame's taps' watching classes are removed when the call ends, also on
-  error, from the modules and from the graph nodes the call returns (a
-  module built from a watched one has its class). In a functional frame,
-  while ``Module.sow`` is Flax 0.12.8's own, a ``Module.sow`` of these
-  modules raises an error naming ``capture_compat.install()`` (see
-  ``module_paths._RefusedCaptures``).
+  The frame's taps' class hooks are released when the call ends, also on
+  error. In a functional frame, while ``Module.sow`` is Flax 0.12.8's own,
+  a ``Module.sow`` in this thread raises an error naming
+  ``capture_compat.install()`` (see ``module_paths._CapturesHook``).
   """
   frame.start(found)
   module_paths.note_started(frame)
@@ -673,17 +611,17 @@ def run_in_frame(
     frame.variable_paths(None)
   refused = []
   if frame.functional and module_paths.legacy_sow_methods():
-    refused = module_paths.refuse_legacy_sows(
-        module for _, module in frame.modules)
+    refused = module_paths.refuse_legacy_sows()
   module_paths.FRAMES.stack.append(frame)
-  out = None
-  watched = watch_for(frame, frame.modules) if frame.taps else []
+  watched: list[class_hooks.Key] = []
   try:
-    out = call()
-    return out
+    if not frame.taps:
+      return call()
+    watched = watch_for(frame, frame.modules)
+    with tapping(module_paths.FRAMES.stack):
+      return call()
   finally:
-    returned = graph_nodes.graph_nodes_in(out) if watched else []
-    restore(watched, returned)
+    restore(watched)
     popped = module_paths.FRAMES.stack.pop()
     assert popped is frame
     if refused:

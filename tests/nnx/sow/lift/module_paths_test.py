@@ -17,6 +17,8 @@ the frames and path marks by which a module copy finds its path
 
 import contextlib
 
+import threading
+
 from absl.testing import absltest
 import jax.numpy as jnp
 import numpy as np
@@ -149,14 +151,42 @@ class FramesTest(absltest.TestCase):
 
   def test_flax_own_sow_is_refused_until_the_last_call_ends(self):
     block = Block()
-    first = paths.refuse_legacy_sows([block])
-    second = paths.refuse_legacy_sows([block])  # another thread's call
-    with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
-      iter(block.__captures__)
-    paths.allow_legacy_sows(first)
-    self.assertTrue(hasattr(block, '__captures__'))
-    paths.allow_legacy_sows(second)
+    attributes = dict(vars(block))
+    first = paths.refuse_legacy_sows()
+    second = paths.refuse_legacy_sows()  # another thread's call
+    # Refused where this thread's innermost frame is functional; elsewhere
+    # (no frame, another thread) a module has no __captures__, as without
+    # the hook.
     self.assertFalse(hasattr(block, '__captures__'))
+    with active(paths.Frame('f')):
+      with self.assertRaisesRegex(ValueError, r'capture_compat\.install\(\)'):
+        iter(block.__captures__)
+      seen = []
+      thread = threading.Thread(
+          target=lambda: seen.append(hasattr(block, '__captures__')))
+      thread.start()
+      thread.join()
+      self.assertEqual(seen, [False])
+    paths.allow_legacy_sows(first)
+    with active(paths.Frame('f')):
+      self.assertTrue(hasattr(block, '__captures__'))
+    paths.allow_legacy_sows(second)
+    with active(paths.Frame('f')):
+      self.assertFalse(hasattr(block, '__captures__'))
+    self.assertNotIn('__captures__', vars(nnx.Module))
+    self.assertEqual(vars(block), attributes)
+
+  def test_flax_own_capture_comes_first(self):
+    block = Block()
+    held = paths.refuse_legacy_sows()
+    try:
+      with active(paths.Frame('f')):
+        vars(block)['__captures__'] = ()  # as Flax's own nnx.capture does
+        self.assertEqual(block.__captures__, ())
+        del vars(block)['__captures__']
+        self.assertRaises(ValueError, iter, block.__captures__)
+    finally:
+      paths.allow_legacy_sows(held)
 
 
 if __name__ == '__main__':
