@@ -212,6 +212,33 @@ class TapTest(parameterized.TestCase):
       make()
 
 
+class TappingStateTest(absltest.TestCase):
+  """The funnel's ``string_or_object_state`` (JAX's private config API):
+  a state in the jit key makes a jit trace anew for each value and reuse
+  the trace for an equal one. If a JAX release changes it, this fails."""
+
+  def test_the_taps_key_jax_jit(self):
+    traces = []
+
+    @jax.jit
+    def f(x):
+      traces.append(None)
+      return x + 1
+
+    f(X)
+    frame = module_paths.Frame()
+    frame.taps.append(taps.TapSpec(patterns=(('a',),), methods=None,
+                                   inputs=False, outputs=True, tag=None))
+    for _ in range(2):
+      with taps.tapping([frame]):
+        f(X)
+    f(X)
+    self.assertLen(traces, 2)  # once outside, once under the tap
+    with taps.tapping([module_paths.Frame()]):  # no taps: as outside
+      f(X)
+    self.assertLen(traces, 2)
+
+
 class TapSpecTest(absltest.TestCase):
 
   def test_patterns_match_whole_paths_with_wildcards(self):
