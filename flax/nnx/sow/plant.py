@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing as tp
 
@@ -78,9 +79,9 @@ def plant(
   result the program never uses is an error, as when staged; eagerly it is
   raised after the call, if no JAX operation took the planted value and the
   call neither returned it nor left it in a Variable of its graph nodes (a
-  value read only by NumPy or ``float`` counts as unused). With a pattern
-  key, ``f`` is staged, so that the pattern selects among the program's
-  names.
+  value read only by NumPy or ``float`` counts as unused). A pattern key
+  selects the names the call sows as it meets them (a pattern that
+  selected none is an error after the call).
 
   Example::
 
@@ -137,8 +138,15 @@ def plant(
 
   @functools.wraps(f)
   def planted(*args, **kwargs):
-    if fixed is not None and eager.can_run() and eager.can_track_reads():
-      return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
+    if eager.can_run() and eager.can_track_reads():
+      if fixed is not None:
+        return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
+      patterns = _EagerPatterns(keyed, tag)
+      out = _plant_eagerly(
+          f, _request(selection, patterns.entries), patterns.entries, tag,
+          args, kwargs, on_names=patterns)
+      patterns.check()
+      return out
     with graph_calls.staged(f, args, kwargs) as staged:
       entries = tp.cast(dict[primitive.Name, tp.Any], keyed)
       if by_pattern:  # the names the patterns select in this program
@@ -161,17 +169,20 @@ def plant(
 
 
 def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
-                   kwargs):
+                   kwargs, on_names=None):
   """A direct call of ``f`` (see :mod:`flax.nnx.sow.transform.eager`) whose
   sows named in ``entries`` return the planted values.
 
   As staged, a planted sow whose result nothing reads is an error: here
   once the call has run, if no operation took the value, and the call
-  neither returned it nor left it in a Variable of its graph nodes.
+  neither returned it nor left it in a Variable of its graph nodes. With
+  ``on_names`` (see :class:`_EagerPatterns`), ``entries`` grows as the call
+  meets the names its patterns select.
   """
   fns = planting.Functions({name: entries[name] for name in request.fn_names})
   planter = planting.ValuesPlanter(entries, fns)
   scope = Scope(request, planter, fns)
+  scope.on_names = on_names
   unread = eager.Unread()
   out = eager.run(
       scope, lambda: graph_calls.call_directly(f, args, kwargs), unread)
@@ -183,6 +194,83 @@ def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
     raise interpreter.unread_plant(*first)
   planter.check_all_used(tag)
   return out
+
+
+class _EagerPatterns:
+  """The names an eager plant's patterns select, as the call meets them.
+
+  A direct call has no program to resolve patterns in beforehand (see
+  :func:`_resolve`): each sow's name (or the names inside a primitive about
+  to be bound) is matched against the patterns as the call meets it, and a
+  name one selects joins the plant's entries and request before its sow is
+  handled. The errors are those of the staged plant: a name two keys
+  select, a spelling of two names, and, after the call, a pattern that
+  selected nothing.
+  """
+
+  def __init__(self, keyed: dict[names_lib.Key, tp.Any], tag: tp.Hashable):
+    self.keyed = keyed
+    self.tag = tag
+    self.patterns = [k for k in keyed if isinstance(k, names_lib.Pattern)]
+    self.entries: dict[primitive.Name, tp.Any] = {
+        tp.cast(primitive.Name, k): e for k, e in keyed.items()
+        if not isinstance(k, names_lib.Pattern)}
+    self.by: dict[primitive.Name, names_lib.Key] = {
+        name: name for name in self.entries}
+    self.selected: dict[names_lib.Key, list[primitive.Name]] = {
+        k: [] for k in self.patterns}
+    self.met: dict[primitive.Name, None] = {}
+
+  def __call__(self, scope: Scope, keys) -> None:
+    new = []
+    for name, t in keys:
+      if self.tag is not None and t != self.tag or name in self.met:
+        continue
+      self.met[name] = None
+      for k in self.patterns:
+        if not names_lib.resolve(k, [name], where='plant'):
+          continue
+        if name in self.by:
+          raise ValueError(
+              f'plant: {name!r} is selected by both {self.by[name]!r} and'
+              f' {k!r}; give each sow one entry.'
+          )
+        self.by[name] = k
+        self.selected[k].append(name)
+        names_lib.resolve(k, self.selected[k], where='plant')  # spelled 2?
+        entry = self.keyed[k]
+        if callable(entry):
+          entry = functools.partial(_called_with_name, entry, name)
+        new.append((name, entry))
+    if not new:
+      return
+    request = scope.request
+    assert scope.planter is not None and scope.fns is not None
+    planter = tp.cast(planting.ValuesPlanter, scope.planter)
+    for name, entry in new:
+      self.entries[name] = entry
+      if callable(entry):
+        scope.fns.fns[name] = entry
+        planter.counters[name] = planting.Counter(0)
+    planted = frozenset(self.entries)
+    scope.request = dataclasses.replace(
+        request, planted=Selection(names=planted),
+        fn_names=request.fn_names + tuple(
+            name for name, entry in new if callable(entry)))
+
+  def check(self) -> None:
+    """Raises for a pattern that selected no sow of the call."""
+    for k, names in self.selected.items():
+      if names:
+        continue
+      met = list(self.met)
+      close = names_lib.closest(k, met)
+      raise ValueError(
+          f'plant: the pattern {k.text!r} selects no sow of this call'
+          + (f'; closest names: {", ".join(map(repr, close))}' if close
+             else '; it sows nothing' if not met else '')
+          + '.'
+      )
 
 
 def _request(selection: Selection, entries: dict[primitive.Name, tp.Any]):

@@ -226,6 +226,10 @@ class EagerTrace(jax.core.Trace):
       self._predicate = selection
       scope.request = dataclasses.replace(
           scope.request, selection=selection.answered(frozenset()))
+    # Whether the names met are asked about: by the predicate, or by the
+    # scope's own `on_names` (an eager plant by pattern).
+    self._meeting = self._predicate is not None or (
+        scope.on_names is not None)
 
   def process_primitive(self, prim, args, params):
     # `Primitive.bind` made the eval trace current before calling this.
@@ -234,8 +238,8 @@ class EagerTrace(jax.core.Trace):
     if prim is primitive.sow_p:
       if deferred.is_deferred(params):
         return self._deferred_sow(args, params)
-      if self._predicate is not None:
-        self._ask(((params['sow_name'], params['tag']),))
+      if self._meeting:
+        self._meet(((params['sow_name'], params['tag']),))
       return self._sow(args, params)
     rule = None
     if _has_jaxprs(params):
@@ -243,9 +247,9 @@ class EagerTrace(jax.core.Trace):
       params = deferred.rename_params(prim, params, args)
       # Walked only if a message needs the names (see `Scope.passed`).
       self.scope.passed_params.append(params)
-      if self._predicate is not None:
-        self._ask(key for sub in core.jaxprs_in_params(params)
-                  for key in primitive.sow_keys(sub))
+      if self._meeting:
+        self._meet([key for sub in core.jaxprs_in_params(params)
+                    for key in primitive.sow_keys(sub)])
       rule = interpreter.higher_order_rule(prim, params, self.scope.request)
     if rule is not None:
       eqn = _equation(prim, args, params)
@@ -266,6 +270,15 @@ class EagerTrace(jax.core.Trace):
   def _read(self, args: tp.Sequence[tp.Any]) -> None:
     if self.unread is not None and self.unread.values:
       self.unread.read(args)
+
+  def _meet(self, keys: tp.Sequence[tuple[primitive.Name, tp.Hashable]]):
+    """Tells the name predicate and the scope's ``on_names`` of the sows
+    ``keys`` (those about to be bound, or inside a primitive about to be
+    bound): each may widen the scope's request before it is asked."""
+    if self._predicate is not None:
+      self._ask(keys)
+    if self.scope.on_names is not None:
+      self.scope.on_names(self.scope, keys)
 
   def _ask(self, keys: tp.Iterable[tuple[primitive.Name, tp.Hashable]]):
     """Asks the name predicate about the names of ``keys`` not asked yet,
@@ -314,8 +327,8 @@ class EagerTrace(jax.core.Trace):
     if resolution is deferred.DROP:
       return values + anchors
     assert named is not None
-    if self._predicate is not None:
-      self._ask(((named['sow_name'], named['tag']),))
+    if self._meeting:
+      self._meet(((named['sow_name'], named['tag']),))
     return list(self._sow(values, named)) + anchors
 
   def process_custom_jvp_call(self, prim, fun, jvp, tracers, *,

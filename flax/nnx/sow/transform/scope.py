@@ -78,6 +78,12 @@ class Scope:
     # a message naming what a call sows (a staged one reads its jaxpr).
     self.passed: set[tuple[primitive.Name, tp.Hashable]] = set()
     self.passed_params: list[dict[str, tp.Any]] = []
+    # Eagerly: `on_names(scope, keys)` is told the (name, tag) of the sows
+    # the call meets, before they are handled, and may widen the request
+    # (an eager plant by pattern selects names as they are met).
+    self.on_names: tp.Callable[
+        [Scope, tp.Sequence[tuple[primitive.Name, tp.Hashable]]], None
+    ] | None = None
 
   def passed_keys(self) -> set[tuple[primitive.Name, tp.Hashable]]:
     """The (name, tag) of every sow an eager interpretation met."""

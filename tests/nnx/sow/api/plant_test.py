@@ -501,6 +501,69 @@ class EagerPlantTest(parameterized.TestCase):
       plant(lambda x: np.asarray(sow(x, name='host')).sum() + x,
             {'host': (X + 10,)})(X)
 
+  def test_a_pattern_plant_is_a_direct_call_too(self):
+    calls = []
+
+    def f(x):
+      for i in range(3):
+        x = sow(jnp.sin(x) + i, name=('layers', i, 'h'))
+        if not isinstance(x, jax.core.Tracer):  # (under jax.jit below)
+          calls.append(float(x.sum()))  # concrete, as in f itself
+      # Inside a jit too: named when the call meets it.
+      return jax.jit(lambda y: sow(y * 2, name=('layers', 3, 'h')))(x)
+
+    def by_hand(x, layer):  # f with layer `layer` zeroed, written out
+      for i in range(3):
+        x = jnp.sin(x) + i
+        x = 0.0 * x if i == layer else x
+      return 0.0 * x if layer == 3 else x * 2
+
+    seen = []
+
+    def zero(layer):
+      def fn(value, index, name):
+        seen.append((name, index))
+        return jnp.where(name[1] == layer, 0.0, value)
+      return fn
+
+    for layer in range(4):
+      calls.clear()
+      seen.clear()
+      out = plant(f, {'layers.*.h': zero(layer)})(X)
+      sow_testing.assert_close(out, by_hand(X, layer))
+      self.assertLen(calls, 3)
+      self.assertEqual([n for n, _ in seen],
+                       [('layers', i, 'h') for i in range(4)])
+      # Concrete where the call runs eagerly (not inside the jit).
+      self.assertEqual([int(i) for _, i in seen[:3]], [0, 0, 0])
+      seen.clear()
+      calls.clear()
+      sow_testing.assert_close(
+          jax.jit(plant(f, {'layers.*.h': zero(layer)}))(X), out)
+      self.assertEqual(calls, [])
+
+  def test_a_pattern_plant_refuses_as_staged(self):
+    def f(x):
+      for i in range(2):
+        x = sow(x + 1, name=('layers', i, 'h'))
+      return x
+
+    for run in (lambda g: g, jax.jit):
+      with self.assertRaisesRegex(
+          ValueError, r"pattern 'layer\.\*\.h' selects no sow.*closest names:"
+          r" \('layers', \d, 'h'\)"):
+        run(plant(f, {'layer.*.h': lambda v, i, n: v}))(X)
+      with self.assertRaisesRegex(ValueError, 'selected by both'):
+        run(plant(f, {'layers.*.h': lambda v, i, n: v,
+                      ('layers', 1, 'h'): lambda v, i: v}))(X)
+      with self.assertRaisesRegex(ValueError, 'selected by both'):
+        run(plant(f, {'layers.*.h': lambda v, i, n: v,
+                      '*.1.h': lambda v, i, n: v}))(X)
+      # One spelling of two names (a str name and a tuple) is ambiguous.
+      g = lambda x: sow(sow(x, name='a.b'), name=('a', 'b'))
+      with self.assertRaisesRegex(ValueError, 'spells 2 names'):
+        run(plant(g, {'a.b': lambda v, i, n: v}))(X)
+
   def test_under_jit_the_same_values(self):
     def f(x):
       h = sow(jnp.sin(x), name='h')
