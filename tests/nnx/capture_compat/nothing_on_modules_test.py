@@ -173,6 +173,23 @@ class NothingOnModulesTest(parameterized.TestCase):
                                   ' arguments'):
         capture(lambda other, x: module(x))(Net(nnx.Rngs(2)), X)
 
+  @parameterized.named_parameters(*RUNS)
+  def test_a_copy_holding_two_modules_variables_is_refused(self, run):
+    # A module made inside the call holding block 1's kernel and block 0's
+    # bias (in Variables of its own): its values are the call's, at two
+    # module paths, so which module sows cannot be told (never the one its
+    # last Variable names).
+    def f(net, x):
+      mixed = type(net.blocks[1])(4, 4, nnx.Rngs(1))
+      mixed.linear.kernel = nnx.Param(net.blocks[1].linear.kernel.get_value())
+      mixed.linear.bias = nnx.Param(net.blocks[0].linear.bias.get_value())
+      return mixed(net.blocks[0](x))
+
+    with self.assertRaisesRegex(
+        ValueError, r"holds at other module paths \(\('blocks', 0\),"
+        r" \('blocks', 1\)\)"):
+      run(f)(Net(nnx.Rngs(0)), X)
+
   @parameterized.named_parameters(*TAPPED)
   def test_a_tap_leaves_modules_as_they_are(self, run):
     # Inside a tapped call (the blocks run under a shared nnx.jit, so the

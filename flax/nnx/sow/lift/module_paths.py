@@ -265,6 +265,7 @@ class Frame:
         shared between modules under the same name).
     """
     found: set[PathParts] | None = None
+    seen: set[PathParts] = set()
     for anchor, origin in zip(anchors, origins):
       if origin is None:
         continue
@@ -276,13 +277,14 @@ class Frame:
       }
       if not candidates:
         continue
+      seen |= candidates
       found = candidates if found is None else found & candidates
       if not found:
         break
     if found is None:
       return None
     if len(found) != 1:
-      held = ', '.join(map(repr, sorted(found, key=repr))) or 'none alike'
+      held = ', '.join(map(repr, sorted(found or seen, key=repr)))
       raise ValueError(
           'capture: a Module.sow inside a JAX transformation reads'
           f' Variables that this call holds at other module paths ({held}),'
