@@ -53,7 +53,6 @@ from flax.nnx import graphlib
 from flax.nnx.sow.lift import class_hooks
 from flax.nnx.sow.lift import graph_nodes
 from flax.nnx.sow.lift import module_paths
-from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import deferred
 from flax.nnx.sow.transform import eager
 from flax.nnx.sow.transform import names as names_lib
@@ -135,16 +134,7 @@ class TapSpec:
 # tap sees its modules' calls, and a later call with the same taps reuses
 # that trace. Without it, a trace made outside the tap would be reused and
 # its modules' calls never seen.
-_tapping = _jax.string_or_object_state(
-    name='flax_nnx_sow_tapping',
-    default=None,
-    help=(
-        'Internal to flax.nnx.sow: the taps of the calls running in this'
-        ' thread, so that a jit traces anew for them.'
-    ),
-    include_in_jit_key=True,
-    include_in_trace_context=True,
-)
+_tapping = jax.make_user_context(default_value=None)
 
 
 def tapping(frames: tp.Sequence[module_paths.Frame]):

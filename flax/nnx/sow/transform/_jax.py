@@ -49,8 +49,6 @@ from jax._src.lax.control_flow import conditionals
 # `jax.config` only reads and updates existing options; defining one that is
 # part of the trace context (so that it keys JAX's caches) has no public API.
 bool_state = config.bool_state
-# The same, for a state whose value is any hashable object (which taps run).
-string_or_object_state = config.string_or_object_state
 
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public

@@ -213,9 +213,8 @@ class TapTest(parameterized.TestCase):
 
 
 class TappingStateTest(absltest.TestCase):
-  """The funnel's ``string_or_object_state`` (JAX's private config API):
-  a state in the jit key makes a jit trace anew for each value and reuse
-  the trace for an equal one. If a JAX release changes it, this fails."""
+  """The taps are a ``jax.make_user_context`` value: a jit traces anew for
+  each value and reuses the trace for an equal one."""
 
   def test_the_taps_key_jax_jit(self):
     traces = []
