@@ -684,6 +684,8 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   from flax.nnx import module as module_lib
 
   try:
+    if graphlib.set_graph_mode.current_value():
+      return _graph_modules(root, module_lib.Module)
     return [
         (tuple(path), module)
         for path, module in module_lib.iter_modules(root)
@@ -691,6 +693,64 @@ def modules_of(root: tp.Any) -> list[tuple[PathParts, tp.Any]]:
   except Exception:  # pylint: disable=broad-except
     # Not a graph node: nothing to name by path.
     return []
+
+
+# Whether a value of each type is an NNX graph node (a module, a container,
+# a pytree: what may hold a module), as `graphlib.is_node` answers from the
+# type alone, asked once per type; cleared when a type is registered as a
+# graph node or pytree (the sizes of the registries change).
+_NODE_TYPES: dict[type, bool] = {}
+_REGISTRIES: list[int] = []
+
+
+def _node_types() -> dict[type, bool]:
+  sizes = [len(graphlib.GRAPH_REGISTRY), len(graphlib.PYTREE_REGISTRY),
+           len(graphlib.JAX_PYTREE_REGISTRY)]
+  if sizes != _REGISTRIES:
+    _NODE_TYPES.clear()
+    _REGISTRIES[:] = sizes
+  return _NODE_TYPES
+
+
+def _graph_modules(root: tp.Any, module_type: type
+                   ) -> list[tuple[PathParts, tp.Any]]:
+  """What ``nnx.iter_modules(root)`` yields in graph mode, in its order and
+  at its paths, without visiting what cannot hold a module.
+
+  The same depth-first walk of the graph in node order, each node entered
+  once (so a module held at several paths is at the first), a module
+  yielded after what it holds; a value that is no graph node (a Variable,
+  an array, a static attribute) is skipped by its type. A call that taps or
+  names a ``Module.sow`` walks its model once; this walk is most of that
+  cost.
+  """
+  kinds = _node_types()
+  found: list[tuple[PathParts, tp.Any]] = []
+  entered: set[int] = set()
+  stack: list[tuple[PathParts, tp.Any, bool]] = []
+  if graphlib.is_node(root):
+    stack.append(((), root, False))
+  while stack:
+    path, node, done = stack.pop()
+    if done:
+      found.append((path, node))
+      continue
+    if id(node) in entered:
+      continue
+    entered.add(id(node))
+    impl = graphlib.get_node_impl(node)
+    if impl is None:
+      continue
+    if isinstance(node, module_type):
+      stack.append((path, node, True))
+    for key, child in reversed(impl.node_dict(node).items()):
+      kind = type(child)
+      is_node = kinds.get(kind)
+      if is_node is None:
+        is_node = kinds[kind] = graphlib.is_node(child)
+      if is_node:
+        stack.append(((*path, key), child, False))
+  return found
 
 
 def roots(node, args, kwargs) -> list[tuple[PathParts, tp.Any]]:

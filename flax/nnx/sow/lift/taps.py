@@ -216,14 +216,22 @@ class Tapped:
 
 def _matching(frame, spec: TapSpec, reach) -> list[tuple[PathParts, tp.Any]]:
   """The modules of ``reach`` with a path in ``frame`` matching ``spec``."""
-  candidates = []
-  seen: set[int] = set()
-  for node in graph_nodes.graph_nodes_in(reach):
-    for _, module in module_paths.modules_of(node):
-      path = frame.path_of(module)
-      if path is not None and id(module) not in seen:
-        seen.add(id(module))
-        candidates.append((path, module))
+  nodes = graph_nodes.graph_nodes_in(reach)
+  reached = {id(node) for node in nodes}
+  if all(id(node) in reached for node in
+         graph_nodes.graph_nodes_in([root for _, root in frame.roots])):
+    # The call's own roots (the common case: tap(f) called on the captured
+    # function's arguments): every module of the frame, walked once.
+    candidates = list(frame.modules)
+  else:
+    candidates = []
+    seen: set[int] = set()
+    for node in nodes:
+      for _, module in module_paths.modules_of(node):
+        path = frame.path_of(module)
+        if path is not None and id(module) not in seen:
+          seen.add(id(module))
+          candidates.append((path, module))
   assert spec.patterns is not None
   by_prefix: dict[PathParts, list[int]] = {}
   for path, _ in candidates:

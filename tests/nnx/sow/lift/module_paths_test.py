@@ -16,10 +16,12 @@ the frames and path marks by which a module copy finds its path
 (``lift/module_paths.py``), without a staged call."""
 
 import contextlib
+import random
 
 import threading
 
 from absl.testing import absltest
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -80,6 +82,88 @@ class NamingTest(absltest.TestCase):
                      ('blocks', 1, 'h'))
     # A path component that cannot be a name part is named by its repr.
     self.assertEqual(paths.sow_name((1.5,), 'h'), ('1.5', 'h'))
+
+
+def _random_graph(rng: random.Random, depth: int, shared: list):
+  """A random module holding modules, Variables, arrays and scalars in
+  attributes, nnx.List/nnx.Dict, lists, tuples and dicts, some modules held
+  twice (``shared`` collects candidates)."""
+
+  def value(level):
+    kind = rng.randrange(9 if level < depth else 3)
+    if kind == 0:
+      return nnx.Param(jnp.ones(rng.randrange(1, 3)))
+    if kind == 1:
+      return rng.choice([1, 2.0, 'a', None, jnp.zeros(2)])
+    if kind == 2 and shared:
+      return rng.choice(shared)
+    if kind == 3:
+      return nnx.List([nnx.data(value(level + 1))
+                       for _ in range(rng.randrange(3))])
+    if kind == 4:
+      return [value(level + 1) for _ in range(rng.randrange(3))]
+    if kind == 5:
+      return tuple(value(level + 1) for _ in range(rng.randrange(3)))
+    if kind == 6:
+      return {f'k{i}': value(level + 1) for i in range(rng.randrange(3))}
+    return module(level + 1)
+
+  def module(level):
+    m = nnx.Module()
+    for i in range(rng.randrange(1, 4)):
+      setattr(m, f'a{rng.randrange(5)}{i}', nnx.data(value(level)))
+    shared.append(m)
+    return m
+
+  return module(0)
+
+
+class GraphModulesTest(absltest.TestCase):
+  """The module walk that names a call's modules is ``nnx.iter_modules``:
+  the same paths, in the same order, a module held twice at its first."""
+
+  def assert_same_walk(self, root):
+    want = [(tuple(p), id(m)) for p, m in nnx.iter_modules(root)]
+    got = [(p, id(m)) for p, m in paths.modules_of(root)]
+    self.assertEqual(got, want)
+
+  def test_random_graphs(self):
+    rng = random.Random(0)
+    for _ in range(300):
+      self.assert_same_walk(_random_graph(rng, 3, []))
+
+  def test_flax_layers(self):
+    rngs = nnx.Rngs(0)
+    shared = nnx.Linear(2, 2, rngs=rngs)
+    layers = nnx.Module()
+    layers.seq = nnx.Sequential(nnx.Linear(2, 3, rngs=rngs), nnx.relu,
+                                nnx.Linear(3, 2, rngs=rngs))
+    layers.attn = nnx.MultiHeadAttention(2, 4, 4, rngs=rngs, decode=False)
+    layers.bn = nnx.BatchNorm(4, rngs=rngs)
+    layers.conv = nnx.Conv(2, 3, (3,), rngs=rngs)
+    layers.lstm = nnx.OptimizedLSTMCell(2, 3, rngs=rngs)
+    layers.drop = nnx.Dropout(0.5, rngs=rngs)
+    layers.rngs = rngs
+    layers.twice = nnx.data([shared, {'again': shared}])
+    self.assert_same_walk(layers)
+    self.assert_same_walk(Model())
+    self.assert_same_walk([Model(), {'b': Block()}])
+
+
+  def test_a_type_registered_as_a_pytree_later_is_walked_into(self):
+    class Box:
+
+      def __init__(self, content):
+        self.content = content
+
+    holder = nnx.Module()
+    holder.box = nnx.data(Box(Block()))
+    self.assert_same_walk(holder)
+    self.assertLen(paths.modules_of(holder), 1)  # a Box is a leaf
+    jax.tree_util.register_pytree_node(
+        Box, lambda b: ((b.content,), None), lambda _, c: Box(*c))
+    self.assert_same_walk(holder)
+    self.assertLen(paths.modules_of(holder), 2)  # now a pytree node
 
 
 class FramesTest(absltest.TestCase):
