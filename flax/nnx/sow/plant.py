@@ -263,14 +263,7 @@ class _EagerPatterns:
     for k, names in self.selected.items():
       if names:
         continue
-      met = list(self.met)
-      close = names_lib.closest(k, met)
-      raise ValueError(
-          f'plant: the pattern {k.text!r} selects no sow of this call'
-          + (f'; closest names: {", ".join(map(repr, close))}' if close
-             else '; it sows nothing' if not met else '')
-          + '.'
-      )
+      raise _selects_nothing(k, list(self.met))
 
 
 def _request(selection: Selection, entries: dict[primitive.Name, tp.Any]):
@@ -304,13 +297,7 @@ def _resolve(
     else:
       found = names_lib.resolve(k, sown, where='plant')
       if not found:
-        close = names_lib.closest(k, sown)
-        raise ValueError(
-            f'plant: the pattern {k.text!r} selects no sow of this call'
-            + (f'; closest names: {", ".join(map(repr, close))}' if close
-               else '; it sows nothing' if not sown else '')
-            + '.'
-        )
+        raise _selects_nothing(k, sown)
     for name in found:
       if name in by:
         raise ValueError(
@@ -323,6 +310,18 @@ def _resolve(
       else:
         entries[name] = entry
   return entries
+
+
+def _selects_nothing(k: names_lib.Pattern, sown: list[primitive.Name]
+                     ) -> ValueError:
+  """The error for a pattern that selects none of the names ``sown``."""
+  close = names_lib.closest(k, sown)
+  return ValueError(
+      f'plant: the pattern {k.text!r} selects no sow of this call'
+      + (f'; closest names: {", ".join(map(repr, close))}' if close
+         else '; it sows nothing' if not sown else '')
+      + '.'
+  )
 
 
 def _called_with_name(fn, name, value, index):

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -200,6 +201,26 @@ class LiveArrays:
     self.counts.append(
         sum(1 for a in jax.live_arrays() if a.shape == SHAPE)
     )
+
+
+def run_in_threads(work, n_threads: int) -> list[tuple[int, Exception]]:
+  """Runs ``work(t)`` in ``n_threads`` threads at once; returns the
+  ``(t, exception)`` of those that raised."""
+  failures = []
+
+  def run(t):
+    try:
+      work(t)
+    except Exception as e:  # pylint: disable=broad-except
+      failures.append((t, e))
+
+  threads = [threading.Thread(target=run, args=(t,))
+             for t in range(n_threads)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  return failures
 
 
 def chain(x, observe):

@@ -89,6 +89,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import threading
 import typing as tp
 
@@ -475,6 +476,23 @@ def may_be_a_copy(module: tp.Any) -> bool:
   paths = tuple(path for path, _ in anchors)
   return any(frame.holder_path(paths, values) is not None
              for frame in FRAMES.stack)
+
+
+# The staged calls running in this thread, in JAX's trace context and jit
+# key: a jit called inside a staged call that runs modules (an `nnx.jit`
+# method, say) traces anew for that call, so that its Python runs there and
+# the copies NNX makes of the call's modules are noted in that call's frame
+# (`Frame.note_staged`). A trace made in another call (an eager one, or
+# another staged call) holds sows noted there: a copy of a module without
+# Variables, whose sows no origin names, could not be named from it. Within
+# one staged call, JAX still shares a trace among modules of one structure.
+_STAGING = jax.make_user_context(default_value=None)
+_STAGED_CALLS = itertools.count()
+
+
+def staging() -> tp.ContextManager[None]:
+  """The context of one staged call that runs modules (see ``_STAGING``)."""
+  return _STAGING(next(_STAGED_CALLS))
 
 
 def _chain_holder(chain) -> tp.Any | None:

@@ -39,6 +39,7 @@ of a class taps only instances of the class itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -603,7 +604,8 @@ def run_in_frame(
   """
   frame.start(found)
   module_paths.note_started(frame)
-  if not eager.can_run():
+  staged = not eager.can_run()
+  if staged:
     # Staged: the Variables of the copies hold the trace's inputs now, which
     # the deferred sows of the call are resolved from once it is traced.
     frame.variable_paths(None)
@@ -613,11 +615,12 @@ def run_in_frame(
   module_paths.FRAMES.stack.append(frame)
   watched: list[class_hooks.Key] = []
   try:
-    if not frame.taps:
-      return call()
-    watched = watch_for(frame, frame.modules)
-    with tapping(module_paths.FRAMES.stack):
-      return call()
+    with module_paths.staging() if staged else contextlib.nullcontext():
+      if not frame.taps:
+        return call()
+      watched = watch_for(frame, frame.modules)
+      with tapping(module_paths.FRAMES.stack):
+        return call()
   finally:
     restore(watched)
     popped = module_paths.FRAMES.stack.pop()

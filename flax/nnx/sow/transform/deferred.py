@@ -230,15 +230,21 @@ def rename_params(
   new = dict(params)
   for key, index, sub, operands in subs:
     renamed = _rename(sub, [origins[i] for i in operands])
-    if renamed is sub:
-      continue
-    if index is None:
-      new[key] = renamed
-    else:
-      branches = list(new[key])
-      branches[index] = renamed
-      new[key] = tuple(branches)
+    if renamed is not sub:
+      _put(new, key, index, renamed)
   return new
+
+
+def _put(params: dict[str, tp.Any], key: str, index: int | None,
+         sub: tp.Any) -> None:
+  """Puts the sub-jaxpr ``sub`` into ``params[key]`` (at ``index`` of a
+  tuple of them: the branches of a ``cond``)."""
+  if index is None:
+    params[key] = sub
+  else:
+    branches = list(params[key])
+    branches[index] = sub
+    params[key] = tuple(branches)
 
 
 def rename_jaxpr(jaxpr, origins: tp.Sequence[tp.Any]):
@@ -381,12 +387,7 @@ def _apply(jaxpr: core.Jaxpr, resolutions: tp.Iterator[Resolution]):
           renamed = _apply(opened, resolutions)
           if isinstance(sub_jaxpr, core.ClosedJaxpr):
             renamed = core.ClosedJaxpr(renamed, sub_jaxpr.consts)
-          if index is None:
-            params[key] = renamed
-          else:
-            branches = list(params[key])
-            branches[index] = renamed
-            params[key] = tuple(branches)
+          _put(params, key, index, renamed)
     eqns.append(eqn.replace(invars=invars, params=params))
   return jaxpr.replace(
       eqns=eqns, outvars=[sub(a) for a in jaxpr.outvars])
