@@ -263,7 +263,7 @@ class _EagerPatterns:
     for k, names in self.selected.items():
       if names:
         continue
-      raise _selects_nothing(k, list(self.met))
+      raise _selects_nothing(tp.cast(names_lib.Pattern, k), list(self.met))
 
 
 def _request(selection: Selection, entries: dict[primitive.Name, tp.Any]):

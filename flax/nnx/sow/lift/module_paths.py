@@ -439,7 +439,7 @@ def context_chain(module: tp.Any) -> tuple[tuple[tp.Any, int], ...]:
   first (``nnx.jit``, ``nnx.vmap``, ``nnx.scan``... in graph mode keep
   their copies' indexes there). The indexes are the structure's, the same
   for every module a reused trace runs on."""
-  chain = []
+  chain: list[tuple[tp.Any, int]] = []
   stacks = graphlib.GRAPH_CONTEXT.update_context_stacks
   obj = module
   while len(chain) < len(stacks):
@@ -552,7 +552,7 @@ def deferred_sow(
     resolution = resolve_deferred(pending, tag, values)
     if resolution is None:
       return None
-    if resolution is deferred_lib.DROP:
+    if isinstance(resolution, deferred_lib.Drop):
       return value, True
     name, meta = resolution
     return primitive.sow_with_meta(

@@ -43,10 +43,8 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import threading
 import types
 import typing as tp
-import weakref
 
 import jax
 
@@ -280,7 +278,7 @@ def _lacking(spec: TapSpec, module: tp.Any) -> str | None:
   return None
 
 
-def watch_for(frame, modules) -> list[tuple[tp.Any, type]]:
+def watch_for(frame, modules) -> list[class_hooks.Key]:
   """Watches ``modules`` for the taps ``frame`` starts with
   (``nnx.capture``'s ``method_outputs``)."""
   pairs = []

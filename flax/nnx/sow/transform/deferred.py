@@ -81,7 +81,8 @@ class Deferred:
     return f'{self.owner} sow {self.rest!r}'
 
 
-class _Drop:
+class Drop:
+  """The type of :data:`DROP` (one instance)."""
 
   def __repr__(self):
     return 'DROP'
@@ -89,10 +90,10 @@ class _Drop:
 
 # A resolution that removes the sow: its values pass through unsown (a tap
 # whose patterns do not match the module the sow turned out to be on).
-DROP = _Drop()
+DROP = Drop()
 
 # (name, meta) for the ordinary sow, DROP, or None: not resolved here.
-Resolution = tp.Union[tuple[tp.Any, tp.Hashable], _Drop, None]
+Resolution = tp.Union[tuple[tp.Any, tp.Hashable], Drop, None]
 # (deferred, tag, the origin of each anchor or None, whether this deferred
 # sow occurs once in the program resolved) -> a resolution.
 Resolver = tp.Callable[[Deferred, tp.Hashable, list[tp.Any], bool],
@@ -292,7 +293,7 @@ def _plan(
 ) -> tuple[tuple[Deferred, tp.Hashable, tuple[int | None, ...]], ...]:
   """Every deferred sow of ``jaxpr`` at any depth, in a fixed order, with
   the input of ``jaxpr`` each of its anchors comes from (or ``None``)."""
-  entries = []
+  entries: list[tuple[tp.Any, ...]] = []
   _walk(jaxpr, list(range(len(jaxpr.invars))), entries)
   return tuple(entries)
 
