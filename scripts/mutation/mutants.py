@@ -902,7 +902,7 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if False:',
        "Flax's own Module.sow in a functional capture raises, naming install"),
     _m('paths-staged-call-reuses-traces', 'lift/taps.py',
-       '    with module_paths.staging() if staged else'
+       '    with module_paths.staging() if own_traces else'
        ' contextlib.nullcontext():',
        '    with contextlib.nullcontext():',
        'a stateless module traced in an eager call is named when staged'),

@@ -607,13 +607,18 @@ def run_in_frame(
     # Staged: the Variables of the copies hold the trace's inputs now, which
     # the deferred sows of the call are resolved from once it is traced.
     frame.variable_paths(None)
+  # A staged call over modules traces its jits anew (see
+  # `module_paths.staging`); one over arrays alone has no module to copy,
+  # and keeps JAX's traces of its jits (`jax.numpy`'s own among them).
+  own_traces = staged and any(
+      graph_nodes.holds_graph_nodes(root) for _, root in found)
   refused = []
   if frame.functional and module_paths.legacy_sow_methods():
     refused = module_paths.refuse_legacy_sows()
   module_paths.FRAMES.stack.append(frame)
   watched: list[class_hooks.Key] = []
   try:
-    with module_paths.staging() if staged else contextlib.nullcontext():
+    with module_paths.staging() if own_traces else contextlib.nullcontext():
       if not frame.taps:
         return call()
       watched = watch_for(frame, frame.modules)
