@@ -150,7 +150,6 @@ class ConcurrencyTest(absltest.TestCase):
                  for x in xs] for xs in inputs]
     kernel_before = np.asarray(model.linear.kernel[...]).copy()
     barrier = threading.Barrier(n_threads)
-    failures = []
 
     # Shared by every thread.
     runs = [capture(program), jax.jit(capture(program)), capture(jitted)]
@@ -161,45 +160,34 @@ class ConcurrencyTest(absltest.TestCase):
       if t == n_threads - 1:
         plain(t)
         return
-      try:
-        for i, x in enumerate(inputs[t]):
-          (want_out, want), want_hidden = expected[t][i]
-          out, collected = runs[(t + i) % 3](x)
-          # The oracles are other programs (Python loops for scan and
-          # vmap, an eager matmul): equal to float rounding; a value of
-          # another thread would differ at order 1.
-          sow_testing.assert_close(out, want_out)
-          self.assertEqual(list(collected), list(want))
-          for name, value in want.items():
-            self.assertLen(collected[name], 1)
-            sow_testing.assert_close(collected[name][0], value)
-          energy, sown = captured_model(x)
-          sow_testing.assert_close(sown['hidden'][0], want_hidden)
-          np.testing.assert_array_equal(sown['energy'][0], energy)  # itself
-          sow_testing.assert_close(plant(program, collected)(x), want_out)
-      except Exception as e:  # pylint: disable=broad-except
-        failures.append((t, e))
+      for i, x in enumerate(inputs[t]):
+        (want_out, want), want_hidden = expected[t][i]
+        out, collected = runs[(t + i) % 3](x)
+        # The oracles are other programs (Python loops for scan and vmap,
+        # an eager matmul): equal to float rounding; a value of another
+        # thread would differ at order 1.
+        sow_testing.assert_close(out, want_out)
+        self.assertEqual(list(collected), list(want))
+        for name, value in want.items():
+          self.assertLen(collected[name], 1)
+          sow_testing.assert_close(collected[name][0], value)
+        energy, sown = captured_model(x)
+        sow_testing.assert_close(sown['hidden'][0], want_hidden)
+        np.testing.assert_array_equal(sown['energy'][0], energy)  # itself
+        sow_testing.assert_close(plant(program, collected)(x), want_out)
 
     def plain(t):
       # One thread captures nothing: its jits record their compiled fast
       # paths (those of `jitted` hold sows) while the others capture, which
       # must neither drop those threads' sows nor change its own values.
-      try:
-        for i, x in enumerate(inputs[t]):
-          (want_out, _), want_hidden = expected[t][i]
-          sow_testing.assert_close(jitted(x), want_out)
-          sow_testing.assert_close(program(x), want_out)
-          sow_testing.assert_close(
-              model(x), jnp.sum(want_hidden * want_hidden))
-      except Exception as e:  # pylint: disable=broad-except
-        failures.append((t, e))
+      for i, x in enumerate(inputs[t]):
+        (want_out, _), want_hidden = expected[t][i]
+        sow_testing.assert_close(jitted(x), want_out)
+        sow_testing.assert_close(program(x), want_out)
+        sow_testing.assert_close(
+            model(x), jnp.sum(want_hidden * want_hidden))
 
-    threads = [threading.Thread(target=work, args=(t,))
-               for t in range(n_threads)]
-    for thread in threads:
-      thread.start()
-    for thread in threads:
-      thread.join()
+    failures = sow_testing.run_in_threads(work, n_threads)
     self.assertEqual(failures, [])
     np.testing.assert_array_equal(model.linear.kernel[...], kernel_before)
     self.assertFalse(primitive.harvesting.value)
