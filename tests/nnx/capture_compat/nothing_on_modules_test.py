@@ -204,6 +204,56 @@ class NothingOnModulesTest(parameterized.TestCase):
       self.assertEqual(float(got['grad_of_x'].get_value()), 3.0)  # d(3x)/dx
       self.assertEqual(float(got['y'].get_value()[0]), 3.0 * x)
 
+  @parameterized.named_parameters(('functional', False), ('compat', True))
+  def test_a_jit_traced_at_the_top_is_named_when_reused_under_vmap(
+      self, compat):
+    # CAX's Lenia under nnx.vmap, after a run without it: the nnx.jit of a
+    # step is traced at the top of a call, then reused under an nnx.vmap,
+    # where its copy is made from the vmap's copy (one more context).
+    class Step(nnx.Module):
+
+      def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+      @nnx.jit
+      def __call__(self, x):
+        h = self.linear(x)
+        self.sow(nnx.Intermediate, 'h', h)
+        return jnp.tanh(h)
+
+    class Sim(nnx.Module):
+
+      def __init__(self, rngs):
+        self.step = Step(rngs)
+
+      @nnx.jit
+      def __call__(self, x):
+        # Two steps in an nnx.scan, as CAX's driver runs them.
+        state_axes = nnx.StateAxes({nnx.Intermediate: 0, ...: nnx.Carry})
+        return nnx.scan(
+            lambda sim, x: sim.step(x), in_axes=(state_axes, nnx.Carry),
+            out_axes=nnx.Carry, length=2,
+        )(self, x)
+
+    def run(f, sim, x):
+      if compat:
+        state = nnx.capture(f, nnx.Intermediate)(sim, x)[1]
+        return {tuple(p): v.get_value()
+                for p, v in nnx.to_flat_state(state)}
+      return dict(capture(f)(sim, x)[1])
+
+    sim = Sim(nnx.Rngs(0))
+    xs = jnp.stack([jnp.ones(3), jnp.arange(3.0)])
+    run(lambda m, x: m(x), sim, xs[0])  # traces Step's nnx.jit at the top
+    got = run(nnx.vmap(lambda m, x: m(x), in_axes=(None, 0)), sim, xs)
+    linear = sim.step.linear
+    first = xs @ linear.kernel[...] + linear.bias[...]
+    second = jnp.tanh(first) @ linear.kernel[...] + linear.bias[...]
+    self.assertEqual(list(got), [('step', 'h')])
+    (h,) = got[('step', 'h')]
+    # Per example, the two steps (the scan's axis after the vmap's).
+    sow_testing.assert_close(h, jnp.stack([first, second], axis=1))
+
   @parameterized.named_parameters(*RUNS)
   def test_a_copy_holding_two_modules_variables_is_refused(self, run):
     # A module made inside the call holding block 1's kernel and block 0's

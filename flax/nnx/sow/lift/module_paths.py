@@ -417,7 +417,7 @@ def path_in(pending: deferred_lib.Deferred, origins: list[tp.Any],
   anchors' origins are Variables of, else, if the sow occurs once in the
   program (no trace of it was reused for another module), the path its
   contexts led to when it was staged (:meth:`Frame.staged_path`)."""
-  holder = _chain_holder(pending.chain)
+  holder = _live_holder(pending.chain)
 
   def in_frame(frame: Frame) -> PathParts | None:
     if holder is not None:
@@ -495,6 +495,25 @@ def staging() -> tp.ContextManager[None]:
   return _STAGING(next(_STAGED_CALLS))
 
 
+def _live_holder(chain) -> tp.Any | None:
+  """:func:`_chain_holder`, followed through the NNX contexts live now until
+  an object a frame holds: a trace reused under more transforms than it was
+  made in (an ``nnx.jit`` traced at the top of a call, reused under an
+  ``nnx.vmap``) carries a chain that ends at a copy those transforms made,
+  whose own contexts lead on."""
+  holder = _chain_holder(chain)
+  seen: set[int] = set()
+  frames = FRAMES.stack + _FINISHING.stack
+  while holder is not None and id(holder) not in seen and not any(
+      frame.path_of(holder) is not None for frame in frames):
+    seen.add(id(holder))
+    more = context_chain(holder)
+    if not more:
+      break
+    holder = _chain_holder(more)
+  return holder
+
+
 def _chain_holder(chain) -> tp.Any | None:
   """The object the outermost live context of ``chain`` made its copy from
   (the transform whose program is being bound runs in it), or ``None``."""
@@ -557,7 +576,7 @@ def deferred_sow(
     name, meta = resolution
     return primitive.sow_with_meta(
         value, name=name, tag=tag, mode=mode, meta=meta), True
-  holder = _chain_holder(chain)
+  holder = _live_holder(chain)
   if holder is not None:
     for frame in FRAMES.stack:
       frame.note_staged(pending, holder)
