@@ -237,7 +237,9 @@ class _EagerPatterns:
           )
         self.by[name] = k
         self.selected[k].append(name)
-        names_lib.resolve(k, self.selected[k], where='plant')  # spelled 2?
+        if not tp.cast(names_lib.Pattern, k).wild:
+          # A spelling that selects a second name is ambiguous (raises).
+          names_lib.resolve(k, self.selected[k], where='plant')
         entry = self.keyed[k]
         if callable(entry):
           entry = functools.partial(_called_with_name, entry, name)

@@ -208,7 +208,7 @@ class Tapped:
       with tapping(module_paths.FRAMES.stack):
         return call()
     finally:
-      restore(watched)
+      class_hooks.release(watched)
       popped = frame.taps.pop()
       assert popped is spec
 
@@ -576,16 +576,11 @@ def watch(
     pairs: tp.Iterable[tuple[tp.Any, frozenset[str]]],
 ) -> list[class_hooks.Key]:
   """Holds, for a call, the hook of each listed method on each module's class
-  (see :mod:`.class_hooks`); returns what :func:`restore` needs."""
+  (see :mod:`.class_hooks`); returns what ``class_hooks.release`` needs."""
   return class_hooks.hold(
       ((type(module), name) for module, names in pairs for name in names),
       _dispatching,
   )
-
-
-def restore(held: tp.Sequence[class_hooks.Key]) -> None:
-  """Releases the hooks :func:`watch` held."""
-  class_hooks.release(held)
 
 
 def run_in_frame(
@@ -625,7 +620,7 @@ def run_in_frame(
       with tapping(module_paths.FRAMES.stack):
         return call()
   finally:
-    restore(watched)
+    class_hooks.release(watched)
     popped = module_paths.FRAMES.stack.pop()
     assert popped is frame
     if refused:
