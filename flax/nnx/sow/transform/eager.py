@@ -188,12 +188,22 @@ class Unread:
     return None
 
 
+_JAXPRS = (core.Jaxpr, core.ClosedJaxpr)
+
+
 def _has_jaxprs(params: dict[str, tp.Any]) -> bool:
-  # `core.jaxprs_in_params` builds a generator and walks every value: this
-  # runs for every primitive bound eagerly, most of which hold no jaxpr.
+  """Whether ``core.jaxprs_in_params(params)`` yields anything: a jaxpr as a
+  value or inside a tuple value, the only places JAX (and so every rule)
+  looks. This runs for every primitive bound eagerly, most of which hold no
+  jaxpr but many a tuple (shapes, dimension numbers), which must not send
+  them down the higher-order path."""
   for value in params.values():
-    if isinstance(value, (core.Jaxpr, core.ClosedJaxpr, tuple, list)):
+    if isinstance(value, _JAXPRS):
       return True
+    if isinstance(value, tuple):
+      for item in value:
+        if isinstance(item, _JAXPRS):
+          return True
   return False
 
 
