@@ -27,7 +27,7 @@ def tap(
     *patterns: taps.Pattern,
     methods: tp.Sequence[str] = ('__call__',),
     inputs: taps.Inputs = True,
-    outputs: bool = True,
+    outputs: bool | int | str = True,
     tag: tp.Hashable = None,
     mode: str = 'append',
 ) -> tp.Callable[..., tp.Any]:
@@ -59,6 +59,11 @@ def tap(
   (the argument named ``x``, passed by position or keyword) sows just that
   argument, as ``(*path, method, 'inputs', 0)`` or ``(*path, method,
   'inputs', 'x')``, so a planted function takes and returns it directly.
+  ``outputs`` selects in the same way: a block returning ``(cache, x)`` is
+  tapped with ``outputs=1`` to keep ``x`` alone (at every decode step, the
+  residual stream rather than the whole KV cache), still named ``(*path,
+  method, 'output')``; an int selects an item of a tuple or list output, a
+  str the item of a mapping output with that key.
 
   Example::
 
@@ -95,7 +100,8 @@ def tap(
     methods: the method names to watch on the matching modules.
     inputs: sow the inputs of those calls: ``True`` (all), ``False``, or one
       argument by position (int) or by parameter name (str).
-    outputs: sow their outputs.
+    outputs: sow their outputs: ``True`` (all), ``False``, or one item of a
+      tuple/list output (int) or of a mapping output (str).
     tag: the tag of the sows.
     mode: the mode of the sows: ``'clobber'`` keeps the last call's values,
       as a tap inside a ``lax.while_loop`` needs (see :func:`sow`).
@@ -129,11 +135,18 @@ def tap(
         'tap: inputs must be True, False, a position (int) or a parameter'
         f' name (str), got {inputs!r}.'
     )
+  if isinstance(outputs, bool) or outputs is None:
+    outputs = bool(outputs)
+  elif not isinstance(outputs, (int, str)):
+    raise TypeError(
+        'tap: outputs must be True, False, an item position (int) or a'
+        f' mapping key (str), got {outputs!r}.'
+    )
   spec = taps.TapSpec(
       patterns=tuple(_check_pattern(p) for p in patterns),
       methods=tuple(methods),
       inputs=inputs,
-      outputs=bool(outputs),
+      outputs=outputs,
       tag=primitive.check_static(tag, what='tag', where='tap'),
       mode=primitive.check_mode(mode, where='tap'),
   )

@@ -67,6 +67,9 @@ ANY_DEPTH = '**'
 # What a tap sows of a call's inputs: all of them (`True`), none, or one
 # argument by position or by name.
 Inputs = tp.Union[bool, int, str]
+# What a tap sows of a call's output: all of it (`True`), nothing, or one
+# item of a tuple/list (int) or mapping (str) output.
+Outputs = tp.Union[bool, int, str]
 
 _NOT_PLAIN = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -86,7 +89,9 @@ class TapSpec:
       'inputs')``; an int or str: sow that argument (by position, or by
       parameter name whether passed so or by position) as ``(*path,
       method, 'inputs', inputs)``; ``False``: none.
-    outputs: sow ``(*path, method, 'output')``.
+    outputs: ``True``: sow the output as ``(*path, method, 'output')``; an
+      int or str: sow only that item of a tuple/list or mapping output,
+      under the same name; ``False``: none.
     tag: the tag of those sows.
     mode: their mode (``'clobber'`` inside a ``while_loop``).
     on_output: instead of sowing the output, ``on_output(module, method,
@@ -96,7 +101,7 @@ class TapSpec:
   patterns: tuple[Pattern, ...] | None
   methods: tuple[str, ...] | None
   inputs: Inputs
-  outputs: bool
+  outputs: Outputs
   tag: tp.Hashable
   on_output: tp.Callable[[tp.Any, str, tp.Any], None] | None = None
   mode: str = 'append'
@@ -368,10 +373,14 @@ def _dispatching(cls: type, name: str, attr: tp.Any
     for spec in specs:
       if spec.on_output is not None:
         spec.on_output(self, name, result)
-    for tag, inputs, mode in _sows(specs, 'outputs'):
-      result = _sow_arrays(result, name=naming(('output',), (tag, inputs,
-                                                             mode)),
-                           tag=tag, mode=mode)
+    for tag, outputs, mode in _sows(specs, 'outputs'):
+      output_name = naming(('output',), (tag, outputs, mode))
+      if outputs is True:
+        result = _sow_arrays(result, name=output_name, tag=tag, mode=mode)
+      else:
+        result = _sow_output_item(
+            result, outputs, where=f'tap: {type(self).__name__}.{name} at'
+            f' {path!r}', name=output_name, tag=tag, mode=mode)
     return result
 
   if isinstance(attr, types.FunctionType):
@@ -434,6 +443,50 @@ def _sow_argument(attr, module, args, kwargs, which: int | str, *, path,
       f' {", ".join(parameters) or "none"}); tap inputs=True sows every'
       ' input.'
   )
+
+
+def _sow_output_item(result, which: int | str, *, where: str, name, tag,
+                     mode):
+  """Sows the item ``which`` of a call's ``result`` (a tuple or list by
+  position, a mapping by key) and puts the sown value in its place."""
+  if isinstance(which, int):
+    if not isinstance(result, (tuple, list)):
+      raise TypeError(
+          f'{where} returned a {type(result).__name__}, not a tuple or list:'
+          f' tap outputs={which} selects an item of one; outputs=True sows'
+          ' the whole output.'
+      )
+    if not -len(result) <= which < len(result):
+      raise TypeError(
+          f'{where} returned {len(result)} items: there is no item {which}'
+          ' to sow.'
+      )
+  elif not isinstance(result, tp.Mapping) or which not in result:
+    raise TypeError(
+        f'{where} returned'
+        + (f' a mapping with the keys {sorted(map(str, result))}'
+           if isinstance(result, tp.Mapping)
+           else f' a {type(result).__name__}')
+        + f': tap outputs={which!r} selects the item of a mapping with that'
+        ' key.'
+    )
+  item = result[which]
+  if not any(map(primitive.is_array, jax.tree_util.tree_leaves(item))):
+    raise TypeError(
+        f'{where}: its output item {which!r} holds no array, so there is'
+        ' nothing to sow.'
+    )
+  sown = _sow_arrays(item, name=name, tag=tag, mode=mode)
+  if isinstance(result, tp.Mapping):
+    new = dict(result)
+    new[which] = sown
+    return new if type(result) is dict else type(result)(new)
+  items = list(result)
+  items[which] = sown
+  if isinstance(result, list):
+    return items
+  # A named tuple is rebuilt with its fields.
+  return type(result)(*items) if hasattr(result, '_fields') else tuple(items)
 
 
 def _parameters(attr: tp.Any) -> list[str]:

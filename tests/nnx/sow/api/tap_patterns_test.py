@@ -180,5 +180,99 @@ class WhileLoopTest(absltest.TestCase):
     sow_testing.assert_close(out, expected)
 
 
+class CachedBlock(nnx.Module):
+  """A decoder layer's shape: ``(cache, x) -> (cache, x)``, or a dict."""
+
+  def __init__(self, rngs, as_dict=False):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+    self.as_dict = as_dict
+
+  def __call__(self, cache, x):
+    y = jnp.tanh(self.linear(x))
+    if self.as_dict:
+      return {'cache': cache + 1.0, 'x': y}
+    return cache + 1.0, y
+
+
+class Decoder(nnx.Module):
+
+  def __init__(self, rngs, as_dict=False):
+    self.layers = nnx.List([CachedBlock(rngs, as_dict) for _ in range(2)])
+    self.as_dict = as_dict
+
+  def __call__(self, x):
+    cache = jnp.zeros((8, 4))
+    for layer in self.layers:
+      if self.as_dict:
+        out = layer(cache, x)
+        cache, x = out['cache'], out['x']
+      else:
+        cache, x = layer(cache, x)
+    return x
+
+
+class OutputItemTest(parameterized.TestCase):
+  """``outputs=`` keeps one item of a method's output, named as the whole
+  output would be."""
+
+  def by_hand(self, model, planted=None):
+    x, per_layer = X, []
+    for i, layer in enumerate(model.layers):
+      x = jnp.tanh(layer.linear(x))
+      if planted is not None and i == 1:
+        x = planted
+      per_layer.append(x)
+    return x, per_layer
+
+  @parameterized.product(run=('eager', 'jit'), which=((1, False), ('x', True)))
+  def test_keeps_the_item_alone(self, run, which):
+    item, as_dict = which
+    model = Decoder(nnx.Rngs(0), as_dict)
+    tapped = tap(Decoder.__call__, 'layers.*', inputs=False, outputs=item)
+    wrap = jax.jit if run == 'jit' else (lambda f: f)
+    out, collected = wrap(capture(tapped))(model, X)
+    want_out, per_layer = self.by_hand(model)
+    self.assertEqual(list(collected), [
+        ('layers', 0, '__call__', 'output'),
+        ('layers', 1, '__call__', 'output')])
+    for i in range(2):
+      # The item itself, not the cache: one (4,) array.
+      (value,) = collected[f'layers.{i}.__call__.output']
+      self.assertEqual(value.shape, (4,))
+      sow_testing.assert_close(value, per_layer[i])
+    sow_testing.assert_close(out, want_out)
+    planted = jnp.full((4,), 0.25)
+    steered = wrap(plant(tapped, {'layers.1.__call__.output': (planted,)}))(
+        model, X)
+    np.testing.assert_array_equal(steered, planted)
+
+  def test_an_item_of_an_output_that_has_none(self):
+    model = Model(nnx.Rngs(0))
+    with self.assertRaisesRegex(
+        TypeError, r"tap: Block.__call__ at \('blocks', 0\) returned a"
+        r' ArrayImpl, not a tuple or list: tap outputs=1 selects'):
+      capture(tap(Model.__call__, 'blocks.0', inputs=False, outputs=1))(
+          model, X)
+
+  def test_an_item_past_the_end(self):
+    model = Decoder(nnx.Rngs(0))
+    with self.assertRaisesRegex(
+        TypeError, 'returned 2 items: there is no item 2 to sow'):
+      capture(tap(Decoder.__call__, 'layers.0', inputs=False, outputs=2))(
+          model, X)
+
+  def test_a_key_of_a_mapping_it_lacks(self):
+    model = Decoder(nnx.Rngs(0), as_dict=True)
+    with self.assertRaisesRegex(
+        TypeError, r"returned a mapping with the keys \['cache', 'x'\]: tap"
+        r" outputs='y'"):
+      capture(tap(Decoder.__call__, 'layers.0', inputs=False, outputs='y'))(
+          model, X)
+
+  def test_a_bad_selector(self):
+    with self.assertRaisesRegex(TypeError, 'tap: outputs must be True'):
+      tap(Decoder.__call__, 'layers.0', outputs=1.5)
+
+
 if __name__ == '__main__':
   absltest.main()
