@@ -85,8 +85,39 @@ class Dataset:
   def examples(self) -> int:
     return self.complete_batches * self.layout.examples_per_batch
 
-  def spec(self, site: str, output: str = 'values') -> store_lib.ArraySpec:
-    """The array of ``output`` of ``site``; an error naming what exists."""
+  def site_of(self, site: tp.Any) -> str:
+    """The stored site ``site`` reads: a stored site itself
+    (``'layers.1.h/0'``, ``'layers.1.h/0/x'`` for a leaf ``x``), or a sow
+    name (``('layers', 1, 'h')`` or its spelling ``'layers.1.h'``, as
+    ``capture`` prints it) that was exported as one site (one entry of one
+    leaf); an error naming the stored sites otherwise."""
+    if isinstance(site, str) and site in self.layout.sites:
+      return site
+    if isinstance(site, tuple):
+      spelled = '.'.join(map(str, site))
+    elif isinstance(site, str):
+      spelled = site
+    else:
+      raise TypeError(
+          f'Dataset: a site is a stored site or a sow name (str or tuple),'
+          f' got {site!r}.')
+    stored = [s for s in self.layout.sites if s.split('/', 1)[0] == spelled]
+    if len(stored) == 1:
+      return stored[0]
+    if stored:
+      raise KeyError(
+          f'Dataset: the name {site!r} was exported as {len(stored)} sites'
+          f' (one per entry and leaf): {stored}; read one of them.')
+    raise KeyError(
+        f'Dataset: no site {site!r} in {self.path!r}; its sites are'
+        f' {list(self.sites)}.'
+    )
+
+  def spec(self, site: tp.Any, output: str = 'values'
+           ) -> store_lib.ArraySpec:
+    """The array of ``output`` of ``site`` (see :meth:`site_of`); an error
+    naming what exists."""
+    site = self.site_of(site)
     for spec in self.layout.arrays:
       if spec.site == site and spec.output == output:
         return spec
@@ -130,7 +161,7 @@ class Dataset:
     return Statistics(count=count, mean=mean, var=var)
 
   def _rows_per_statistic(self, site: str) -> int:
-    shape = self.layout.sites[site].get('reduced_shape')
+    shape = self.layout.sites[self.site_of(site)].get('reduced_shape')
     if shape is None:
       raise KeyError(f'Dataset: site {site!r} has no statistics.')
     return int(np.prod(shape[:-1], dtype=np.int64))

@@ -120,6 +120,30 @@ class DatasetTest(absltest.TestCase):
                      (EXAMPLES * BATCHES, POSITIONS, WIDTH))
     self.assertIn('3 sites, 24 examples in 6 batches', repr(self.data))
 
+  def test_read_by_the_name_capture_prints(self):
+    # A name exported as one site (one entry, one leaf) reads as itself.
+    for name in ('a', ('a',)):
+      np.testing.assert_array_equal(self.data.read(name, rows=[5, 0]),
+                                    self.data.read('a/0', rows=[5, 0]))
+    self.assertEqual(self.data.site_of('first'), 'first/0')
+    with self.assertRaisesRegex(KeyError, r"no site 'c'.*'a/0', 'b/0'"):
+      self.data.read('c')
+    with self.assertRaisesRegex(TypeError, 'a site is a stored site or a sow'):
+      self.data.read(3)
+
+  def test_a_name_exported_as_several_sites_is_read_by_site(self):
+    def g(x):
+      sow({'u': x, 'v': -x}, name='pair')
+      return x
+    path = os.path.join(self.folder, 'pairs')
+    activations.export(g, [ids(0)], path, progress=False)
+    data = activations.Dataset(path)
+    with self.assertRaisesRegex(
+        KeyError, r"the name 'pair' was exported as 2 sites \(one per entry"
+        r" and leaf\): \['pair/0/u', 'pair/0/v'\]"):
+      data.read('pair')
+    np.testing.assert_array_equal(data.read('pair/0/v'), -ids(0))
+
   def test_errors_name_what_exists(self):
     with self.assertRaisesRegex(KeyError, r"no site 'c/0'.*'a/0', 'b/0'"):
       self.data.read('c/0')
