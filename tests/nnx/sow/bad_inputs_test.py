@@ -261,9 +261,10 @@ CASES = {
         lambda: capture(_while_append)(X),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values need a bound: capture(f, max_steps=N)'
-        ' (or {name: N}) keeps N steps of each, with the count of steps'
-        " run. Or use mode='clobber' (keeps the last value), lax.scan or a"
+        ' time, so appended values need a bound: max_steps=N (or {name or'
+        ' pattern: N}) of capture or discover keeps N steps of each, with'
+        " the count of steps run. Or use mode='clobber' (keeps the last"
+        " value), lax.scan or a"
         ' fori_loop with static bounds.'),
     'fori_loop_traced_bounds_append': (
         lambda: jax.jit(capture(lambda x, n: lax.fori_loop(
@@ -271,9 +272,10 @@ CASES = {
                 X, jnp.int32(3)),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values need a bound: capture(f, max_steps=N)'
-        ' (or {name: N}) keeps N steps of each, with the count of steps'
-        " run. Or use mode='clobber' (keeps the last value), lax.scan or a"
+        ' time, so appended values need a bound: max_steps=N (or {name or'
+        ' pattern: N}) of capture or discover keeps N steps of each, with'
+        " the count of steps run. Or use mode='clobber' (keeps the last"
+        " value), lax.scan or a"
         ' fori_loop with static bounds.'),
     'while_append_past_max_steps': (
         lambda: capture(_while_append, max_steps=3)(X),

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
 
 OVERFLOW_POLICIES = ('error', 'truncate')
@@ -149,14 +150,15 @@ class LoopBounds:
 
   Attributes:
     default: the bound of every name not in ``by_name``, or ``None``.
-    by_name: ``(name, bound)`` pairs.
+    by_name: ``(key, bound)`` pairs, a key being a name or a pattern as
+      ``capture(names=...)`` reads it (``names.key``).
     on_overflow: ``'error'``: a loop that runs more steps raises (at run
       time, under ``jit``); ``'truncate'``: the first steps are kept and the
       count says how many ran.
   """
 
   default: int | None = None
-  by_name: tuple[tuple[primitive.Name, int], ...] = ()
+  by_name: tuple[tuple[names_lib.Key, int], ...] = ()
   on_overflow: str = 'error'
 
   @classmethod
@@ -171,7 +173,7 @@ class LoopBounds:
       return cls(on_overflow=on_overflow)
     if isinstance(max_steps, tp.Mapping):
       pairs = tuple(
-          (primitive.check_name(name, where=f'{where}: max_steps'),
+          (names_lib.key(name, where=f'{where}: max_steps'),
            _check_bound(bound, where=f'{where}: max_steps[{name!r}]'))
           for name, bound in max_steps.items()
       )
@@ -185,17 +187,26 @@ class LoopBounds:
                on_overflow=on_overflow)
 
   def bound(self, name: primitive.Name) -> int | None:
-    """The bound of ``name``, or ``None`` if the capture gave none."""
-    for other, bound in self.by_name:
-      if other == name:
-        return bound
-    return self.default
+    """The bound of ``name``, or ``None`` if the capture gave none; raises
+    if two keys that give it different bounds select it."""
+    found = [(k, bound) for k, bound in self.by_name
+             if names_lib.matches(k, name)]
+    if not found:
+      return self.default
+    if len({bound for _, bound in found}) > 1:
+      raise ValueError(
+          f'capture: max_steps gives {name!r} two bounds:'
+          f' {", ".join(f"{k!r}: {b}" for k, b in found)}; give each name'
+          ' one.'
+      )
+    return found[0][1]
 
   def check_used(self, names: tp.Collection[primitive.Name], *,
                  where: str) -> None:
     """Raises if a name of ``by_name`` is not in ``names``, those the
     capture returned as :class:`Steps`: a bound that bounded nothing."""
-    unused = [name for name, _ in self.by_name if name not in names]
+    unused = [k for k, _ in self.by_name
+              if not any(names_lib.matches(k, name) for name in names)]
     if unused:
       raise ValueError(
           f'{where}: max_steps bounds {", ".join(map(repr, unused))}, which'

@@ -230,6 +230,62 @@ class PlantPatternTest(parameterized.TestCase):
       plant(model, {'layers.*.h': (jnp.zeros(3),)})
 
 
+def _decode(x):
+  """A while loop sowing two layers' values per step (a decode loop)."""
+
+  def body(carry):
+    i, h = carry
+    h = sow(jnp.tanh(h) + 1.0, name=('layers', 0, 'out'))
+    h = sow(h * 0.5, name=('layers', 1, 'out'))
+    sow(i, name='step')
+    return i + 1, h
+
+  return jax.lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+
+class MaxStepsSpellingTest(parameterized.TestCase):
+  """``max_steps`` takes names as ``capture(names=)`` does: tuples, dotted
+  spellings and patterns."""
+
+  def _by_hand(self):
+    h, per_layer = X, ([], [])
+    for _ in range(3):
+      h = jnp.tanh(h) + 1.0
+      per_layer[0].append(h)
+      h = h * 0.5
+      per_layer[1].append(h)
+    return per_layer
+
+  @parameterized.parameters(
+      ({'layers.*.out': 4, 'step': 5},),
+      ({'layers.**': 4, 'step': 5},),
+      ({'layers.0.out': 4, ('layers', 1, 'out'): 4, 'step': 5},),
+  )
+  def test_spellings_and_patterns_bound_their_names(self, max_steps):
+    for run in (lambda f: f, jax.jit):
+      _, collected = run(capture(_decode, max_steps=max_steps))(X)
+      by_hand = self._by_hand()
+      for layer in (0, 1):
+        (steps,) = collected[('layers', layer, 'out')]
+        self.assertEqual(steps.values.shape[0], 4)
+        self.assertEqual(int(steps.count), 3)
+        sow_testing.assert_close(steps.filled(), np.stack(by_hand[layer]))
+      self.assertEqual(collected['step'][0].values.shape[0], 5)
+
+  def test_two_bounds_for_one_name_are_refused(self):
+    with self.assertRaisesRegex(
+        ValueError, r"max_steps gives \('layers', 0, 'out'\) two bounds:"
+        r" 'layers.\*.out': 4, 'layers.0.out': 6"):
+      capture(_decode, max_steps={'layers.*.out': 4, 'layers.0.out': 6,
+                                  'step': 5})(X)
+
+  def test_a_pattern_bounding_nothing_is_an_error(self):
+    with self.assertRaisesRegex(
+        ValueError, r"max_steps bounds 'attn.\*', which no while_loop"):
+      capture(_decode, max_steps={'layers.**': 4, 'step': 4,
+                                  'attn.*': 2})(X)
+
+
 class BadNamesAndValuesTest(absltest.TestCase):
 
   def test_a_name_formatted_from_a_traced_value(self):

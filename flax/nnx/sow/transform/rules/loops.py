@@ -194,8 +194,8 @@ def _while(scope: Scope, eqn, invals):
         f'capture: a while_loop (at {where(eqn)}) sows'
         f' {describe_names(unbounded)} with mode=\'append\'; its'
         ' trip count is only known at run time, so appended values need a'
-        ' bound: capture(f, max_steps=N) (or {name: N}) keeps N steps of'
-        ' each, with the count of steps run. Or use mode=\'clobber\' (keeps'
+        ' bound: max_steps=N (or {name or pattern: N}) of capture or'
+        ' discover keeps N steps of each, with the count of steps run. Or use mode=\'clobber\' (keeps'
         ' the last value), lax.scan or a fori_loop with static bounds.'
     )
   planted = _planted_steps(scope, eqn, t.planted_sites)
