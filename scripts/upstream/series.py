@@ -374,7 +374,8 @@ Programs with a sow inside a higher-order primitive are refused until the
 rules of the next commits; the tests here use none (the ones that do go
 with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
-        files=(S + 'capture.py', N + 'sow_pytree_models.py',
+        files=(S + 'capture.py', T + 'inner_calls.py',
+               N + 'sow_pytree_models.py',
                N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
                N + 'api/capture_eager_test.py'),
     ),
@@ -641,7 +642,8 @@ could not take them without going over budget.''',
                C + 'module_taps_test.py',
                C + 'compat_sow_values_test.py',
                C + 'compat_variable_updates_test.py',
-               C + 'nothing_on_modules_test.py'),
+               C + 'nothing_on_modules_test.py',
+               N + 'api/capture_see_through_test.py'),
     ),
     Commit(
         'discover',

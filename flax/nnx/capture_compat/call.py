@@ -34,6 +34,7 @@ from flax.nnx import variablelib
 from flax.nnx.capture_compat import frames
 from flax.nnx.capture_compat import method_outputs as method_outputs_lib
 from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import inner_calls
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.lift import taps
 from flax.nnx.sow.transform import planting
@@ -119,7 +120,8 @@ class Call:
         ),
         _InitPlanter(planted) if planted else None,
     )
-    with _modes_note():
+    with _modes_note(), inner_calls.running(
+        self._description(root), None) as call:
       if eager.can_run():
         out = eager.run(
             scope, lambda: self._traced(frame)(root, args, kwargs)
@@ -127,7 +129,8 @@ class Call:
       else:
         with graph_calls.updating():
           out = self._run_staged(scope, frame, root, args, kwargs)
-    records = scope.records
+      records = scope.records
+      inner_calls.took(call, [(site.name, site.tag) for site, _ in records])
     states = (
         self._states(frame, _sites(records), init_entries, records)
         if records or init_entries
@@ -138,6 +141,14 @@ class Call:
     if len(self.var_types) == 1:
       return out, states[0]
     return (out, *states)
+
+  def _description(self, root) -> str:
+    """How messages name this call: ``nnx.capture(Transformer,
+    Intermediate)``, say."""
+    what = (type(root).__name__ if isinstance(root, Module)
+            else inner_calls.describe('', root)[1:-1])
+    parts = [what, *(t.__name__ for t in self.var_types)]
+    return f'nnx.capture({", ".join(parts)})'
 
   def _run_staged(self, scope, frame, root, args, kwargs):
     """Stages the call on copies, evaluates it in ``scope``, writes back."""

@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import typing as tp
+import warnings
 import weakref
 
 import jax
@@ -26,6 +28,7 @@ from flax.nnx import variablelib
 from flax.nnx.sow import render
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import inner_calls
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import staged_sows
@@ -151,6 +154,7 @@ def capture(
     names: NameFilter = None,
     max_steps: int | tp.Mapping[primitive.Name, int] | None = None,
     on_overflow: str = 'error',
+    see_through: bool = False,
 ) -> tp.Callable[P, tuple[R, Collected]]:
   """Returns a function that calls ``f`` and also returns what it sowed.
 
@@ -164,7 +168,11 @@ def capture(
   the count of steps run, compiled once.
 
   Selected sows are consumed; the others stay in the program, so an enclosing
-  ``capture`` sees them. ``Module.sow(T, 'h', v)`` of a module among the
+  ``capture`` sees them. A capture around one that took some of its sows (a
+  library's own ``nnx.capture``, say, or a ``plant``) warns, naming it
+  (:class:`~flax.nnx.sow.transform.inner_calls.TakenByInnerCall`), or, for
+  a name it selects, adds that to its error; with ``see_through=True`` it
+  collects them too, as the program goes on with them. ``Module.sow(T, 'h', v)`` of a module among the
   arguments is sown as ``(*path, 'h')`` with tag ``T``, ``path`` being the
   module's path (see :mod:`flax.nnx.sow.lift.module_paths` for the naming), and
   :func:`~flax.nnx.sow.tap` sows the inputs and outputs of submodule calls.
@@ -225,6 +233,12 @@ def capture(
       runs, from a host callback after each such loop, which costs a host
       round trip per call), ``'truncate'`` keeps the first steps, and
       :attr:`~flax.nnx.sow.Steps.count` says how many ran (no callback).
+    see_through: also collect the sows that a ``capture``, ``plant`` or
+      ``nnx.capture`` inside ``f`` takes (they still get them): each sow
+      bound while this capture runs is followed by a copy that only this
+      capture selects, holding the value the program goes on with (after
+      an inner plant). Under ``jit``, a trace made with and one without
+      are kept apart.
 
   Returns:
     A function with ``f``'s signature returning ``(out, collected)``.
@@ -237,11 +251,43 @@ def capture(
   bounds = steps.LoopBounds.make(max_steps, on_overflow, where='capture')
   compiled = _compiled_runners(f) if _is_jit(f) else None
 
+  if not isinstance(see_through, bool):
+    raise TypeError(
+        f'capture: see_through must be True or False, got {see_through!r}.')
+
+  description = inner_calls.describe('capture', f)
+
+  def run(selection, args, kwargs):
+    # A selection by predicate is not asked again about what an inner call
+    # took (it is asked once per name and call): only reported.
+    matches = (None if selection.through or selection.by_predicate
+               else selection.matches)
+    with inner_calls.running(description, matches) as call:
+      try:
+        if compiled is not None:
+          out, collected = compiled(selection, bounds, args, kwargs)
+        else:
+          out, collected = _call(f, selection, bounds, args, kwargs)
+      except ValueError as e:
+        if call.taken:
+          e.add_note(inner_calls.explain(
+              inner_calls.missed(call, ()), 'capture'))
+        raise
+    missed = inner_calls.missed(call, collected)
+    if missed:
+      warnings.warn(inner_calls.explain(missed, 'capture'),
+                    inner_calls.TakenByInnerCall, stacklevel=3)
+    return out, collected
+
   @functools.wraps(f)
   def captured(*args, **kwargs):
-    if compiled is not None:
-      return compiled(selection, bounds, args, kwargs)
-    return _call(f, selection, bounds, args, kwargs)
+    if not see_through:
+      return run(selection, args, kwargs)
+    # One level more than the see-through captures running around this one:
+    # each sow bound inside is copied for it (see `primitive.bind`).
+    level = primitive.seeing_through.value + 1
+    with primitive.seeing_through(level):
+      return run(dataclasses.replace(selection, through=level), args, kwargs)
 
   return captured
 
@@ -495,6 +541,7 @@ def _call_eagerly(f, selection, bounds, args, kwargs):
   :mod:`.eager`): its Python runs, its graph nodes are updated in place."""
   scope = Scope(Request(selection, bounds=bounds))
   out = eager.run(scope, lambda: graph_calls.call_directly(f, args, kwargs))
+  _took(scope.records)
   check_selected(selection, scope.records, scope.passed_keys)
   return out, collect(scope.records, bounds)
 
@@ -503,7 +550,15 @@ def _call_staged(f, selection, bounds, args, kwargs):
   """``f`` staged to a jaxpr, which is interpreted under the current trace
   (a ``jit`` around the capture, say): the trace is made once per call."""
   out, records, _ = staged_records(f, selection, bounds, args, kwargs)
+  _took(records)
   return out, collect(records, bounds)
+
+
+def _took(records: tp.Sequence[Record]) -> None:
+  """Tells the captures around this one which of their sows it took."""
+  if len(inner_calls.CALLS.stack) > 1:
+    inner_calls.took(inner_calls.CALLS.stack[-1],
+                     [(site.name, site.tag) for site, _ in records])
 
 
 def staged_records(

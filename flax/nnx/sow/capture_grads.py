@@ -102,6 +102,21 @@ def capture_grads(
 
   @functools.wraps(f)
   def run(*args, **kwargs):
+    try:
+      return _run(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+      # The plant and capture it runs on are its own: their messages are
+      # told as capture_grads's, naming what the user gave it.
+      message = str(e)
+      for inner in ('plant:', 'capture:'):
+        if type(e) in (TypeError, ValueError) and message.startswith(inner):
+          error = type(e)('capture_grads:' + message[len(inner):])
+          for note in getattr(e, '__notes__', ()):
+            error.add_note(note)
+          raise error from None
+      raise
+
+  def _run(*args, **kwargs):
     def marked(zero):
       def mark(value, index, name):
         del index

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import typing as tp
 
 from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import inner_calls
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import planting
@@ -136,8 +138,29 @@ def plant(
   fixed = None if by_pattern else _request(
       selection, tp.cast(dict[primitive.Name, tp.Any], keyed))
 
+  description = inner_calls.describe('plant', f)
+
+  def matches(params) -> bool:
+    if tag is not None and params['tag'] != tag:
+      return False
+    return any(names_lib.matches(key, params['sow_name']) for key in keyed)
+
   @functools.wraps(f)
   def planted(*args, **kwargs):
+    with inner_calls.running(description, matches) as call:
+      try:
+        out = run(args, kwargs)
+      except ValueError as e:
+        if call.taken:
+          e.add_note(inner_calls.explain(
+              inner_calls.missed(call, ()), 'plant'))
+        raise
+      # What it planted is taken from the captures around it.
+      inner_calls.took(call, [(name, tag) for name in keyed
+                              if not isinstance(name, names_lib.Pattern)])
+    return out
+
+  def run(args, kwargs):
     if eager.can_run() and eager.can_track_reads():
       if fixed is not None:
         return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
@@ -162,7 +185,8 @@ def plant(
       out_flat = interpreter.evaluate(
           staged.jaxpr.jaxpr, staged.jaxpr.consts, staged.inputs, scope
       )
-      planter.check_all_used(tag)
+      planter.check_all_used(tag, lambda: [
+          name for name, _ in primitive.sow_keys(staged.jaxpr.jaxpr)])
       return staged.unflatten_out(out_flat)
 
   return planted
@@ -192,7 +216,8 @@ def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
   first = unread.first()
   if first is not None:
     raise interpreter.unread_plant(*first)
-  planter.check_all_used(tag)
+  planter.check_all_used(tag, lambda: [
+      name for name, _ in scope.passed_keys()])
   return out
 
 
@@ -330,6 +355,29 @@ def _called_with_name(fn, name, value, index):
   return fn(value, index, name)
 
 
+def _check_function(k: names_lib.Key, fn: tp.Callable[..., tp.Any]) -> None:
+  """Raises if ``fn`` cannot be called as plant calls it for the key ``k``:
+  ``fn(value, index)`` for a name, ``fn(value, index, name)`` for a pattern
+  or spelling. A callable whose signature Python cannot read is called as
+  it is."""
+  by_pattern = isinstance(k, names_lib.Pattern)
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError):
+    return
+  try:
+    signature.bind(*(None,) * (3 if by_pattern else 2))
+  except TypeError:
+    what = (f'the pattern {k.text!r}' if by_pattern else f'the name {k!r}')
+    form = 'fn(value, index, name)' if by_pattern else 'fn(value, index)'
+    name_too = ', name: the static name it plants at' if by_pattern else ''
+    raise TypeError(
+        f'plant: the function for {what} is called as {form} (index: the'
+        f' execution of that name{name_too}); its signature is'
+        f' {getattr(fn, "__name__", "fn")}{signature}.'
+    ) from None
+
+
 def _check_values(values: tp.Any) -> dict[names_lib.Key, tp.Any]:
   if not isinstance(values, tp.Mapping):
     raise TypeError(
@@ -339,7 +387,8 @@ def _check_values(values: tp.Any) -> dict[names_lib.Key, tp.Any]:
   checked: dict[names_lib.Key, tp.Any] = {}
   for name, entries in values.items():
     name = names_lib.key(name, where='plant')
-    if callable(entries):  # fn(value, index) -> the value to plant
+    if callable(entries):  # fn(value, index[, name]) -> the value to plant
+      _check_function(name, entries)
       checked[name] = entries
       continue
     if isinstance(name, names_lib.Pattern) and name.wild:

@@ -32,6 +32,7 @@ from flax.nnx import capture_compat
 from flax.nnx.sow import capture
 from flax.nnx.sow import plant
 from flax.nnx.sow import tap
+from flax.nnx.sow.transform import inner_calls
 
 from compat_testing import CompatTestCase, X  # pylint: disable=g-multiple-import
 from module_models import (  # pylint: disable=g-multiple-import
@@ -318,7 +319,8 @@ class ModuleSowTest(ModulesTestCase):
     def f(model, x):
       return nnx.capture(model, nnx.Perturbation)(x)
 
-    (_, state), collected = capture(f)(self.model, X_MODULES)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, state), collected = capture(f)(self.model, X_MODULES)
     _, hs = model_oracle(self.model, X_MODULES)
     # nnx.capture's frame is the innermost: it collects its type...
     np.testing.assert_array_equal(

@@ -37,6 +37,7 @@ from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
 from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform import inner_calls
 
 import sow_testing
 
@@ -221,11 +222,13 @@ class LeakTest(parameterized.TestCase):
 
       _, collected = wrap(clobbered)(X)
       np.testing.assert_array_equal(collected['c'][0], X + 1.0 + 1.0 + 1.0)
-      (_, inner), outer = wrap(capture(program, names=['scan']))(X)
+      with self.assertWarns(inner_calls.TakenByInnerCall):
+        (_, inner), outer = wrap(capture(program, names=['scan']))(X)
       self.assertEqual(list(inner), ['scan'])
       self.assertEqual(list(outer), ['top', 'jit', 'cond', 'remat', 'vmap'])
       _, collected = capture(program)(X)
-      planted, _ = wrap(plant(program, collected))(X)
+      with self.assertWarns(inner_calls.TakenByInnerCall):
+        planted, _ = wrap(plant(program, collected))(X)
       np.testing.assert_array_equal(planted, program(X))
 
   @parameterized.named_parameters(

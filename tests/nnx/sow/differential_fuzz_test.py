@@ -29,6 +29,8 @@ Below the property test, each bug the fuzzer found has a named regression
 test.
 """
 
+import warnings
+
 from absl.testing import absltest
 import hypothesis
 import jax
@@ -39,6 +41,7 @@ import numpy as np
 from flax.nnx.sow import capture
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import inner_calls
 import sow_fuzz_programs as fp
 import sow_testing
 
@@ -87,11 +90,22 @@ def check_against_oracle(test, program, shape, *, jit: bool):
     want_out, records = oracle.run(program, x)
   except fp.SelectsNothing as e:
     _event('a capture selecting nothing')
-    with test.assertRaisesRegex(ValueError, 'selected no sow', msg=str(e)):
+    with test.assertRaisesRegex(ValueError, 'selected no sow', msg=str(e)), \
+        warnings.catch_warnings():
+      warnings.simplefilter('ignore', inner_calls.TakenByInnerCall)
       run(x)
     return
-  out, collected = run(x)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always', inner_calls.TakenByInnerCall)
+    out, collected = run(x)
   expected = fp.collect(records)
+  # A capture warns of the names an inner capture took from it: only where
+  # a nested capture took some, and never of a name it collected.
+  for warning in caught:
+    test.assertIsInstance(warning.message, inner_calls.TakenByInnerCall)
+    test.assertTrue(any(seen.values()), str(warning.message))
+    for name in collected:
+      test.assertNotIn(f'{name!r} was taken', str(warning.message))
 
   np.testing.assert_array_equal(out, want_out, err_msg='output')
   test.assertEqual(list(collected), list(expected), 'names in order')

@@ -133,7 +133,7 @@ def sow(
   assert len(anchors) == len(deferred.anchors)
   params = dict(sow_name=deferred, tag=tag, mode=mode, tree=treedef,
                 vmapped=0, anchors=len(anchors))
-  out = primitive.sow_p.bind(*leaves, *anchors, **params)
+  out = primitive.bind([*leaves, *anchors], params)
   return list(out[:len(leaves)])
 
 
@@ -155,7 +155,9 @@ def _named_params(params, resolution) -> dict[str, tp.Any]:
   name, meta = resolution
   named = {k: v for k, v in params.items() if k not in ('anchors', 'meta')}
   named['sow_name'] = name
-  if meta is not None:
+  if primitive.through_level(params):
+    named['meta'] = params['meta']  # a see-through copy stays one
+  elif meta is not None:
     named['meta'] = meta
   return named
 

@@ -50,6 +50,7 @@ import jax
 import jax.extend.core as core
 import jax.numpy as jnp
 
+from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform.sites import Site
 from flax.nnx.sow.transform.sites import aval_of
@@ -323,7 +324,13 @@ class ValuesPlanter(Counting):
     index = self.used[site.name]
     return entries[index] if index < len(entries) else None
 
-  def check_all_used(self, tag: tp.Hashable):
+  def check_all_used(
+      self, tag: tp.Hashable,
+      sown: tp.Callable[[], tp.Iterable[primitive.Name]] = lambda: (),
+  ):
+    """Raises if a name of the plant was sown another number of times than
+    it has entries (or never); ``sown()`` gives the names the call sows, for
+    the message."""
     for name, entries in self.values.items():
       used = self.used[name]
       if name in self.counters:
@@ -331,8 +338,13 @@ class ValuesPlanter(Counting):
         entries = None
       if used == 0:
         with_tag = '' if tag is None else f' with tag={tag!r}'
+        names = sorted(set(sown()), key=names_lib.spell)
+        close = names_lib.closest(name, names) if names else []
         raise ValueError(
-            f'plant: the function never sows {name!r}{with_tag}.'
+            f'plant: the function never sows {name!r}{with_tag}'
+            + (f'; closest names it sows: {", ".join(map(repr, close))}'
+               if close else '')
+            + '.'
         )
       if entries is not None and used != len(entries):
         raise ValueError(

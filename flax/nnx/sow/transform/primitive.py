@@ -52,6 +52,7 @@ follow the effect through every cache and nesting.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import typing as tp
 
@@ -518,5 +519,46 @@ def sow_with_meta(
   params = dict(sow_name=name, tag=tag, mode=mode, tree=treedef, vmapped=0)
   if meta is not None:
     params['meta'] = check_static(meta, what='meta', where=where)
-  out = sow_p.bind(*leaves, **params)
+  out = bind(leaves, params)
   return jax.tree_util.tree_unflatten(treedef, out)
+
+
+# -- Seeing through inner captures ------------------------------------------
+# A capture takes the sows it selects: an enclosing capture does not see
+# them. A capture asked to see through the captures inside it (such as a
+# library's own `nnx.capture`) raises `seeing_through` by one while it runs,
+# and every sow bound then is followed by a copy of itself per such capture,
+# marked with its level (`Through`): a copy is selected by the capture of
+# its level only, so the inner captures take the sow as before and each
+# see-through capture gets the value as the program goes on with it (after
+# the plants inside it). The count is in JAX's jit key: a trace made while
+# one runs holds the copies, and is not reused where none runs.
+seeing_through = jax.make_user_context(default_value=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Through:
+  """The marker data (``meta``) of the copy of a sow made for the capture
+  that sees through inner captures at ``level`` (1 is the outermost)."""
+
+  level: int
+
+
+def through_level(params: tp.Mapping[str, tp.Any]) -> int:
+  """The level of the see-through capture a sow is a copy for; 0 if it is
+  the sow itself."""
+  meta = params.get('meta')
+  return meta.level if type(meta) is Through else 0
+
+
+def bind(leaves: tp.Sequence[tp.Any], params: dict[str, tp.Any]) -> list:
+  """Binds a sow made by the user's program (``sow``, ``Module.sow``, a tap)
+  with ``params``, then its copy for each see-through capture running, the
+  innermost first; returns the last one's outputs."""
+  out = sow_p.bind(*leaves, **params)
+  levels = seeing_through.value
+  if levels:
+    copy = {k: v for k, v in params.items() if k != 'meta'}
+    for level in range(levels, 0, -1):
+      out = sow_p.bind(*out, **copy, meta=Through(level))
+  return out

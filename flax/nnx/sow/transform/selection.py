@@ -52,11 +52,15 @@ class Selection:
     names: ``None`` (every name), a frozenset of names, or a predicate.
     patterns: patterns over spelled names (``names.Pattern``); a sow is
       selected if ``names`` holds its name or a pattern matches it.
+    through: selects the sows themselves (0), or only their copies made for
+      the capture at this level that sees through inner captures
+      (``primitive.bind``).
   """
 
   tag: tp.Hashable = None
   names: tp.Union[None, frozenset, tp.Callable[[tp.Any], bool]] = None
   patterns: tuple[names_lib.Pattern, ...] = ()
+  through: int = 0
   # The `names` argument as the user wrote it, for messages; not part of
   # what the selection is (caches compare selections by what they select).
   given: tp.Any = dataclasses.field(default=None, compare=False)
@@ -77,6 +81,8 @@ class Selection:
 
   def matches(self, params: tp.Mapping[str, tp.Any]) -> bool:
     """Whether the sow equation with these ``params`` is selected."""
+    if primitive.through_level(params) != self.through:
+      return False
     if self.tag is not None and params['tag'] != self.tag:
       return False
     if self.names is None:
@@ -126,7 +132,7 @@ class Selection:
   def answered(self, names: frozenset) -> Selection:
     """This selection by a predicate as the set of ``names`` it selected
     (by :meth:`resolve`, or name by name as an eager call meets them)."""
-    return Selection(tag=self.tag, names=names, given=self.given)
+    return dataclasses.replace(self, names=names)
 
   def unmatched(
       self, selected: tp.Collection[primitive.Name]

@@ -42,6 +42,7 @@ from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
 from flax.nnx.sow.transform import _jax
+from flax.nnx.sow.transform import inner_calls
 
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)
@@ -232,11 +233,13 @@ class EagerDispatchTest(parameterized.TestCase):
     with fast_path(enabled):
       for k in (1.0, 2.0, 3.0):
         planted = plant(f, {'inner': (X * k,)})
-        (out, inner), outer = capture(capture(planted, names='outer'))(X)
+        with self.assertWarns(inner_calls.TakenByInnerCall):
+          (out, inner), outer = capture(capture(planted, names='outer'))(X)
         np.testing.assert_array_equal(out, X * k)
         np.testing.assert_array_equal(inner['outer'][0], X * k)
         self.assertEqual(list(outer), [])  # the plant consumed 'inner'
-      (_, inner), outer = capture(capture(f, names='outer'))(X)
+      with self.assertWarns(inner_calls.TakenByInnerCall):
+        (_, inner), outer = capture(capture(f, names='outer'))(X)
       np.testing.assert_array_equal(inner['outer'][0], X * 2)
       np.testing.assert_array_equal(outer['inner'][0], X * 2)
 

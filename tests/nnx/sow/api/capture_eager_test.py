@@ -24,6 +24,7 @@ from flax import nnx
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
 from flax.nnx.sow.transform import eager
+from flax.nnx.sow.transform import inner_calls
 
 
 X = jnp.array([0.5, -1.0, 2.0], jnp.float32)  # the models' dtype, also x64
@@ -121,7 +122,8 @@ class EagerTraceTest(absltest.TestCase):
       self.assertEqual(list(inner), ['a'])
       return out
 
-    out, collected = capture(outer)(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      out, collected = capture(outer)(X)
     self.assertEqual(list(collected), ['b'])
     np.testing.assert_array_equal(collected['b'][0], (X + 1) * 2)
     np.testing.assert_array_equal(out, (X + 1) * 2)

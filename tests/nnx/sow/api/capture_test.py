@@ -34,6 +34,7 @@ from flax.nnx.sow import capture
 from flax.nnx.sow import sow
 from flax.nnx.sow import sow_p
 from flax.nnx.sow.transform import primitive
+from flax.nnx.sow.transform import inner_calls
 
 import sow_testing
 
@@ -254,7 +255,8 @@ class SelectionTest(parameterized.TestCase):
 
   def test_unselected_sows_stay_for_an_enclosing_capture(self):
     inner = capture(self.f, tag='act')
-    (_, inner_collected), outer_collected = capture(inner)(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, inner_collected), outer_collected = capture(inner)(X)
     self.assertEqual(list(inner_collected), ['a', 'b'])
     self.assertEqual(list(outer_collected), ['c', ('layer', 0)])
     np.testing.assert_array_equal(outer_collected['c'][0], X * 3)

@@ -266,6 +266,77 @@ class FlaxGemmaSamplerTest(SamplerTestCase):
         jnp.any(jnp.logical_not(state.done)))
 
 
+class FlaxGemmaSowConfigTest(absltest.TestCase):
+  """Through the sampler's own ``nnx.capture``: Flax's Gemma built with a
+  ``SowConfig`` sows its residual streams with ``Module.sow``, which the
+  sampler's per-step ``nnx.capture`` takes and copies into the buffers it
+  returns (``out.intermediates``). A capture around the sampler sees
+  through it with ``see_through=True``; without, it warns, naming it."""
+
+  MAX_STEPS = 12
+  OPTIONS = ('embeddings', 'rs_after_attention', 'rs_after_ffw')
+
+  def setUp(self):
+    super().setUp()
+    self.gemma = external.load_gemma(_source('flax').root)
+    self.enterContext(external.warnings_of_their_code(
+        os.environ[MODELS_FROM_ENV]))
+    if not sow_layout.IN_FLAX:
+      self.enterContext(capture_compat.install())
+    self.enterContext(external.gemma_mesh())
+
+  def make(self):
+    gemma = self.gemma
+    config = external.gemma_config(gemma)
+    model = gemma.transformer.Transformer(
+        config, rngs=nnx.Rngs(params=0),
+        sow_config=external.gemma_sow_config(gemma, self.OPTIONS))
+    sampler = gemma.sampler.Sampler(
+        vocab=external.CharVocab(config.num_embed), cache_size=16,
+        transformer=model)
+    return lambda: sampler(['abc', 'de'], total_generation_steps=4)
+
+  def test_every_step_equals_the_samplers_own_capture(self):
+    run = self.make()
+    plain = run()
+    out, collected = capture(run, max_steps=self.MAX_STEPS,
+                             see_through=True)()
+    # The sampler's own results are unchanged, bitwise.
+    for got, want in zip(out.tokens, plain.tokens, strict=True):
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    mine = out.intermediates
+    layers = len(mine.layers)
+    names = [('embeddings',)] + [
+        ('layers', i, field) for i in range(layers)
+        for field in ('rs_after_attention', 'rs_after_ffw')]
+    for name in names:
+      with self.subTest(str(name)):
+        (steps,) = collected[name]
+        self.assertIsInstance(steps, Steps)
+        count = int(steps.count)
+        self.assertGreater(count, 1)
+        if name[0] == 'embeddings':
+          buffer = mine.embeddings
+        else:
+          buffer = getattr(mine.layers[name[1]], name[2])
+        # Step k is what the sampler's capture put at column k + 1, the
+        # same values copied: bitwise.
+        compared = min(count, buffer.shape[1] - 1)
+        self.assertGreater(compared, 1)
+        self.assertGreater(float(np.max(np.abs(np.asarray(buffer)))), 0)
+        for k in range(compared):
+          np.testing.assert_array_equal(
+              np.asarray(steps.values[k])[:, 0], np.asarray(buffer)[:, k + 1])
+
+  def test_without_see_through_it_names_the_inner_capture(self):
+    run = self.make()
+    with self.assertWarnsRegex(
+        Warning, r"taken by nnx.capture\(Transformer, Intermediate\)"
+        r'.*see_through=True'):
+      _, collected = capture(run, max_steps=self.MAX_STEPS)()
+    self.assertNotIn(('layers', 0, 'rs_after_ffw'), collected)
+
+
 class CharTokenizer:
   """The tokenizer methods tunix's TokenizerAdapter calls, one id per
   character."""

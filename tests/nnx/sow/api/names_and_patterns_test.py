@@ -286,6 +286,33 @@ class MaxStepsSpellingTest(parameterized.TestCase):
                                   'attn.*': 2})(X)
 
 
+class PlantMistakesTest(parameterized.TestCase):
+  """A plant's mistakes get the package's message, before the call where
+  the mistake is in what was given."""
+
+  def test_a_pattern_function_without_the_name(self):
+    with self.assertRaisesRegex(
+        TypeError, r"plant: the function for the pattern 'layers.\*.out' is"
+        r' called as fn\(value, index, name\) \(index: the execution of'
+        r' that name, name: the static name it plants at\); its signature'
+        r' is <lambda>\(v, i\).'):
+      plant(model, {'layers.*.out': lambda v, i: v})
+
+  def test_a_name_function_without_the_index(self):
+    with self.assertRaisesRegex(
+        TypeError, r"plant: the function for the name \('layers', 0, 'out'\)"
+        r' is called as fn\(value, index\)'):
+      plant(model, {('layers', 0, 'out'): lambda v: v})
+
+  @parameterized.named_parameters(('eager', False), ('jit', True))
+  def test_a_name_never_sown_lists_the_closest(self, jit):
+    planted = plant(model, {('layers', 0, 'outt'): (X,)})
+    with self.assertRaisesRegex(
+        ValueError, r"plant: the function never sows \('layers', 0, 'outt'\);"
+        r" closest names it sows: \('layers', 0, 'out'\)"):
+      (jax.jit(planted) if jit else planted)(X)
+
+
 class BadNamesAndValuesTest(absltest.TestCase):
 
   def test_a_name_formatted_from_a_traced_value(self):

@@ -28,6 +28,7 @@ import numpy as np
 from flax.nnx.sow import capture
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import inner_calls
 
 import sow_testing
 
@@ -198,7 +199,8 @@ class PlantTest(parameterized.TestCase):
       return sow(x * 2, name='b') + 1 + a
 
     zeros = jnp.zeros(3, jnp.float32)
-    out, collected = capture(plant(f, {'a': (zeros,)}))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      out, collected = capture(plant(f, {'a': (zeros,)}))(X)
     self.assertEqual(list(collected), ['b'])
     np.testing.assert_array_equal(out, X * 2 + 1)
 
@@ -382,7 +384,8 @@ class PlantThroughCustomRulesTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         jax.grad(lambda x: jnp.sum(inner(x)))(X), jnp.full(3, 7.0))
     # An outer capture sees 'a' once, with the value f computes.
-    (_, taken), outer = capture(capture(g, names=('b',)))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, taken), outer = capture(capture(g, names=('b',)))(X)
     self.assertEqual(list(taken), ['b'])
     self.assertEqual(list(outer), ['a'])
     self.assertLen(outer['a'], 1)

@@ -26,6 +26,7 @@ import numpy as np
 from flax.nnx.sow import capture
 from flax.nnx.sow import perturb
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import inner_calls
 
 import sow_testing
 
@@ -313,7 +314,8 @@ class EagerShardMapTest(absltest.TestCase):
     f = jax.shard_map(
         lambda xs: sow(xs * 3, name='kept') + sow(xs, name='inner', tag='t'),
         mesh=mesh, in_specs=spec, out_specs=spec)
-    (out, inner), outer = capture(capture(f, tag='t'))(x)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (out, inner), outer = capture(capture(f, tag='t'))(x)
     np.testing.assert_array_equal(out, f(x))
     self.assertEqual(list(inner), ['inner'])
     self.assertEqual(list(outer), ['kept'])

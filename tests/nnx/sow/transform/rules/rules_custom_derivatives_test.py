@@ -24,6 +24,7 @@ import numpy as np
 
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import inner_calls
 
 import sow_testing
 
@@ -88,7 +89,8 @@ class CustomDerivativesTest(parameterized.TestCase):
         sow(jnp.sum(collected['h'][0]), name='seen')
         return jnp.sum(out)
 
-      (grad, outer) = capture(jax.grad(loss))(X)
+      with self.assertWarns(inner_calls.TakenByInnerCall):
+        (grad, outer) = capture(jax.grad(loss))(X)
       np.testing.assert_array_equal(grad, jnp.full(3, 100.0))
       self.assertEqual(list(outer), ['seen'])
       sow_testing.assert_close(outer['seen'][0], jnp.sum(X * 3.0))
@@ -132,7 +134,8 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
       return sow(x * 2, name='outer', tag='b')
 
     f.defvjp(lambda x: (f(x), None), lambda _, g: (g,))
-    (_, inner), outer = capture(capture(f, tag='a'))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, inner), outer = capture(capture(f, tag='a'))(X)
     self.assertEqual(list(inner), ['inner'])
     self.assertEqual(list(outer), ['outer'])
     self.assertLen(outer['outer'], 1)
@@ -150,7 +153,8 @@ class CustomRulesWithSowsTest(parameterized.TestCase):
     self.assertEqual(list(inner), ['inner'])
     np.testing.assert_array_equal(inner['inner'][0], X)
     np.testing.assert_array_equal(out, X * 2)
-    (_, inner), outer = jax.jit(capture(capture(f, tag='a')))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, inner), outer = jax.jit(capture(capture(f, tag='a')))(X)
     self.assertEqual(list(inner), ['inner'])
     self.assertEqual(list(outer), ['outer'])
     self.assertLen(outer['outer'], 1)

@@ -34,6 +34,7 @@ from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import rewrite
 from flax.nnx.sow.transform.rules import loops
+from flax.nnx.sow.transform import inner_calls
 
 from sow_pytree_models import Clipped, PYTREES, clip, lo_hi  # pylint: disable=g-multiple-import
 import sow_testing
@@ -473,7 +474,8 @@ class LoopSelectionTest(parameterized.TestCase):
     self.assertEqual(jaxpr.effects, set())
     self.assertEqual(jaxpr.eqns[0].params['jaxpr'].effects, set())
     self.assertEqual(count_sows(jaxpr.jaxpr), 1)  # 'b' is still there
-    (_, inner_collected), outer_collected = capture(capture(f, tag='a'))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, inner_collected), outer_collected = capture(capture(f, tag='a'))(X)
     self.assertEqual(list(inner_collected), ['a'])
     np.testing.assert_array_equal(
         outer_collected['b'][0], jnp.stack([X * 2, (X * 2 + 1) * 2])
@@ -484,7 +486,8 @@ class LoopSelectionTest(parameterized.TestCase):
       x = jax.jit(self.f)(x)
       return lax.scan(lambda c, _: (self.f(c), None), x, None, length=2)[0]
 
-    (_, inner), outer = jax.jit(capture(capture(g, tag='metric')))(X)
+    with self.assertWarns(inner_calls.TakenByInnerCall):
+      (_, inner), outer = jax.jit(capture(capture(g, tag='metric')))(X)
     self.assertEqual(list(inner), ['c'])
     self.assertLen(inner['c'], 2)
     self.assertEqual(inner['c'][1].shape, (2, 3))
