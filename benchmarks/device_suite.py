@@ -1,0 +1,1161 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The device suite: what only an accelerator can measure, in one process.
+
+Run from the repository root (``benchmarks/README.md`` has the command for
+a fresh accelerator machine):
+
+python benchmarks/device_suite.py --out DIR [--budget-s S] [--tiny]
+    [--models_from PATH] [--publish]
+
+It writes ``DIR/device_suite.md`` (a header and a Markdown table) and
+``DIR/device_suite.json`` (the same rows, with every number), rewritten
+after each row, so that what was measured is on disk whatever happens
+next. Sections, in the order they run (cheapest first, so that a budget
+running out loses the most expensive):
+
+* compiled, size S: a Gemma-shaped decoder (RMSNorm, rotary multi-query
+  attention, gated GELU MLP, tied embedding; random bfloat16 weights made
+  on the device), with a ``sow`` of each block's residual stream, and
+  the same model without sows under ``tap`` of every block. Per variant:
+  ``jax.jit(capture(f))`` against ``jax.jit(f)`` and against ``f`` written
+  by hand to return the same residual streams (runtime), and the peak
+  device memory of each compiled program (``compiled.memory_analysis()``).
+  The smaller size (about 300M parameters) runs first, the larger (about
+  2B) last.
+* decode: Flax's ``examples/gemma`` sampler loop when ``--models_from``
+  holds a checkout of google/flax (``PATH/flax``), else this suite's own
+  loop of the same shape (a ``while_loop`` over positions with a KV cache,
+  greedy); every step's residual stream captured with ``max_steps``, under
+  both ``on_overflow`` policies, against the plain loop: tokens/s.
+* export: ``activations.export`` of every block's residual stream against
+  the bare jitted forward (examples/s), and its bytes/s against a
+  sequential write of the same bytes to the same disk.
+* eager: ``capture(f)`` against ``f``, and the compat ``nnx.capture``
+  against Flax 0.12.8's own (taken before the layer is installed), on the
+  smaller model.
+
+Each figure is a ratio of sides measured side by side: they alternate
+repeat by repeat after a warm-up, each side the median of its repeats.
+Every value is checked against an oracle: captured values against the
+hand-written returns (bitwise, or within the stated tolerance when the two
+are different programs), the exported store against a direct forward.
+
+``--budget-s`` (default 270) bounds the whole run: the larger size is
+scaled down (fewer layers) when the smaller one's times say it would not
+fit, a section that cannot start in time says so in its rows, and at the
+budget's end the table is written as it stands and the process exits 0.
+``--tiny`` runs every row at toy sizes on any backend (CPU in CI: well
+under a minute), with the same checks. Nothing is installed or fetched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import typing as tp
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import _worktree  # noqa: E402,F401  (import flax.nnx.sow from this tree)
+import results_file  # noqa: E402  (benchmarks/, beside this script)
+
+import flax  # noqa: E402
+from flax import nnx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from flax.nnx import capture_compat  # noqa: E402
+from flax.nnx.sow import activations, capture, sow, tap  # noqa: E402
+
+# Flax 0.12.8's own nnx.capture, kept before anything installs the layer
+# (install() replaces nnx.capture; this name keeps the original).
+FLAX_CAPTURE = nnx.capture
+MODELS_FROM_ENV = 'FLAX_SOW_MODELS_FROM'
+START = '<!-- device-suite:start -->'
+END = '<!-- device-suite:end -->'
+MARKDOWN, JSON = 'device_suite.md', 'device_suite.json'
+_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+
+
+# -- Sizes --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+  """A Gemma-shaped decoder and the inputs it runs on."""
+
+  name: str
+  layers: int
+  embed: int
+  hidden: int
+  heads: int
+  kv_heads: int
+  head_dim: int
+  vocab: int
+  batch: int
+  length: int
+
+  def params(self) -> int:
+    attention = self.embed * self.head_dim * (2 * self.heads
+                                              + 2 * self.kv_heads)
+    block = attention + 3 * self.embed * self.hidden + 2 * self.embed
+    return self.vocab * self.embed + self.layers * block + self.embed
+
+  def describe(self) -> str:
+    return (f'{self.name}: {self.params() / 1e6:,.1f}M parameters, '
+            f'{self.layers} layers, width {self.embed}, MLP {self.hidden}, '
+            f'{self.heads} heads x {self.head_dim} ({self.kv_heads} KV), '
+            f'vocabulary {self.vocab}; batch {self.batch} x {self.length} '
+            'tokens')
+
+  def with_layers(self, layers: int) -> 'Size':
+    return dataclasses.replace(self, layers=layers)
+
+
+# About 300M: Gemma's block shape at width 1024; about 2B: Gemma 2B's blocks
+# (width 2048, MLP 16384, 8 heads of 256, one KV head), 18 layers. Both with
+# a vocabulary of 65536 (Gemma's 256000 would put a quarter of the 2B model
+# in its embedding).
+SMALL = Size('~300M', layers=16, embed=1024, hidden=4096, heads=8,
+             kv_heads=1, head_dim=128, vocab=65536, batch=8, length=1024)
+LARGE = Size('~2B', layers=18, embed=2048, hidden=16384, heads=8,
+             kv_heads=1, head_dim=256, vocab=65536, batch=8, length=1024)
+TINY_SMALL = Size('tiny-a', layers=2, embed=32, hidden=64, heads=4,
+                  kv_heads=1, head_dim=8, vocab=64, batch=2, length=16)
+TINY_LARGE = Size('tiny-b', layers=3, embed=48, hidden=96, heads=4,
+                  kv_heads=2, head_dim=12, vocab=96, batch=2, length=16)
+
+
+# -- The model ----------------------------------------------------------------
+
+
+def _normal(key, shape, scale):
+  return nnx.Param(jax.random.normal(key, shape, jnp.bfloat16) * scale)
+
+
+class RMSNorm(nnx.Module):
+
+  def __init__(self, width: int):
+    self.scale = nnx.Param(jnp.zeros((width,), jnp.bfloat16))
+
+  def __call__(self, x):
+    y = x.astype(jnp.float32)
+    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + 1e-6)
+    return (y * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
+
+
+def _rope(x, positions):
+  """Rotary embedding of ``x`` (..., length, heads, head_dim)."""
+  half = x.shape[-1] // 2
+  freq = 10_000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angle = positions[..., None, None].astype(jnp.float32) * freq
+  sin, cos = jnp.sin(angle), jnp.cos(angle)
+  a, b = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  return jnp.concatenate([a * cos - b * sin, b * cos + a * sin],
+                         axis=-1).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+
+  def __init__(self, size: Size, key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    d, h, kv, hd = size.embed, size.heads, size.kv_heads, size.head_dim
+    self.q = _normal(k1, (d, h, hd), d ** -0.5)
+    self.kv = _normal(k2, (2, d, kv, hd), d ** -0.5)
+    self.o = _normal(k3, (h, hd, d), (h * hd) ** -0.5)
+    self.heads, self.kv_heads = h, kv
+
+  def __call__(self, x, positions, cache=None):
+    """``x`` (batch, length, width); ``cache``: ``(k, v, position)`` of a
+    decode step (length 1) writing at ``position``, or None (causal)."""
+    q = _rope(jnp.einsum('btd,dhk->bthk', x, self.q[...]), positions)
+    k, v = jnp.einsum('btd,cdhk->cbthk', x, self.kv[...])
+    k = _rope(k, positions)
+    if cache is not None:
+      keys, values, at = cache
+      keys = jax.lax.dynamic_update_slice_in_dim(keys, k, at, axis=1)
+      values = jax.lax.dynamic_update_slice_in_dim(values, v, at, axis=1)
+      k, v, cache = keys, values, (keys, values)
+      mask = (jnp.arange(k.shape[1]) <= at)[None, :]
+    else:
+      length = x.shape[1]
+      mask = jnp.tril(jnp.ones((length, length), jnp.bool_))
+    group = self.heads // self.kv_heads
+    b, t = q.shape[:2]
+    q = q.reshape(b, t, self.kv_heads, group, q.shape[-1])
+    logits = jnp.einsum('btkgd,bskd->bkgts', q, k).astype(jnp.float32)
+    logits = logits * q.shape[-1] ** -0.5
+    logits = jnp.where(mask, logits, -1e30)
+    weights = jax.nn.softmax(logits, axis=-1).astype(x.dtype)
+    out = jnp.einsum('bkgts,bskd->btkgd', weights, v)
+    out = out.reshape(b, t, self.heads, -1)
+    return jnp.einsum('bthk,hkd->btd', out, self.o[...]), cache
+
+
+class Block(nnx.Module):
+  """One Gemma-shaped block; ``sows``: sow its output residual stream."""
+
+  def __init__(self, size: Size, index: int, sows: bool, key):
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    d, f = size.embed, size.hidden
+    self.index, self.sows = index, sows
+    self.attn_norm = RMSNorm(d)
+    self.attn = Attention(size, k1)
+    self.mlp_norm = RMSNorm(d)
+    self.gate = _normal(k2, (d, f), d ** -0.5)
+    self.up = _normal(k3, (d, f), d ** -0.5)
+    self.down = _normal(k4, (f, d), f ** -0.5)
+
+  def __call__(self, x, positions, cache=None):
+    attended, cache = self.attn(self.attn_norm(x), positions, cache)
+    x = x + attended
+    y = self.mlp_norm(x)
+    y = jax.nn.gelu(y @ self.gate[...]) * (y @ self.up[...])
+    x = x + y @ self.down[...]
+    if self.sows:
+      x = sow(x, name=('blocks', self.index, 'residual'))
+    return (x, cache) if cache is not None else x
+
+
+class Decoder(nnx.Module):
+  """A Gemma-shaped decoder; ``keep``, a list, gets each block's output."""
+
+  def __init__(self, size: Size, sows: bool, seed: int = 0):
+    keys = jax.random.split(jax.random.key(seed), size.layers + 1)
+    self.embedding = _normal(keys[0], (size.vocab, size.embed), 1.0)
+    self.blocks = nnx.List([Block(size, i, sows, keys[i + 1])
+                            for i in range(size.layers)])
+    self.final_norm = RMSNorm(size.embed)
+
+  def embed(self, tokens):
+    x = self.embedding[...][tokens]
+    return x * jnp.asarray(self.embedding.shape[1] ** 0.5, x.dtype)
+
+  def unembed(self, x):
+    return self.final_norm(x) @ self.embedding[...].T
+
+  def __call__(self, tokens, keep: list | None = None):
+    x = self.embed(tokens)
+    positions = jnp.arange(tokens.shape[1])[None, :]
+    for block in self.blocks:
+      x = block(x, positions)
+      if keep is not None:
+        keep.append(x)
+    return self.unembed(x)
+
+  def step(self, token, at, caches, keep: list | None = None):
+    """One decode step: ``token`` (batch,) at position ``at``."""
+    x = self.embed(token[:, None])
+    positions = jnp.full((token.shape[0], 1), at)
+    new = []
+    for block, (keys, values) in zip(self.blocks, caches):
+      x, cache = block(x, positions, (keys, values, at))
+      new.append(cache)
+      if keep is not None:
+        keep.append(x)
+    return self.unembed(x)[:, 0], new
+
+
+def make_model(size: Size, sows: bool) -> Decoder:
+  """The decoder with its weights made on the device, in one program."""
+  return nnx.jit(lambda: Decoder(size, sows))()
+
+
+def share_weights(donor: Decoder, size: Size, sows: bool) -> Decoder:
+  """A decoder of the other ``sows`` flag holding ``donor``'s arrays."""
+  model = nnx.eval_shape(lambda: Decoder(size, sows))
+  nnx.update(model, nnx.state(donor))
+  return model
+
+
+# -- Measuring ----------------------------------------------------------------
+
+
+def paired(*fns: tp.Callable[[], tp.Any], repeats: int, number: int = 1,
+           warmup: int = 1) -> tuple[float, ...]:
+  """Median seconds per call of each fn, alternating repeat by repeat."""
+  for _ in range(warmup):
+    for fn in fns:
+      jax.block_until_ready(fn())
+  times: list[list[float]] = [[] for _ in fns]
+  for _ in range(repeats):
+    for fn, fn_times in zip(fns, times):
+      start = time.perf_counter()
+      for _ in range(number):
+        out = fn()
+      jax.block_until_ready(out)
+      fn_times.append((time.perf_counter() - start) / number)
+  return tuple(statistics.median(t) for t in times)
+
+
+def count_compiles(fn: tp.Callable[[], tp.Any], calls: int) -> int:
+  """XLA compilations during ``calls`` calls of ``fn``."""
+  compiles = []
+
+  def listener(event, duration_secs, **kwargs):
+    del duration_secs, kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    for _ in range(calls):
+      jax.block_until_ready(fn())
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  return len(compiles)
+
+
+def peak_bytes(compiled) -> int | None:
+  """The peak device memory XLA's memory analysis gives a program."""
+  try:
+    stats = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if stats is None:
+    return None
+  peak = getattr(stats, 'peak_memory_in_bytes', 0)
+  if peak:
+    return int(peak)
+  return int(stats.temp_size_in_bytes + stats.argument_size_in_bytes
+             + stats.output_size_in_bytes - stats.alias_size_in_bytes)
+
+
+@dataclasses.dataclass
+class Check:
+  """An oracle's verdict on a row's values."""
+
+  ok: bool
+  how: str
+
+  def text(self) -> str:
+    return f'ok: {self.how}' if self.ok else f'FAILED: {self.how}'
+
+
+def compare(pairs: tp.Sequence[tuple[tp.Any, tp.Any]], ulps: float,
+            what: str) -> Check:
+  """Bitwise if every pair is equal; else within ``ulps`` units in the last
+  place of each value's scale (its largest magnitude), at the values' own
+  precision; else a failure naming the worst pair."""
+  bitwise, worst, worst_at = True, 0.0, None
+  for i, (got, want) in enumerate(pairs):
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+      return Check(False, f'{what} #{i}: {got.dtype}{list(got.shape)} vs '
+                   f'{want.dtype}{list(want.shape)}')
+    if np.array_equal(got, want, equal_nan=True):
+      continue
+    bitwise = False
+    got32, want32 = got.astype(np.float32), want.astype(np.float32)
+    scale = max(float(np.max(np.abs(want32))), np.finfo(np.float32).tiny)
+    ulp = scale * float(jnp.finfo(want.dtype).eps)
+    error = float(np.max(np.abs(got32 - want32))) / ulp
+    if error > worst:
+      worst, worst_at = error, i
+  if bitwise:
+    return Check(True, f'{what} bitwise ({len(pairs)} arrays)')
+  ok = worst <= ulps
+  return Check(ok, f'{what} within {worst:.1f} ulps of scale (array '
+               f'#{worst_at}; tolerance {ulps:g}: different programs)')
+
+
+@dataclasses.dataclass
+class Row:
+  """One line of the table, and its numbers for the JSON file."""
+
+  section: str
+  what: str
+  ratio: float | None = None
+  sides: str = ''
+  check: str = ''
+  ok: bool | None = None
+  detail: str = ''
+  numbers: dict[str, tp.Any] = dataclasses.field(default_factory=dict)
+
+  def line(self) -> str:
+    ratio = '-' if self.ratio is None else f'{self.ratio:.3f}'
+    return (f'| {self.section} | {self.what} | {ratio} | {self.sides} | '
+            f'{self.check} | {self.detail} |')
+
+
+class Report:
+  """The rows so far, written to ``--out`` after each one."""
+
+  def __init__(self, out: str, header: dict[str, tp.Any], tiny: bool):
+    self.out, self.header, self.tiny = out, header, tiny
+    self.rows: list[Row] = []
+    self.lock = threading.RLock()
+    self.finished = False
+
+  def add(self, rows: tp.Iterable[Row]) -> None:
+    with self.lock:
+      if self.finished:
+        return
+      for row in rows:
+        print(f'[{row.section}] {row.what}: '
+              f'{"-" if row.ratio is None else f"{row.ratio:.3f}"} '
+              f'({row.sides}) {row.check}', flush=True)
+        self.rows.append(row)
+      self.write()
+
+  def markdown(self) -> str:
+    h = self.header
+    lines = [
+        f'## Device suite: {h["device"]}',
+        '',
+        'From `python benchmarks/device_suite.py'
+        f'{" --tiny" if self.tiny else ""}`'
+        f' on {h["date"]}: {h["device"]} ({h["devices"]} device(s), '
+        f'{h["memory"]}), jax {h["jax"]}, jaxlib {h["jaxlib"]}, flax '
+        f'{h["flax"]}, Python {h["python"]}, XLA_FLAGS={h["xla_flags"]!r}; '
+        f'budget {h["budget_s"]:.0f} s, {h["elapsed_s"]:.0f} s used.'
+        + (' Toy sizes: these figures check the suite, they measure'
+           ' nothing of an accelerator.' if self.tiny else ''),
+        '',
+        'Sizes: ' + '; '.join(h['sizes']) + '.',
+        '',
+        'Each ratio compares sides measured side by side in one process,'
+        ' alternating repeat by repeat after a warm-up, each side the median'
+        ' of its repeats; "check" is the oracle of the row\'s values.',
+        '',
+        '| section | measurement | ratio | sides | check | detail |',
+        '|---|---|---|---|---|---|',
+    ]
+    lines += [row.line() for row in self.rows]
+    return '\n'.join(lines) + '\n'
+
+  def write(self) -> None:
+    with self.lock:
+      self.header['elapsed_s'] = time.perf_counter() - self.header['_start']
+      os.makedirs(self.out, exist_ok=True)
+      with open(os.path.join(self.out, MARKDOWN), 'w') as f:
+        f.write(self.markdown())
+      header = {k: v for k, v in self.header.items()
+                if not k.startswith('_')}
+      with open(os.path.join(self.out, JSON), 'w') as f:
+        json.dump({'header': header,
+                   'rows': [dataclasses.asdict(r) for r in self.rows]},
+                  f, indent=1, default=str)
+
+
+class Budget:
+  """The seconds left; at the end, the partial table and exit 0."""
+
+  def __init__(self, seconds: float, start: float):
+    self.deadline = start + seconds
+
+  def left(self) -> float:
+    return self.deadline - time.perf_counter()
+
+  def watch(self, report: Report, pending: tp.Callable[[], list[Row]]):
+    def run():
+      while True:
+        wait = self.left()
+        if wait <= 0:
+          break
+        time.sleep(min(wait, 1.0))
+      with report.lock:
+        if report.finished:
+          return
+        report.add(pending())
+        report.finished = True
+        print('budget ran out: partial table written to '
+              f'{os.path.join(report.out, MARKDOWN)}', flush=True)
+        sys.stdout.flush()
+        os._exit(0)  # pylint: disable=protected-access
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+
+# -- Sections -----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Settings:
+  tiny: bool
+  repeats: int
+  number: int
+  ulps: float  # the tolerance of values from different programs
+
+
+def _mib(size: int | None) -> str:
+  return 'n/a' if size is None else f'{size / 2**20:,.1f} MiB'
+
+
+def _ms(seconds: float) -> str:
+  return f'{seconds * 1e3:.3f} ms'
+
+
+def bench_compiled(size: Size, settings: Settings) -> list[Row]:
+  """``jax.jit(capture(f))`` against ``jax.jit(f)`` and by hand, runtime
+  and peak memory, with a sow per block and with taps of every block."""
+  sowing = make_model(size, sows=True)
+  plain_model = share_weights(sowing, size, sows=False)
+  graphdef_sow, state = nnx.split(sowing)
+  graphdef_plain, _ = nnx.split(plain_model)
+  tokens = jax.random.randint(jax.random.key(1), (size.batch, size.length),
+                              0, size.vocab)
+  residual = lambda i: ('blocks', i, 'residual')
+  tapped_name = lambda i: ('blocks', i, '__call__', 'output')
+  tapped = tap(lambda m, t: m(t), 'blocks.*', inputs=False)
+
+  def plain(state, tokens):
+    return nnx.merge(graphdef_plain, state)(tokens)
+
+  def by_hand(state, tokens):
+    keep: list[tp.Any] = []
+    out = nnx.merge(graphdef_plain, state)(tokens, keep)
+    return out, keep
+
+  def with_sows(state, tokens):
+    return capture(lambda m, t: m(t))(nnx.merge(graphdef_sow, state), tokens)
+
+  def with_taps(state, tokens):
+    return capture(tapped)(nnx.merge(graphdef_plain, state), tokens)
+
+  programs, compile_s = {}, {}
+  for name, fn in (('plain', plain), ('hand', by_hand),
+                   ('sow', with_sows), ('tap', with_taps)):
+    start = time.perf_counter()
+    programs[name] = jax.jit(fn).lower(state, tokens).compile()
+    compile_s[name] = time.perf_counter() - start
+  outs = {name: jax.block_until_ready(p(state, tokens))
+          for name, p in programs.items()}
+  hand_out, hand_keep = outs['hand']
+  checks = {}
+  for variant, name in (('sow', residual), ('tap', tapped_name)):
+    out, collected = outs[variant]
+    missing = [i for i in range(size.layers) if name(i) not in collected]
+    if missing or len(collected) != size.layers:
+      checks[variant] = Check(False, f'collected {sorted(collected)}')
+      continue
+    pairs = [(collected[name(i)][0], hand_keep[i])
+             for i in range(size.layers)]
+    pairs += [(out, outs['plain']), (out, hand_out)]
+    checks[variant] = compare(pairs, settings.ulps,
+                              f'{size.layers} residual streams and logits')
+  times = dict(zip(programs, paired(
+      *(lambda p=p: p(state, tokens) for p in programs.values()),
+      repeats=settings.repeats, number=settings.number)))
+  peaks = {name: peak_bytes(p) for name, p in programs.items()}
+  tokens_per_call = size.batch * size.length
+  rows = []
+  for variant, label in (('sow', 'a sow per block'),
+                         ('tap', 'tap of every block')):
+    check = checks[variant]
+    common = dict(check=check.text(), ok=check.ok)
+    t, t_plain, t_hand = times[variant], times['plain'], times['hand']
+    numbers = {'seconds': {k: times[k] for k in ('plain', 'hand', variant)},
+               'compile_s': {k: compile_s[k]
+                             for k in ('plain', 'hand', variant)},
+               'peak_bytes': {k: peaks[k]
+                              for k in ('plain', 'hand', variant)},
+               'params': size.params(), 'tokens': tokens_per_call}
+    rows.append(Row(
+        f'compiled {size.name}', f'jit(capture(f)) / jit(f), runtime, '
+        f'{label}', t / t_plain, f'{_ms(t)} vs {_ms(t_plain)}',
+        detail=(f'{tokens_per_call / t:,.0f} tokens/s captured; compile '
+                f'{compile_s[variant]:.1f} s vs {compile_s["plain"]:.1f} s'),
+        numbers=numbers, **common))
+    rows.append(Row(
+        f'compiled {size.name}', f'jit(capture(f)) / f returning the '
+        f'residual streams by hand, runtime, {label}', t / t_hand,
+        f'{_ms(t)} vs {_ms(t_hand)}',
+        detail=f'by hand / jit(f): {t_hand / t_plain:.3f}',
+        numbers=numbers, **common))
+    peak, hand_peak, plain_peak = peaks[variant], peaks['hand'], peaks['plain']
+    rows.append(Row(
+        f'compiled {size.name}', f'jit(capture(f)) / by hand, peak device '
+        f'memory (XLA memory analysis), {label}',
+        None if not (peak and hand_peak) else peak / hand_peak,
+        f'{_mib(peak)} vs {_mib(hand_peak)}',
+        detail=(f'jit(f) alone {_mib(plain_peak)}' if peak else
+                'this backend gives no memory analysis'),
+        numbers=numbers, **common))
+  return rows
+
+
+def _decode_loop(model_step, caches, prompt, total: int):
+  """A sampler-shaped greedy loop: a ``while_loop`` over positions feeding
+  the prompt, then the argmax, one token per step (the prefill too, as
+  Flax's examples/gemma sampler does)."""
+  batch, prompt_length = prompt.shape
+  buffer = jnp.zeros((batch, total + 1), jnp.int32)
+  buffer = buffer.at[:, :prompt_length].set(prompt)
+
+  def body(carry):
+    at, buffer, caches = carry
+    logits, caches = model_step(buffer[:, at], at, caches)
+    chosen = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    following = jnp.where(at < prompt_length - 1, buffer[:, at + 1], chosen)
+    buffer = jax.lax.dynamic_update_slice_in_dim(
+        buffer, following[:, None], at + 1, axis=1)
+    return at + 1, buffer, caches
+
+  return jax.lax.while_loop(lambda c: c[0] < total, body,
+                            (jnp.int32(0), buffer, caches))
+
+
+def bench_decode_own(size: Size, settings: Settings, steps: int,
+                     prompt_length: int) -> list[Row]:
+  """This suite's own sampler-shaped loop: plain, every step's residual
+  streams captured (both policies) and written into a buffer by hand."""
+  model = make_model(size, sows=True)
+  plain_model = share_weights(model, size, sows=False)
+  graphdef, state = nnx.split(model)
+  graphdef_plain, _ = nnx.split(plain_model)
+  total = prompt_length + steps
+  cache_shape = (size.batch, total, size.kv_heads, size.head_dim)
+  caches = [(jnp.zeros(cache_shape, jnp.bfloat16),) * 2
+            for _ in range(size.layers)]
+  prompt = jax.random.randint(jax.random.key(2), (size.batch, prompt_length),
+                              0, size.vocab)
+
+  def plain(state, caches, prompt):
+    m = nnx.merge(graphdef_plain, state)
+    return _decode_loop(m.step, caches, prompt, total)[1]
+
+  def sowing(state, caches, prompt):
+    m = nnx.merge(graphdef, state)
+    return _decode_loop(m.step, caches, prompt, total)[1]
+
+  def by_hand(state, caches, prompt):
+    m = nnx.merge(graphdef_plain, state)
+    kept = jnp.zeros((total, size.layers, size.batch, 1, size.embed),
+                     jnp.bfloat16)
+
+    def step(token, at, carry):
+      caches, kept = carry
+      keep: list[tp.Any] = []
+      logits, caches = m.step(token, at, caches, keep)
+      kept = kept.at[at].set(jnp.stack(keep))
+      return logits, (caches, kept)
+
+    _, buffer, (_, kept) = _decode_loop(step, (caches, kept), prompt, total)
+    return buffer, kept
+
+  runs = {'plain': plain, 'hand': by_hand}
+  for policy in ('truncate', 'error'):
+    runs[policy] = capture(sowing, max_steps=total, on_overflow=policy)
+  programs = {name: jax.jit(fn).lower(state, caches, prompt).compile()
+              for name, fn in runs.items()}
+  outs = {name: jax.block_until_ready(p(state, caches, prompt))
+          for name, p in programs.items()}
+  tokens_plain = outs['plain']
+  tokens_hand, kept = outs['hand']
+  checks = {}
+  for policy in ('truncate', 'error'):
+    tokens, collected = outs[policy]
+    pairs: list[tuple[tp.Any, tp.Any]] = [(tokens, tokens_plain),
+                                          (tokens_hand, tokens_plain)]
+    counts = set()
+    for i in range(size.layers):
+      (entry,) = collected[('blocks', i, 'residual')]
+      counts.add(int(entry.count))
+      pairs.append((entry.values, kept[:, i]))
+    if counts != {total}:
+      checks[policy] = Check(False, f'step counts {sorted(counts)}, '
+                             f'expected {total}')
+      continue
+    checks[policy] = compare(
+        pairs, settings.ulps,
+        f'tokens and {size.layers} x {total} steps of residual streams')
+  times = dict(zip(programs, paired(
+      *(lambda p=p: p(state, caches, prompt) for p in programs.values()),
+      repeats=settings.repeats, number=settings.number)))
+  generated = size.batch * total
+  what = (f'own sampler-shaped loop, {size.name}, {size.layers} layers, '
+          f'batch {size.batch}, {total} steps ({prompt_length} of prompt)')
+  return _decode_rows(what, times, generated, checks, total)
+
+
+def _decode_rows(what, times, generated, checks, total) -> list[Row]:
+  rows = []
+  rate = {name: generated / t for name, t in times.items()}
+  for policy in ('truncate', 'error'):
+    extra = (' (no callback)' if policy == 'truncate' else
+             ' (a host callback checks the count each call)')
+    rows.append(Row(
+        'decode', f"tokens/s, every step's residual streams captured "
+        f"(max_steps={total}, on_overflow='{policy}'{extra}) / plain loop, "
+        f'{what}', rate[policy] / rate['plain'],
+        f'{rate[policy]:,.0f} vs {rate["plain"]:,.0f} tokens/s',
+        check=checks[policy].text(), ok=checks[policy].ok,
+        detail=(f'written into a buffer by hand: {rate["hand"]:,.0f} tokens/s'
+                if 'hand' in rate else 'no hand-written loop: Flax\'s own'),
+        numbers={'tokens_per_s': rate, 'seconds': times,
+                 'tokens_per_call': generated}))
+  return rows
+
+
+def bench_decode_flax(size: Size, settings: Settings, steps: int,
+                      models_from: str) -> list[Row]:
+  """Flax's examples/gemma sampler loop (``Sampler._sample_fn``), each
+  layer's output and the logits sown (as the decode-loop tests instrument
+  it), plain and captured; the oracle: the captured logits of each step
+  against the logits the sampler itself keeps, and the same tokens."""
+  tests = os.path.join(ROOT, 'tests', 'nnx', 'sow')
+  if tests not in sys.path:
+    sys.path.insert(0, tests)
+  import sow_external_models as external  # pylint: disable=g-import-not-at-top
+  src = external.source('flax', models_from)
+  gemma = external.load_gemma(src.root)
+  kinds = gemma.modules.AttentionType
+  config = gemma.transformer.TransformerConfig(
+      num_layers=size.layers, num_embed=size.vocab, embed_dim=size.embed,
+      hidden_dim=size.hidden, num_heads=size.heads, head_dim=size.head_dim,
+      num_kv_heads=size.kv_heads, final_logit_softcap=None,
+      use_post_attn_norm=False, use_post_ffw_norm=False,
+      attention_types=(kinds.GLOBAL,) * size.layers, dtype=jnp.bfloat16,
+      weight_dtype=jnp.bfloat16)
+  with external.gemma_mesh(), capture_compat.install():
+    model = nnx.jit(lambda: external.instrument_decoder(
+        gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0))))()
+    prompt_text = 'abcdefghijklmnop'[:max(2, min(16, steps))]
+    sampler = gemma.sampler.Sampler(
+        vocab=external.CharVocab(config.num_embed),
+        cache_size=len(prompt_text) + steps + 1, transformer=model)
+    prompts = [sampler.tokenize(prompt_text)] * size.batch
+    total = len(prompt_text) + steps
+    state = sampler.init_sample_state(
+        prompts, total_sampling_steps=total, include_logits=True,
+        forbidden_token_ids=None, temperature=0.0, top_p=0.95,
+        seed=jax.random.key(0))
+    graphdef, params = nnx.split(model)
+    decode = sampler._sample_fn  # pylint: disable=protected-access
+    args = (graphdef, params, state)
+    runs = {'plain': decode}
+    for policy in ('truncate', 'error'):
+      runs[policy] = capture(decode, max_steps=total, on_overflow=policy)
+    programs = {name: jax.jit(fn, static_argnums=0).lower(*args).compile()
+                for name, fn in runs.items()}
+    call = lambda p: p(params, state)
+    outs = {name: jax.block_until_ready(call(p))
+            for name, p in programs.items()}
+    checks = {}
+    plain_state = outs['plain']
+    ran = int(plain_state.decoding_step)
+    for policy in ('truncate', 'error'):
+      final, collected = outs[policy]
+      (logits,) = collected['logits']
+      count = int(logits.count)
+      layers = [collected[('layers', i, 'residual')][0]
+                for i in range(size.layers)]
+      if count != ran or any(int(e.count) != ran for e in layers):
+        checks[policy] = Check(False, f'{count} steps captured, {ran} ran')
+        continue
+      # Step i's logits are what the sampler writes at i + 1.
+      pairs = [(logits.values[:ran, :, 0], jnp.swapaxes(
+          final.logits_buffer[:, 1:ran + 1], 0, 1)),
+               (final.token_buffer, plain_state.token_buffer)]
+      checks[policy] = compare(
+          pairs, settings.ulps,
+          f"{ran} steps' logits against the sampler's own, and the tokens")
+    times = dict(zip(programs, paired(
+        *(lambda p=p: call(p) for p in programs.values()),
+        repeats=settings.repeats, number=settings.number)))
+  what = (f'Flax examples/gemma sampler ({src.repo}@{src.commit[:12]}), '
+          f'{size.name} config, {size.layers} layers, batch {size.batch}, '
+          f'{ran} steps')
+  return _decode_rows(what, times, size.batch * ran, checks, total)
+
+
+class Scratch:
+  """A folder under ``--out`` (so on its disk) for the stores, removed."""
+
+  def __init__(self, out: str):
+    os.makedirs(out, exist_ok=True)
+    self.folder = tempfile.mkdtemp(prefix='scratch-', dir=out)
+    self.count = 0
+
+  def path(self) -> str:
+    shutil.rmtree(os.path.join(self.folder, f'{self.count}'),
+                  ignore_errors=True)
+    self.count += 1
+    return os.path.join(self.folder, f'{self.count}')
+
+  def close(self):
+    shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def bench_export(size: Size, settings: Settings, n_batches: int,
+                 out: str) -> list[Row]:
+  """``activations.export`` of every block's residual stream against the
+  bare jitted forward, and its bytes/s against a sequential write."""
+  model = make_model(size, sows=False)
+  rng = np.random.default_rng(3)
+  batches = [jnp.asarray(rng.integers(0, size.vocab,
+                                      (size.batch, size.length)))
+             for _ in range(n_batches)]
+  forward = nnx.jit(lambda m, t: m(t))
+  tapped = tap(lambda m, t: m(t), 'blocks.*', inputs=False)
+  scratch = Scratch(out)
+  try:
+    def bare():
+      result = None
+      for batch in batches:
+        result = forward(model, batch)
+      jax.block_until_ready(result)
+
+    last: dict[str, tp.Any] = {}
+
+    def export():
+      last['data'] = activations.export(
+          tapped, batches, scratch.path(), args=(model,),
+          names='blocks.*.__call__.output', progress=False)
+      os.sync()
+
+    repeats = max(1, settings.repeats // 2)
+    t_bare, t_export = paired(bare, export, repeats=repeats)
+    data = last['data']
+    written = data.layout.batch_bytes() * n_batches
+    block = np.random.default_rng(4).integers(
+        0, 255, data.layout.batch_bytes(), np.uint8)
+
+    def disk():
+      path = scratch.path()
+      os.makedirs(path)
+      with open(os.path.join(path, 'sequential'), 'wb') as file:
+        for i in range(n_batches):
+          block[0] = i % 256  # new bytes each time, as the export's are
+          file.write(block.data)
+      os.sync()
+      last['file'] = os.path.getsize(os.path.join(path, 'sequential'))
+
+    t_disk, t_export2 = paired(disk, export, repeats=repeats)
+    data = last['data']  # the last export's store; the earlier are gone
+    # The store against a direct forward returning the streams by hand.
+    graphdef, state = nnx.split(model)
+
+    def by_hand(state, tokens):
+      keep: list[tp.Any] = []
+      nnx.merge(graphdef, state)(tokens, keep)
+      return keep
+
+    direct = jax.jit(by_hand)
+    got = [np.asarray(data.read(f'blocks.{i}.__call__.output/0'))
+           for i in range(size.layers)]
+    want = [np.concatenate(v) for v in zip(
+        *(direct(state, b) for b in batches))]
+    check = compare(list(zip(got, [np.asarray(w) for w in want])),
+                    settings.ulps, f'{size.layers} stores of '
+                    f'{n_batches * size.batch} examples against a direct '
+                    'forward')
+    disk_check = (Check(True, f'{written:,} bytes on both sides')
+                  if last['file'] == written else
+                  Check(False, f'file {last["file"]} B, store {written} B'))
+    if not check.ok:
+      disk_check = check
+  finally:
+    scratch.close()
+  examples = n_batches * size.batch
+  what = (f'{size.name}, {size.layers} residual streams, {n_batches} '
+          f'batches of {size.batch}x{size.length} tokens, '
+          f'{written / n_batches / 2**20:,.1f} MiB per batch')
+  return [
+      Row('export', f'examples/s, activations.export / bare jitted forward, '
+          f'{what}', t_bare / t_export,
+          f'{examples / t_export:,.1f} vs {examples / t_bare:,.1f} '
+          'examples/s', check=check.text(), ok=check.ok,
+          detail='the export creates, writes and trims the store, and '
+          'ends with os.sync()',
+          numbers={'seconds': {'bare': t_bare, 'export': t_export},
+                   'examples': examples}),
+      Row('export', f'bytes/s written, activations.export / a sequential '
+          f'write of the same bytes to the same disk, {what}',
+          t_disk / t_export2,
+          f'{written / t_export2 / 1e6:,.0f} vs {written / t_disk / 1e6:,.0f}'
+          ' MB/s', check=f'{check.text()}; {disk_check.text()}'
+          if disk_check is not check else check.text(),
+          ok=check.ok and disk_check.ok,
+          detail='both sides end with os.sync(); the file is written in '
+          "blocks of a batch's bytes",
+          numbers={'seconds': {'disk': t_disk, 'export': t_export2},
+                   'bytes': written}),
+  ]
+
+
+def bench_eager(size: Size, settings: Settings) -> list[Row]:
+  """Eager ``capture(f)`` / ``f``, and the compat ``nnx.capture`` /
+  Flax 0.12.8's own, on a model whose blocks sow (``sow``, then
+  ``Module.sow``)."""
+  model = make_model(size, sows=True)
+  plain_model = share_weights(model, size, sows=False)
+  tokens = jax.random.randint(jax.random.key(5), (size.batch, size.length),
+                              0, size.vocab)
+  f = lambda m, t: m(t)
+  captured = capture(f)
+  out, collected = captured(model, tokens)
+  keep: list[tp.Any] = []
+  hand_out = plain_model(tokens, keep)
+  pairs = [(collected[('blocks', i, 'residual')][0], keep[i])
+           for i in range(size.layers)] + [(out, hand_out)]
+  check = compare(pairs, 0.0, f'{size.layers} residual streams and logits '
+                  'against eager by hand (the same operations)')
+  t_f, t_c = paired(lambda: f(plain_model, tokens),
+                    lambda: captured(model, tokens),
+                    repeats=settings.repeats, number=settings.number)
+  compiles = count_compiles(lambda: captured(model, tokens), 3)
+  rows = [Row('eager', f'capture(f) / f, eager, {size.name}, a sow per '
+              'block', t_c / t_f, f'{_ms(t_c)} vs {_ms(t_f)}',
+              check=check.text(), ok=check.ok,
+              detail=f'{compiles} XLA compiles in 3 calls after the first',
+              numbers={'seconds': {'f': t_f, 'capture': t_c},
+                       'compiles_after_first': compiles})]
+  if capture_compat.delegates(FLAX_CAPTURE):
+    return rows + [Row('eager', 'compat nnx.capture / Flax 0.12.8\'s, eager',
+                       check='not run: this Flax\'s nnx.capture is the '
+                       'compat one already', ok=None)]
+
+  class ModuleSowBlock(nnx.Module):
+
+    def __init__(self, block):
+      self.block = block
+
+    def __call__(self, x, positions):
+      x = self.block(x, positions)
+      self.sow(nnx.Intermediate, 'residual', x)
+      return x
+
+  legacy_model = share_weights(model, size, sows=False)
+  legacy_model.blocks = nnx.List([ModuleSowBlock(b)
+                                  for b in legacy_model.blocks])
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', DeprecationWarning)
+    with capture_compat.install():
+      new = capture_compat.capture(legacy_model, nnx.Intermediate)
+      old = FLAX_CAPTURE(legacy_model, nnx.Intermediate)
+      out_new, state_new = new(tokens)
+      out_old, state_old = old(tokens)
+      t_old, t_new = paired(lambda: old(tokens), lambda: new(tokens),
+                            repeats=settings.repeats,
+                            number=settings.number)
+      compiles = count_compiles(lambda: new(tokens), 3)
+  leaves_new = jax.tree.leaves(state_new)
+  leaves_old = jax.tree.leaves(state_old)
+  structure = (jax.tree.structure(state_new) == jax.tree.structure(state_old)
+               and len(leaves_new) == size.layers)
+  if structure:
+    compat = compare(list(zip([out_new, *leaves_new], [out_old, *leaves_old])),
+                     0.0, f'logits and {size.layers} sown States against '
+                     'Flax 0.12.8\'s (the same operations)')
+  else:
+    compat = Check(False, f'States differ: {jax.tree.structure(state_new)} '
+                   f'vs {jax.tree.structure(state_old)}')
+  rows.append(Row(
+      'eager', f'compat nnx.capture / Flax 0.12.8\'s nnx.capture, eager, '
+      f'{size.name}, Module.sow per block', t_new / t_old,
+      f'{_ms(t_new)} vs {_ms(t_old)}', check=compat.text(), ok=compat.ok,
+      detail=f'{compiles} XLA compiles in 3 calls after the first',
+      numbers={'seconds': {'flax': t_old, 'compat': t_new},
+               'compiles_after_first': compiles}))
+  return rows
+
+
+# -- The run ------------------------------------------------------------------
+
+
+# Every row the suite produces, by section: a row not produced says why.
+def planned(sizes: tp.Sequence[Size]) -> list[tuple[str, str]]:
+  rows = []
+  for size in sizes:
+    for label in ('a sow per block', 'tap of every block'):
+      rows += [(f'compiled {size.name}', f'jit(capture(f)) / jit(f), '
+                f'runtime, {label}'),
+               (f'compiled {size.name}', f'jit(capture(f)) / f returning the'
+                f' residual streams by hand, runtime, {label}'),
+               (f'compiled {size.name}', f'jit(capture(f)) / by hand, peak '
+                f'device memory (XLA memory analysis), {label}')]
+  rows += [('decode', f"tokens/s, on_overflow='{p}' / plain loop")
+           for p in ('truncate', 'error')]
+  rows += [('export', 'examples/s, activations.export / bare jitted '
+            'forward'),
+           ('export', 'bytes/s written, activations.export / a sequential '
+            'write')]
+  rows += [('eager', 'capture(f) / f, eager'),
+           ('eager', "compat nnx.capture / Flax 0.12.8's nnx.capture, eager")]
+  return rows
+
+
+def device_header(args, sizes: list[str], start: float) -> dict[str, tp.Any]:
+  device = jax.devices()[0]
+  memory = 'memory not reported'
+  try:
+    stats = device.memory_stats() or {}
+    if 'bytes_limit' in stats:
+      memory = f'{stats["bytes_limit"] / 2**30:,.1f} GiB'
+  except Exception:  # pylint: disable=broad-except
+    pass
+  return {
+      'device': f'{device.platform} {device.device_kind}',
+      'devices': jax.device_count(), 'memory': memory,
+      'jax': jax.__version__, 'jaxlib': jax.lib.__version__,
+      'flax': flax.__version__, 'python': platform.python_version(),
+      'machine': f'{platform.machine()}, {os.cpu_count()} cores',
+      'xla_flags': os.environ.get('XLA_FLAGS', ''),
+      'date': time.strftime('%Y-%m-%d'), 'budget_s': args.budget_s,
+      'tiny': args.tiny, 'sizes': sizes, 'elapsed_s': 0.0, '_start': start,
+  }
+
+
+def memory_limit() -> int | None:
+  try:
+    return (jax.devices()[0].memory_stats() or {}).get('bytes_limit')
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def fits_memory(size: Size) -> bool:
+  """Whether the weights, the logits and a margin fit the device's memory
+  (unknown: assumed to)."""
+  limit = memory_limit()
+  if limit is None:
+    return True
+  weights = size.params() * 2
+  activations_ = size.batch * size.length * (
+      size.vocab * 4 + size.hidden * 2 * 4 + size.embed * size.layers * 2 * 3)
+  return 3 * weights + activations_ < 0.8 * limit
+
+
+def main(argv: tp.Optional[list[str]] = None) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--out', required=True,
+                      help=f'the directory for {MARKDOWN} and {JSON}')
+  parser.add_argument('--budget-s', type=float, default=270.0,
+                      help='seconds for the whole run (default 270)')
+  parser.add_argument('--tiny', action='store_true',
+                      help='toy sizes on any backend, every row checked')
+  parser.add_argument('--models_from', default=None,
+                      help='a directory with a checkout of google/flax in '
+                      f'flax/, for the decode rows (or ${MODELS_FROM_ENV})')
+  parser.add_argument('--publish', action='store_true',
+                      help='also put the table into benchmarks/RESULTS.md')
+  args = parser.parse_args(argv)
+  start = time.perf_counter()
+  budget = Budget(args.budget_s, start)
+  models_from = args.models_from or os.environ.get(MODELS_FROM_ENV)
+  if args.tiny:
+    small, large = TINY_SMALL, TINY_LARGE
+    settings = Settings(tiny=True, repeats=3, number=1, ulps=8.0)
+    decode_steps, prompt_length, export_batches = 6, 4, 3
+  else:
+    small, large = SMALL, LARGE
+    settings = Settings(tiny=False, repeats=10, number=3, ulps=8.0)
+    decode_steps, prompt_length, export_batches = 64, 16, 16
+  notes = []
+  while not fits_memory(large) and large.layers > 2:
+    large = large.with_layers(large.layers // 2)
+    notes.append(f'{LARGE.name} cut to {large.layers} layers to fit the '
+                 "device's memory")
+  header = device_header(args, [small.describe(), large.describe()], start)
+  report = Report(args.out, header, args.tiny)
+  plan = planned([small, large])
+  done_sections: set[str] = set()
+  running: list[str] = []
+
+  def pending(reason: str | None = None) -> list[Row]:
+    rows = []
+    for section, what in plan:
+      if section in done_sections:
+        continue
+      why = reason or (f'not run: the budget ({args.budget_s:.0f} s) ran '
+                       'out' + (' during this section' if section in running
+                                else ' before this section'))
+      rows.append(Row(section, what, check=why, ok=None))
+    return rows
+
+  budget.watch(report, pending)
+  report.write()
+
+  def run(section: str, fn: tp.Callable[[], list[Row]], needs_s: float):
+    if budget.left() < needs_s:
+      report.add([Row(s, w, check=f'not run: {budget.left():.0f} s of the '
+                      f'budget left, the section needs about {needs_s:.0f} s',
+                      ok=None) for s, w in plan if s == section])
+      done_sections.add(section)
+      return None
+    running[:] = [section]
+    began = time.perf_counter()
+    try:
+      rows = fn()
+    except Exception as e:  # pylint: disable=broad-except
+      rows = [Row(s, w, check=f'FAILED: {type(e).__name__}: {e}'[:300],
+                  ok=False) for s, w in plan if s == section]
+      import traceback  # pylint: disable=g-import-not-at-top
+      traceback.print_exc()
+    with report.lock:
+      done_sections.add(section)
+      running.clear()
+      report.add(rows)
+    return time.perf_counter() - began
+
+  small_s = run(f'compiled {small.name}',
+                lambda: bench_compiled(small, settings),
+                needs_s=0 if args.tiny else 20)
+  if models_from:
+    decode = lambda: bench_decode_flax(small, settings, decode_steps,
+                                       models_from)
+  else:
+    decode = lambda: bench_decode_own(small, settings, decode_steps,
+                                      prompt_length)
+  run('decode', decode, needs_s=0 if args.tiny else 15)
+  run('export', lambda: bench_export(small, settings, export_batches,
+                                     args.out),
+      needs_s=0 if args.tiny else 15)
+  run('eager', lambda: bench_eager(small, settings),
+      needs_s=0 if args.tiny else 10)
+  # The larger size last; fewer layers if the smaller one's time says the
+  # whole of it would not fit in what is left (its time grows with the
+  # parameters, at least).
+  if small_s is not None and not args.tiny:
+    while (small_s * large.params() / small.params() > budget.left() - 10
+           and large.layers > 2):
+      large = large.with_layers(large.layers // 2)
+    if large.layers != LARGE.layers:
+      notes.append(f'{LARGE.name} cut to {large.layers} layers '
+                   f'({large.params() / 1e6:,.0f}M parameters) to fit the '
+                   'budget')
+  header['sizes'] = [small.describe(), large.describe(), *notes]
+  run(f'compiled {large.name}',
+      lambda: bench_compiled(large, settings), needs_s=0)
+  with report.lock:
+    report.finished = True
+    report.write()
+  text = report.markdown()
+  print(text)
+  if args.publish:
+    results_file.publish(text, START, END)
+  failed = [r for r in report.rows if r.ok is False]
+  if failed:
+    print(f'{len(failed)} row(s) failed their check', flush=True)
+    return 1
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
