@@ -166,14 +166,16 @@ class RMSNorm(nnx.Module):
   def __call__(self, x):
     y = x.astype(jnp.float32)
     y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + 1e-6)
-    return (y * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
+    scale = 1.0 + self.scale[...].astype(jnp.float32)
+    return (y * scale.reshape((1,) * (y.ndim - 1) + (-1,))).astype(x.dtype)
 
 
 def _rope(x, positions):
   """Rotary embedding of ``x`` (..., length, heads, head_dim)."""
   half = x.shape[-1] // 2
   freq = 10_000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
-  angle = positions[..., None, None].astype(jnp.float32) * freq
+  angle = (positions[..., None, None].astype(jnp.float32)
+           * freq.reshape(1, 1, 1, half))
   sin, cos = jnp.sin(angle), jnp.cos(angle)
   a, b = jnp.split(x.astype(jnp.float32), 2, axis=-1)
   return jnp.concatenate([a * cos - b * sin, b * cos + a * sin],
@@ -205,6 +207,7 @@ class Attention(nnx.Module):
     else:
       length = x.shape[1]
       mask = jnp.tril(jnp.ones((length, length), jnp.bool_))
+    mask = mask[None, None, None]  # (batch, kv heads, group, t, s)
     group = self.heads // self.kv_heads
     b, t = q.shape[:2]
     q = q.reshape(b, t, self.kv_heads, group, q.shape[-1])
@@ -261,7 +264,7 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens, keep: list | None = None):
     x = self.embed(tokens)
-    positions = jnp.arange(tokens.shape[1])[None, :]
+    positions = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     for block in self.blocks:
       x = block(x, positions)
       if keep is not None:
@@ -271,7 +274,7 @@ class Decoder(nnx.Module):
   def step(self, token, at, caches, keep: list | None = None):
     """One decode step: ``token`` (batch,) at position ``at``."""
     x = self.embed(token[:, None])
-    positions = jnp.full((token.shape[0], 1), at)
+    positions = jnp.full((token.shape[0], 1), at, jnp.int32)
     new = []
     for block, (keys, values) in zip(self.blocks, caches):
       x, cache = block(x, positions, (keys, values, at))
@@ -390,6 +393,7 @@ class Row:
   """One line of the table, and its numbers for the JSON file."""
 
   section: str
+  key: str  # the row's name within its section, as ``planned`` lists it
   what: str
   ratio: float | None = None
   sides: str = ''
@@ -469,17 +473,17 @@ class Budget:
 
   def __init__(self, seconds: float, start: float):
     self.deadline = start + seconds
+    self.done = threading.Event()
 
   def left(self) -> float:
     return self.deadline - time.perf_counter()
 
   def watch(self, report: Report, pending: tp.Callable[[], list[Row]]):
+    """Until ``stop``: at the deadline, writes ``report`` with the rows of
+    ``pending()`` added and ends the process (exit status 0)."""
     def run():
-      while True:
-        wait = self.left()
-        if wait <= 0:
-          break
-        time.sleep(min(wait, 1.0))
+      if self.done.wait(max(self.left(), 0.0)):
+        return
       with report.lock:
         if report.finished:
           return
@@ -490,8 +494,12 @@ class Budget:
         sys.stdout.flush()
         os._exit(0)  # pylint: disable=protected-access
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    self.thread = threading.Thread(target=run, daemon=True)
+    self.thread.start()
+
+  def stop(self) -> None:
+    self.done.set()
+    self.thread.join()
 
 
 # -- Sections -----------------------------------------------------------------
@@ -521,7 +529,7 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
   graphdef_sow, state = nnx.split(sowing)
   graphdef_plain, _ = nnx.split(plain_model)
   tokens = jax.random.randint(jax.random.key(1), (size.batch, size.length),
-                              0, size.vocab)
+                              0, size.vocab, jnp.int32)
   residual = lambda i: ('blocks', i, 'residual')
   tapped_name = lambda i: ('blocks', i, '__call__', 'output')
   tapped = tap(lambda m, t: m(t), 'blocks.*', inputs=False)
@@ -579,20 +587,23 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
                               for k in ('plain', 'hand', variant)},
                'params': size.params(), 'tokens': tokens_per_call}
     rows.append(Row(
-        f'compiled {size.name}', f'jit(capture(f)) / jit(f), runtime, '
+        f'compiled {size.name}', f'{variant}.runtime_vs_jit',
+        f'jit(capture(f)) / jit(f), runtime, '
         f'{label}', t / t_plain, f'{_ms(t)} vs {_ms(t_plain)}',
         detail=(f'{tokens_per_call / t:,.0f} tokens/s captured; compile '
                 f'{compile_s[variant]:.1f} s vs {compile_s["plain"]:.1f} s'),
         numbers=numbers, **common))
     rows.append(Row(
-        f'compiled {size.name}', f'jit(capture(f)) / f returning the '
+        f'compiled {size.name}', f'{variant}.runtime_vs_hand',
+        f'jit(capture(f)) / f returning the '
         f'residual streams by hand, runtime, {label}', t / t_hand,
         f'{_ms(t)} vs {_ms(t_hand)}',
         detail=f'by hand / jit(f): {t_hand / t_plain:.3f}',
         numbers=numbers, **common))
     peak, hand_peak, plain_peak = peaks[variant], peaks['hand'], peaks['plain']
     rows.append(Row(
-        f'compiled {size.name}', f'jit(capture(f)) / by hand, peak device '
+        f'compiled {size.name}', f'{variant}.peak_memory',
+        f'jit(capture(f)) / by hand, peak device '
         f'memory (XLA memory analysis), {label}',
         None if not (peak and hand_peak) else peak / hand_peak,
         f'{_mib(peak)} vs {_mib(hand_peak)}',
@@ -636,7 +647,7 @@ def bench_decode_own(size: Size, settings: Settings, steps: int,
   caches = [(jnp.zeros(cache_shape, jnp.bfloat16),) * 2
             for _ in range(size.layers)]
   prompt = jax.random.randint(jax.random.key(2), (size.batch, prompt_length),
-                              0, size.vocab)
+                              0, size.vocab, jnp.int32)
 
   def plain(state, caches, prompt):
     m = nnx.merge(graphdef_plain, state)
@@ -703,7 +714,7 @@ def _decode_rows(what, times, generated, checks, total) -> list[Row]:
     extra = (' (no callback)' if policy == 'truncate' else
              ' (a host callback checks the count each call)')
     rows.append(Row(
-        'decode', f"tokens/s, every step's residual streams captured "
+        'decode', policy, f"tokens/s, every step's residual streams captured "
         f"(max_steps={total}, on_overflow='{policy}'{extra}) / plain loop, "
         f'{what}', rate[policy] / rate['plain'],
         f'{rate[policy]:,.0f} vs {rate["plain"]:,.0f} tokens/s',
@@ -827,7 +838,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
   model = make_model(size, sows=False)
   rng = np.random.default_rng(3)
   batches = [jnp.asarray(rng.integers(0, size.vocab,
-                                      (size.batch, size.length)))
+                                      (size.batch, size.length), np.int32))
              for _ in range(n_batches)]
   forward = nnx.jit(lambda m, t: m(t))
   tapped = tap(lambda m, t: m(t), 'blocks.*', inputs=False)
@@ -895,7 +906,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
           f'batches of {size.batch}x{size.length} tokens, '
           f'{written / n_batches / 2**20:,.1f} MiB per batch')
   return [
-      Row('export', f'examples/s, activations.export / bare jitted forward, '
+      Row('export', 'examples_per_s', f'examples/s, activations.export / bare jitted forward, '
           f'{what}', t_bare / t_export,
           f'{examples / t_export:,.1f} vs {examples / t_bare:,.1f} '
           'examples/s', check=check.text(), ok=check.ok,
@@ -903,7 +914,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
           'ends with os.sync()',
           numbers={'seconds': {'bare': t_bare, 'export': t_export},
                    'examples': examples}),
-      Row('export', f'bytes/s written, activations.export / a sequential '
+      Row('export', 'bytes_per_s', f'bytes/s written, activations.export / a sequential '
           f'write of the same bytes to the same disk, {what}',
           t_disk / t_export2,
           f'{written / t_export2 / 1e6:,.0f} vs {written / t_disk / 1e6:,.0f}'
@@ -924,7 +935,7 @@ def bench_eager(size: Size, settings: Settings) -> list[Row]:
   model = make_model(size, sows=True)
   plain_model = share_weights(model, size, sows=False)
   tokens = jax.random.randint(jax.random.key(5), (size.batch, size.length),
-                              0, size.vocab)
+                              0, size.vocab, jnp.int32)
   f = lambda m, t: m(t)
   captured = capture(f)
   out, collected = captured(model, tokens)
@@ -938,14 +949,15 @@ def bench_eager(size: Size, settings: Settings) -> list[Row]:
                     lambda: captured(model, tokens),
                     repeats=settings.repeats, number=settings.number)
   compiles = count_compiles(lambda: captured(model, tokens), 3)
-  rows = [Row('eager', f'capture(f) / f, eager, {size.name}, a sow per '
+  rows = [Row('eager', 'capture', f'capture(f) / f, eager, {size.name}, a sow per '
               'block', t_c / t_f, f'{_ms(t_c)} vs {_ms(t_f)}',
               check=check.text(), ok=check.ok,
               detail=f'{compiles} XLA compiles in 3 calls after the first',
               numbers={'seconds': {'f': t_f, 'capture': t_c},
                        'compiles_after_first': compiles})]
   if capture_compat.delegates(FLAX_CAPTURE):
-    return rows + [Row('eager', 'compat nnx.capture / Flax 0.12.8\'s, eager',
+    return rows + [Row('eager', 'compat',
+                       'compat nnx.capture / Flax 0.12.8\'s, eager',
                        check='not run: this Flax\'s nnx.capture is the '
                        'compat one already', ok=None)]
 
@@ -985,7 +997,7 @@ def bench_eager(size: Size, settings: Settings) -> list[Row]:
     compat = Check(False, f'States differ: {jax.tree.structure(state_new)} '
                    f'vs {jax.tree.structure(state_old)}')
   rows.append(Row(
-      'eager', f'compat nnx.capture / Flax 0.12.8\'s nnx.capture, eager, '
+      'eager', 'compat', f'compat nnx.capture / Flax 0.12.8\'s nnx.capture, eager, '
       f'{size.name}, Module.sow per block', t_new / t_old,
       f'{_ms(t_new)} vs {_ms(t_old)}', check=compat.text(), ok=compat.ok,
       detail=f'{compiles} XLA compiles in 3 calls after the first',
@@ -998,25 +1010,32 @@ def bench_eager(size: Size, settings: Settings) -> list[Row]:
 
 
 # Every row the suite produces, by section: a row not produced says why.
-def planned(sizes: tp.Sequence[Size]) -> list[tuple[str, str]]:
-  rows = []
+def planned(sizes: tp.Sequence[Size]) -> list[tuple[str, str, str]]:
+  """``(section, key, what)`` of every row, in the order they run."""
+  compiled = []
   for size in sizes:
-    for label in ('a sow per block', 'tap of every block'):
-      rows += [(f'compiled {size.name}', f'jit(capture(f)) / jit(f), '
-                f'runtime, {label}'),
-               (f'compiled {size.name}', f'jit(capture(f)) / f returning the'
-                f' residual streams by hand, runtime, {label}'),
-               (f'compiled {size.name}', f'jit(capture(f)) / by hand, peak '
-                f'device memory (XLA memory analysis), {label}')]
-  rows += [('decode', f"tokens/s, on_overflow='{p}' / plain loop")
+    for variant, label in (('sow', 'a sow per block'),
+                           ('tap', 'tap of every block')):
+      compiled.append([
+          (f'compiled {size.name}', f'{variant}.runtime_vs_jit',
+           f'jit(capture(f)) / jit(f), runtime, {label}'),
+          (f'compiled {size.name}', f'{variant}.runtime_vs_hand',
+           'jit(capture(f)) / f returning the residual streams by hand, '
+           f'runtime, {label}'),
+          (f'compiled {size.name}', f'{variant}.peak_memory',
+           'jit(capture(f)) / by hand, peak device memory (XLA memory '
+           f'analysis), {label}')])
+  rows = compiled[0] + compiled[1]
+  rows += [('decode', p, f"tokens/s, on_overflow='{p}' / plain loop")
            for p in ('truncate', 'error')]
-  rows += [('export', 'examples/s, activations.export / bare jitted '
-            'forward'),
-           ('export', 'bytes/s written, activations.export / a sequential '
-            'write')]
-  rows += [('eager', 'capture(f) / f, eager'),
-           ('eager', "compat nnx.capture / Flax 0.12.8's nnx.capture, eager")]
-  return rows
+  rows += [('export', 'examples_per_s',
+            'examples/s, activations.export / bare jitted forward'),
+           ('export', 'bytes_per_s',
+            'bytes/s written, activations.export / a sequential write')]
+  rows += [('eager', 'capture', 'capture(f) / f, eager'),
+           ('eager', 'compat',
+            "compat nnx.capture / Flax 0.12.8's nnx.capture, eager")]
+  return rows + compiled[2] + compiled[3]
 
 
 def device_header(args, sizes: list[str], start: float) -> dict[str, tp.Any]:
@@ -1074,7 +1093,10 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
                       help='a directory with a checkout of google/flax in '
                       f'flax/, for the decode rows (or ${MODELS_FROM_ENV})')
   parser.add_argument('--publish', action='store_true',
-                      help='also put the table into benchmarks/RESULTS.md')
+                      help='also put the table into the results file')
+  parser.add_argument('--results', default=results_file.RESULTS,
+                      help='the results file --publish writes (default '
+                      'benchmarks/RESULTS.md)')
   args = parser.parse_args(argv)
   start = _PROCESS_START
   budget = Budget(args.budget_s, start)
@@ -1102,13 +1124,13 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
 
   def pending(reason: str | None = None) -> list[Row]:
     rows = []
-    for section, what in plan:
+    for section, key, what in plan:
       if section in done_sections:
         continue
       why = reason or (f'not run: the budget ({args.budget_s:.0f} s) ran '
                        'out' + (' during this section' if section in running
                                 else ' before this section'))
-      rows.append(Row(section, what, check=why, ok=None))
+      rows.append(Row(section, key, what, check=why, ok=None))
     return rows
 
   budget.watch(report, pending)
@@ -1116,9 +1138,10 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
 
   def run(section: str, fn: tp.Callable[[], list[Row]], needs_s: float):
     if budget.left() < needs_s:
-      report.add([Row(s, w, check=f'not run: {budget.left():.0f} s of the '
-                      f'budget left, the section needs about {needs_s:.0f} s',
-                      ok=None) for s, w in plan if s == section])
+      report.add([Row(s, k, w, check=f'not run: {budget.left():.0f} s of '
+                      f'the budget left, the section needs about '
+                      f'{needs_s:.0f} s', ok=None)
+                  for s, k, w in plan if s == section])
       done_sections.add(section)
       return None
     running[:] = [section]
@@ -1126,8 +1149,8 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
     try:
       rows = fn()
     except Exception as e:  # pylint: disable=broad-except
-      rows = [Row(s, w, check=f'FAILED: {type(e).__name__}: {e}'[:300],
-                  ok=False) for s, w in plan if s == section]
+      rows = [Row(s, k, w, check=f'FAILED: {type(e).__name__}: {e}'[:300],
+                  ok=False) for s, k, w in plan if s == section]
       import traceback  # pylint: disable=g-import-not-at-top
       traceback.print_exc()
     elapsed = time.perf_counter() - began
@@ -1188,10 +1211,11 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
   with report.lock:
     report.finished = True
     report.write()
+  budget.stop()
   text = report.markdown()
   print(text)
   if args.publish:
-    results_file.publish(text, START, END)
+    results_file.publish(text, START, END, args.results)
   failed = [r for r in report.rows if r.ok is False]
   if failed:
     print(f'{len(failed)} row(s) failed their check', flush=True)
