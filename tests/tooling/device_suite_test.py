@@ -25,10 +25,12 @@ that differ. No timing is asserted: the ratios are the suite's figures.
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from unittest import mock
 
 from absl.testing import absltest
@@ -246,6 +248,40 @@ class MachineryTest(absltest.TestCase):
     self.assertNotIn('\nold\n', content)
     self.assertIn('| export | bytes/s written', content)
     self.assertIn('FAILED: made up', content)
+
+
+class ReadmeCommandTest(absltest.TestCase):
+  """benchmarks/README.md: the one command for a fresh accelerator machine."""
+
+  def test_the_command_sets_up_as_the_readme_and_runs_the_suite(self):
+    with open(os.path.join(ROOT, 'benchmarks', 'README.md')) as f:
+      text = f.read()
+    blocks = re.findall(r'^```bash\n(.*?)^```$', text,
+                        re.MULTILINE | re.DOTALL)
+    self.assertLen(blocks, 1)
+    (command,) = blocks[0].strip().split('\n')
+    # The README's test set-up, then JAX's CUDA plugin at the pinned jax.
+    setup = ("python3 -m venv .venv && . .venv/bin/activate && "
+             "pip install '.[test]'")
+    self.assertTrue(command.startswith(setup + ' '), command)
+    with open(os.path.join(ROOT, 'README.md')) as f:
+      self.assertIn(setup + ' && python -m pytest -q', f.read())
+    install, run = command[len(setup):].split(' && ')
+    with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+      pins = tomllib.load(f)['project']['dependencies']
+    (jax_pin,) = [pin for pin in pins if pin.startswith('jax==')]
+    self.assertEqual(install.split(),
+                     [f"'jax[cuda12]=={jax_pin[len('jax=='):]}'"])
+    words = run.split()
+    self.assertEqual(words[:2], ['python', 'benchmarks/device_suite.py'])
+    args = device_suite.make_parser().parse_args(words[2:])
+    self.assertFalse(args.tiny)
+    self.assertTrue(args.out.startswith('build/'))  # ignored by git
+    # Its links lead somewhere.
+    for link in re.findall(r'\]\(([^)#]+)(?:#[^)]*)?\)', text):
+      with self.subTest(link=link):
+        self.assertTrue(os.path.exists(
+            os.path.join(ROOT, 'benchmarks', link)), link)
 
 
 if __name__ == '__main__':
