@@ -250,6 +250,28 @@ class MachineryTest(absltest.TestCase):
     self.assertIn('FAILED: made up', content)
 
 
+class FlaxSamplerDecodeTest(absltest.TestCase):
+  """The decode rows on Flax's own examples/gemma sampler, given its
+  checkout (``FLAX_SOW_MODELS_FROM``, as the external parity tests)."""
+
+  def test_rows_pass_their_oracle(self):
+    models_from = os.environ.get(device_suite.MODELS_FROM_ENV)
+    if not models_from:
+      self.skipTest(f'no checkout: set {device_suite.MODELS_FROM_ENV}')
+    settings = device_suite.Settings(tiny=True, repeats=1, number=1,
+                                     ulps=8.0)
+    rows = device_suite.bench_decode_flax(device_suite.TINY_SMALL, settings,
+                                          4, models_from)
+    self.assertEqual([r.key for r in rows], ['truncate', 'error'])
+    for row in rows:
+      with self.subTest(row.key):
+        self.assertIs(row.ok, True, row.check)
+        self.assertIn("logits against the sampler's own, and the tokens "
+                      'bitwise', row.check)
+        self.assertIn('the logits of the last residual streams', row.check)
+        self.assertIn('Flax examples/gemma sampler (google/flax@', row.what)
+
+
 class ReadmeCommandTest(absltest.TestCase):
   """benchmarks/README.md: the one command for a fresh accelerator machine."""
 
