@@ -126,7 +126,7 @@ class Size:
     return self.vocab * self.embed + self.layers * block + self.embed
 
   def describe(self) -> str:
-    return (f'{self.name}: {self.params() / 1e6:,.1f}M parameters, '
+    return (f'{self.name}: {_count(self.params())} parameters, '
             f'{self.layers} layers, width {self.embed}, MLP {self.hidden}, '
             f'{self.heads} heads x {self.head_dim} ({self.kv_heads} KV), '
             f'vocabulary {self.vocab}; batch {self.batch} x {self.length} '
@@ -514,8 +514,23 @@ class Settings:
   ulps: float  # the tolerance of values from different programs
 
 
-def _mib(size: int | None) -> str:
-  return 'n/a' if size is None else f'{size / 2**20:,.1f} MiB'
+def _bytes(size: float | None) -> str:
+  """``size`` bytes in the largest binary unit that keeps it >= 1."""
+  if size is None:
+    return 'n/a'
+  for unit in ('B', 'KiB', 'MiB', 'GiB'):
+    if abs(size) < 1024 or unit == 'GiB':
+      return f'{size:,.0f} {unit}' if unit == 'B' else f'{size:,.1f} {unit}'
+    size /= 1024
+  raise AssertionError('unreachable')
+
+
+def _count(n: float) -> str:
+  """``n`` with a K, M or B suffix."""
+  for unit, scale in (('B', 1e9), ('M', 1e6), ('K', 1e3)):
+    if n >= scale:
+      return f'{n / scale:,.1f}{unit}'
+  return f'{n:,.0f}'
 
 
 def _ms(seconds: float) -> str:
@@ -608,8 +623,8 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
         f'jit(capture(f)) / by hand, peak device '
         f'memory (XLA memory analysis), {label}',
         None if not (peak and hand_peak) else peak / hand_peak,
-        f'{_mib(peak)} vs {_mib(hand_peak)}',
-        detail=(f'jit(f) alone {_mib(plain_peak)}' if peak else
+        f'{_bytes(peak)} vs {_bytes(hand_peak)}',
+        detail=(f'jit(f) alone {_bytes(plain_peak)}' if peak else
                 'this backend gives no memory analysis'),
         numbers=numbers, **common))
   return rows
@@ -905,7 +920,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
   examples = n_batches * size.batch
   what = (f'{size.name}, {size.layers} residual streams, {n_batches} '
           f'batches of {size.batch}x{size.length} tokens, '
-          f'{written / n_batches / 2**20:,.1f} MiB per batch')
+          f'{_bytes(written / n_batches)} per batch')
   return [
       Row('export', 'examples_per_s', 'examples/s, activations.export / '
           f'bare jitted forward, {what}', t_bare / t_export,
@@ -918,8 +933,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
       Row('export', 'bytes_per_s', 'bytes/s written, activations.export / '
           f'a sequential write of the same bytes to the same disk, {what}',
           t_disk / t_export2,
-          f'{written / t_export2 / 1e6:,.0f} vs {written / t_disk / 1e6:,.0f}'
-          ' MB/s', check=both.text(), ok=both.ok,
+          f'{_bytes(written / t_export2)}/s vs {_bytes(written / t_disk)}/s', check=both.text(), ok=both.ok,
           detail='both sides end with os.sync(); the file is written in '
           "blocks of a batch's bytes",
           numbers={'seconds': {'disk': t_disk, 'export': t_export2},
@@ -1210,7 +1224,7 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
     header['estimate_s'] = estimate(large)
     if large.layers != LARGE.layers:
       notes.append(f'{LARGE.name} cut to {large.layers} layers '
-                   f'({large.params() / 1e6:,.0f}M parameters) to fit the '
+                   f'({_count(large.params())} parameters) to fit the '
                    'budget')
   header['sizes'] = [small.describe(), large.describe(), *notes]
   run(f'compiled {large.name}', lambda: bench_compiled(large, settings),

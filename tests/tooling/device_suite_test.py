@@ -192,6 +192,20 @@ class MachineryTest(absltest.TestCase):
     self.assertFalse(device_suite.compare(
         [(a.astype(np.float16), a)], 8.0, 'x').ok)
 
+  def test_sizes_count_the_parameters_of_the_model(self):
+    # The header's parameter counts against the model's own Params (traced
+    # abstractly: nothing of the ~2B model is allocated).
+    import jax  # pylint: disable=g-import-not-at-top
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    for size in (*TINY_SIZES, device_suite.SMALL, device_suite.LARGE):
+      with self.subTest(size.name):
+        model = nnx.eval_shape(lambda s=size: device_suite.Decoder(s, True))
+        params = jax.tree.leaves(nnx.state(model, nnx.Param))
+        self.assertEqual(sum(p.size for p in params), size.params())
+        self.assertTrue(all(p.dtype == jax.numpy.bfloat16 for p in params))
+    self.assertBetween(device_suite.SMALL.params(), 250e6, 350e6)
+    self.assertBetween(device_suite.LARGE.params(), 1.8e9, 2.5e9)
+
   def test_paired_runs_each_side_alternately(self):
     calls = []
     medians = device_suite.paired(lambda: calls.append('a'),
