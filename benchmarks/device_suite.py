@@ -830,6 +830,28 @@ def bench_decode_flax(size: Size, settings: Settings, steps: int,
   return _decode_rows(what, times, size.batch * ran, checks, total)
 
 
+def bench_decode(size: Size, settings: Settings, steps: int,
+                 prompt_length: int, models_from: str | None) -> list[Row]:
+  """Flax's sampler given a checkout it can load, else the suite's own
+  loop; a checkout that cannot be loaded is named in the rows."""
+  if models_from:
+    try:
+      return bench_decode_flax(size, settings, steps, models_from)
+    except ImportError as e:  # its packages are not in '.[test]'
+      why = (f"Flax's sampler not loaded from {models_from}: "
+             f'{type(e).__name__}: {e}')
+    except Exception as e:  # pylint: disable=broad-except
+      if type(e).__name__ != 'MissingSource':
+        raise
+      why = f"Flax's sampler not loaded: {e}"
+    print(f'[decode] {why}; the suite\'s own loop instead', flush=True)
+    rows = bench_decode_own(size, settings, steps, prompt_length)
+    for row in rows:
+      row.detail = f'{row.detail}; {why}'
+    return rows
+  return bench_decode_own(size, settings, steps, prompt_length)
+
+
 class Scratch:
   """A folder under ``--out`` (so on its disk) for the stores, removed."""
 
@@ -933,7 +955,8 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
       Row('export', 'bytes_per_s', 'bytes/s written, activations.export / '
           f'a sequential write of the same bytes to the same disk, {what}',
           t_disk / t_export2,
-          f'{_bytes(written / t_export2)}/s vs {_bytes(written / t_disk)}/s', check=both.text(), ok=both.ok,
+          f'{_bytes(written / t_export2)}/s vs {_bytes(written / t_disk)}/s',
+          check=both.text(), ok=both.ok,
           detail='both sides end with os.sync(); the file is written in '
           "blocks of a batch's bytes",
           numbers={'seconds': {'disk': t_disk, 'export': t_export2},
@@ -1192,13 +1215,9 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
 
   small_s = run(f'compiled {small.name}', compiled_small,
                 needs_s=0 if args.tiny else 20)
-  if models_from:
-    decode = lambda: bench_decode_flax(small, settings, decode_steps,
-                                       models_from)
-  else:
-    decode = lambda: bench_decode_own(small, settings, decode_steps,
-                                      prompt_length)
-  run('decode', decode, needs_s=0 if args.tiny else 15)
+  run('decode', lambda: bench_decode(small, settings, decode_steps,
+                                     prompt_length, models_from),
+      needs_s=0 if args.tiny else 15)
   export_size = small if args.tiny else dataclasses.replace(small,
                                                             length=256)
   run('export', lambda: bench_export(export_size, settings, export_batches,

@@ -22,6 +22,7 @@ leave a partial table and exit 0. The oracle itself must fail on values
 that differ. No timing is asserted: the ratios are the suite's figures.
 """
 
+import ast
 import json
 import math
 import os
@@ -206,6 +207,27 @@ class MachineryTest(absltest.TestCase):
     self.assertBetween(device_suite.SMALL.params(), 250e6, 350e6)
     self.assertBetween(device_suite.LARGE.params(), 1.8e9, 2.5e9)
 
+  def test_imports_nothing_that_installs_or_fetches(self):
+    # What the suite imports: the standard library's modules of files,
+    # time and threads, the pinned packages (jax, flax, numpy: what
+    # `pip install '.[test]'` brings) and this repository; nothing that runs
+    # a process, opens a socket or installs.
+    with open(SCRIPT) as f:
+      tree = ast.parse(f.read())
+    imported = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        imported |= {alias.name.split('.')[0] for alias in node.names}
+      elif isinstance(node, ast.ImportFrom):
+        imported.add(node.module.split('.')[0])
+    allowed = {'__future__', 'argparse', 'dataclasses', 'json', 'os',
+               'platform', 'shutil', 'statistics', 'sys', 'tempfile',
+               'threading', 'time', 'typing', 'warnings', 'traceback',
+               '_worktree', 'results_file', 'sow_external_models', 'flax',
+               'jax', 'numpy'}
+    self.assertLessEqual(imported, allowed)
+    self.assertNotIn('subprocess', imported)
+
   def test_paired_runs_each_side_alternately(self):
     calls = []
     medians = device_suite.paired(lambda: calls.append('a'),
@@ -284,6 +306,28 @@ class FlaxSamplerDecodeTest(absltest.TestCase):
                       'bitwise', row.check)
         self.assertIn('the logits of the last residual streams', row.check)
         self.assertIn('Flax examples/gemma sampler (google/flax@', row.what)
+
+
+  def test_a_checkout_that_is_not_there_is_named_and_the_own_loop_runs(self):
+    # The own loop itself runs in the --tiny run; here, that it is the one
+    # run, and that its rows name the checkout that was not loaded.
+    settings = device_suite.Settings(tiny=True, repeats=1, number=1,
+                                     ulps=8.0)
+    missing = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, missing, ignore_errors=True)
+    own = [device_suite.Row('decode', key, 'own', 1.0, '', 'ok: x', True,
+                            'by hand')
+           for key in ('truncate', 'error')]
+    with mock.patch.object(device_suite, 'bench_decode_own',
+                           return_value=own) as run_own:
+      rows = device_suite.bench_decode(device_suite.TINY_SMALL, settings, 2,
+                                       2, missing)
+    run_own.assert_called_once_with(device_suite.TINY_SMALL, settings, 2, 2)
+    self.assertEqual([r.key for r in rows], ['truncate', 'error'])
+    for row in rows:
+      self.assertEqual(row.detail, "by hand; Flax's sampler not loaded: no "
+                       f'google/flax checkout with examples/gemma/ at '
+                       f'{os.path.join(missing, "flax")}')
 
 
 class ReadmeCommandTest(absltest.TestCase):
