@@ -363,9 +363,11 @@ class Check:
 
 def compare(pairs: tp.Sequence[tuple[tp.Any, tp.Any]], ulps: float,
             what: str) -> Check:
-  """Bitwise if every pair is equal; else within ``ulps`` units in the last
-  place of each value's scale (its largest magnitude), at the values' own
-  precision; else a failure naming the worst pair."""
+  """Bitwise if every pair is equal; else, for floating values, within
+  ``ulps`` units in the last place of each value's scale (its largest finite
+  magnitude) at the values' own precision; else a failure naming the worst
+  pair. A NaN or infinity where the other side has another value is never
+  within a tolerance; integers must be equal."""
   bitwise, worst, worst_at = True, 0.0, None
   for i, (got, want) in enumerate(pairs):
     got, want = np.asarray(got), np.asarray(want)
@@ -375,11 +377,20 @@ def compare(pairs: tp.Sequence[tuple[tp.Any, tp.Any]], ulps: float,
     if np.array_equal(got, want, equal_nan=True):
       continue
     bitwise = False
-    got32, want32 = got.astype(np.float32), want.astype(np.float32)
-    scale = max(float(np.max(np.abs(want32))), np.finfo(np.float32).tiny)
+    if not jnp.issubdtype(want.dtype, jnp.inexact):
+      return Check(False, f'{what} #{i}: {int(np.sum(got != want))} of '
+                   f'{want.size} {want.dtype} elements differ')
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    same = (got64 == want64) | (np.isnan(got64) & np.isnan(want64))
+    with np.errstate(invalid='ignore'):
+      diff = np.where(same, 0.0, np.abs(got64 - want64))
+    finite = np.abs(want64[np.isfinite(want64)])
+    scale = max(float(finite.max()) if finite.size else 0.0,
+                float(np.finfo(np.float32).tiny))
     ulp = scale * float(jnp.finfo(want.dtype).eps)
-    error = float(np.max(np.abs(got32 - want32))) / ulp
-    if error > worst:
+    error = (float(diff.max()) / ulp if np.all(np.isfinite(diff))
+             else float('inf'))
+    if error > worst or worst_at is None:
       worst, worst_at = error, i
   if bitwise:
     return Check(True, f'{what} bitwise ({len(pairs)} arrays)')
@@ -404,8 +415,11 @@ class Row:
 
   def line(self) -> str:
     ratio = '-' if self.ratio is None else f'{self.ratio:.3f}'
-    return (f'| {self.section} | {self.what} | {ratio} | {self.sides} | '
-            f'{self.check} | {self.detail} |')
+    cells = (self.section, self.what, ratio, self.sides, self.check,
+             self.detail)
+    # An error message may hold a '|' or a line break: one row, one line.
+    cells = (' '.join(c.replace('|', '\\|').split()) for c in cells)
+    return '| ' + ' | '.join(cells) + ' |'
 
 
 class Report:

@@ -192,6 +192,30 @@ class MachineryTest(absltest.TestCase):
     self.assertFalse(device_suite.compare([(a[:3], a[:4])], 8.0, 'x').ok)
     self.assertFalse(device_suite.compare(
         [(a.astype(np.float16), a)], 8.0, 'x').ok)
+    # A NaN or an infinity is never within a tolerance, unless both sides
+    # have it; integers (tokens) must be equal.
+    for bad in (np.nan, np.inf):
+      other = a.copy()
+      other[5] = bad
+      self.assertFalse(device_suite.compare([(other, a)], 8.0, 'x').ok)
+      self.assertFalse(device_suite.compare([(a, other)], 8.0, 'x').ok)
+      check = device_suite.compare([(other, other.copy())], 8.0, 'x')
+      self.assertIn('bitwise', check.how)
+      check = device_suite.compare([(other, np.where(np.isfinite(other),
+                                                     near, other))], 8.0,
+                                   'x')
+      self.assertTrue(check.ok, check.how)
+    tokens = np.arange(6, dtype=np.int32)
+    check = device_suite.compare([(tokens, tokens[::-1].copy())], 8.0, 't')
+    self.assertFalse(check.ok)
+    self.assertIn('6 of 6 int32 elements differ', check.how)
+
+  def test_a_row_is_one_line_of_six_cells(self):
+    row = device_suite.Row('s', 'k', 'what', None, '', 'FAILED: a | b\nc',
+                           False)
+    line = row.line()
+    self.assertNotIn('\n', line)
+    self.assertEqual(line, '| s | what | - |  | FAILED: a \\| b c |  |')
 
   def test_sizes_count_the_parameters_of_the_model(self):
     # The header's parameter counts against the model's own Params (traced
