@@ -350,6 +350,16 @@ def peak_bytes(compiled) -> int | None:
              + stats.output_size_in_bytes - stats.alias_size_in_bytes)
 
 
+def hlo_ops(compiled) -> int | None:
+  """The instructions of a compiled program's optimized HLO."""
+  try:
+    text = compiled.as_text()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  return sum(1 for line in text.splitlines()
+             if ' = ' in line and not line.lstrip().startswith(('//', '#')))
+
+
 @dataclasses.dataclass
 class Check:
   """An oracle's verdict on a row's values."""
@@ -600,10 +610,13 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
     checks[variant] = compare(pairs, settings.ulps,
                               f'{size.layers} residual streams and logits')
   del outs, hand_out, hand_keep, out, collected, pairs  # device memory
+  began = time.perf_counter()
   times = dict(zip(programs, paired(
       *(lambda p=p: p(state, tokens) for p in programs.values()),
       repeats=settings.repeats, number=settings.number)))
+  paired_s = time.perf_counter() - began
   peaks = {name: peak_bytes(p) for name, p in programs.items()}
+  ops = {name: hlo_ops(p) for name, p in programs.items()}
   tokens_per_call = size.batch * size.length
   rows = []
   for variant, label in (('sow', 'a sow per block'),
@@ -616,7 +629,9 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
                              for k in ('plain', 'hand', variant)},
                'peak_bytes': {k: peaks[k]
                               for k in ('plain', 'hand', variant)},
-               'params': size.params(), 'tokens': tokens_per_call}
+               'hlo_ops': {k: ops[k] for k in ('plain', 'hand', variant)},
+               'params': size.params(), 'tokens': tokens_per_call,
+               'paired_s': paired_s}
     rows.append(Row(
         f'compiled {size.name}', f'{variant}.runtime_vs_jit',
         f'jit(capture(f)) / jit(f), runtime, '
@@ -629,7 +644,8 @@ def bench_compiled(size: Size, settings: Settings) -> list[Row]:
         f'jit(capture(f)) / f returning the '
         f'residual streams by hand, runtime, {label}', t / t_hand,
         f'{_ms(t)} vs {_ms(t_hand)}',
-        detail=f'by hand / jit(f): {t_hand / t_plain:.3f}',
+        detail=(f'by hand / jit(f): {t_hand / t_plain:.3f}; optimized HLO '
+                f'ops: {ops[variant]} captured, {ops["hand"]} by hand'),
         numbers=numbers, **common))
     peak, hand_peak, plain_peak = peaks[variant], peaks['hand'], peaks['plain']
     rows.append(Row(
@@ -1225,6 +1241,7 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
     rows = bench_compiled(small, settings)
     measured['compile_s'] = sum(rows[0].numbers['compile_s'].values()) + (
         rows[3].numbers['compile_s']['tap'])
+    measured['paired_s'] = rows[0].numbers['paired_s']
     return rows
 
   small_s = run(f'compiled {small.name}', compiled_small,
@@ -1240,22 +1257,25 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
   run('eager', lambda: bench_eager(small, settings),
       needs_s=0 if args.tiny else 10)
   # The larger size last, with fewer layers if the smaller one's times say
-  # it would not fit in what is left: its compiles taken to grow with the
-  # layers (and half as much again for the larger matrices), the rest
-  # (making the weights, running) with the parameters times the tokens.
+  # it would not fit in what is left: its compiles (half as much again, for
+  # the larger matrices) and the rest (making the weights, tracing) taken
+  # to grow with the layers, its timed calls with the parameters times the
+  # tokens.
   if small_s is not None and 'compile_s' in measured and not args.tiny:
-    compile_s = measured['compile_s']
+    compile_s, paired_s = measured['compile_s'], measured['paired_s']
+    other_s = max(small_s - compile_s - paired_s, 0.0)
 
     def estimate(size: Size) -> float:
       work = size.params() * size.batch * size.length
-      return (compile_s * 1.5 * size.layers / small.layers
-              + (small_s - compile_s) * work
+      return ((compile_s * 1.5 + other_s) * size.layers / small.layers
+              + paired_s * work
               / (small.params() * small.batch * small.length))
 
+    layers = large.layers
     while estimate(large) > budget.left() - 10 and large.layers > 2:
       large = large.with_layers(large.layers // 2)
     header['estimate_s'] = estimate(large)
-    if large.layers != LARGE.layers:
+    if large.layers != layers:
       notes.append(f'{LARGE.name} cut to {large.layers} layers '
                    f'({_count(large.params())} parameters) to fit the '
                    'budget')
