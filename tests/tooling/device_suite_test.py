@@ -124,6 +124,12 @@ class TinyRunTest(absltest.TestCase):
       elif row['section'].startswith('compiled'):
         seconds = row['numbers']['seconds']
         self.assertLen(seconds, 3)  # jit(f), by hand, captured
+        # A compiled capture is the program written by hand, op for op
+        # (sows and taps alike); returning the streams adds to jit(f)'s.
+        ops = row['numbers']['hlo_ops']
+        variant = row['key'].split('.')[0]
+        self.assertEqual(ops[variant], ops['hand'], row['key'])
+        self.assertGreater(ops['hand'], ops['plain'])
     decode = [r for r in rows if r['section'] == 'decode']
     for row in decode:
       rates = row['numbers']['tokens_per_s']
@@ -284,7 +290,7 @@ class MachineryTest(absltest.TestCase):
       rows = fake(lambda s: s == f'compiled {size.name}')(size, settings)
       for row in rows:
         row.numbers = {'compile_s': {'plain': 0.0, 'hand': 0.0, 'sow': 0.0,
-                                     'tap': 0.0}}
+                                     'tap': 0.0}, 'paired_s': 0.0}
       return rows
 
     with mock.patch.multiple(
