@@ -435,8 +435,10 @@ class Row:
 class Report:
   """The rows so far, written to ``--out`` after each one."""
 
-  def __init__(self, out: str, header: dict[str, tp.Any], tiny: bool):
+  def __init__(self, out: str, header: dict[str, tp.Any], tiny: bool,
+               publish_to: str | None = None):
     self.out, self.header, self.tiny = out, header, tiny
+    self.publish_to = publish_to  # the results file, with --publish
     self.rows: list[Row] = []
     self.lock = threading.RLock()
     self.finished = False
@@ -479,6 +481,17 @@ class Report:
     lines += [row.line() for row in self.rows]
     return '\n'.join(lines) + '\n'
 
+  def finish(self) -> str:
+    """The last write (and the results file's section, if asked); later
+    rows are ignored. Returns the table."""
+    with self.lock:
+      self.finished = True
+      self.write()
+      text = self.markdown()
+      if self.publish_to:
+        results_file.publish(text, START, END, self.publish_to)
+      return text
+
   def write(self) -> None:
     with self.lock:
       self.header['elapsed_s'] = time.perf_counter() - self.header['_start']
@@ -513,7 +526,7 @@ class Budget:
         if report.finished:
           return
         report.add(pending())
-        report.finished = True
+        report.finish()
         print('budget ran out: partial table written to '
               f'{os.path.join(report.out, MARKDOWN)}', flush=True)
         sys.stdout.flush()
@@ -1191,7 +1204,8 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
     notes.append(f'{LARGE.name} cut to {large.layers} layers to fit the '
                  "device's memory")
   header = device_header(args, [small.describe(), large.describe()], start)
-  report = Report(args.out, header, args.tiny)
+  report = Report(args.out, header, args.tiny,
+                  args.results if args.publish else None)
   plan = planned([small, large])
   done_sections: set[str] = set()
   running: list[str] = []
@@ -1282,14 +1296,9 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
   header['sizes'] = [small.describe(), large.describe(), *notes]
   run(f'compiled {large.name}', lambda: bench_compiled(large, settings),
       needs_s=header.get('estimate_s', 0))
-  with report.lock:
-    report.finished = True
-    report.write()
+  text = report.finish()
   budget.stop()
-  text = report.markdown()
   print(text)
-  if args.publish:
-    results_file.publish(text, START, END, args.results)
   failed = [r for r in report.rows if r.ok is False]
   if failed:
     print(f'{len(failed)} row(s) failed their check', flush=True)

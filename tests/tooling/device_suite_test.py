@@ -165,10 +165,21 @@ class BudgetTest(absltest.TestCase):
 
   def test_a_budget_that_runs_out_leaves_a_partial_table_and_exit_zero(self):
     # The budget counts from the process's start: it is spent on imports.
-    done, out = _run('--tiny', '--budget-s', '0.5', timeout=120)
+    results = os.path.join(tempfile.mkdtemp(), 'RESULTS.md')
+    self.addCleanup(shutil.rmtree, os.path.dirname(results))
+    with open(results, 'w') as f:
+      f.write('# results\n')
+    done, out = _run('--tiny', '--budget-s', '0.5', '--publish', '--results',
+                     results, timeout=120)
     self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     self.assertEqual(done.returncode, 0, done.stderr[-3000:])
     self.assertIn('budget ran out', done.stdout)
+    # The partial table is published too, between the suite's markers.
+    with open(results) as f:
+      published = f.read()
+    with open(os.path.join(out, device_suite.MARKDOWN)) as f:
+      self.assertIn(f.read(), published)
+    self.assertTrue(published.startswith(f'# results\n\n{device_suite.START}'))
     rows = _load(out)['rows']
     planned = device_suite.planned(TINY_SIZES)
     self.assertCountEqual([(r['section'], r['key']) for r in rows],
