@@ -101,7 +101,11 @@ OURS = ('flax/nnx/sow', 'flax/nnx/capture_compat',
 # test folders, and the tests of its tooling (scripts/upstream, the
 # benchmarks, the mutation table, the README, the codemod on other
 # repositories' checkouts).
-NOT_SHIPPED = ('tests/conftest.py', 'tests/tooling')
+# The Gemma walkthrough runs on a clone of Flax given by its path; in
+# Flax's own tree the example is at hand, and the guide is not adapted to
+# read it there yet.
+NOT_SHIPPED = ('tests/conftest.py', 'tests/tooling',
+               'tests/docs/gemma_walkthrough_guide_test.py')
 # The packages' __init__.py files that import their modules: at each commit
 # they import the modules it has.
 AGGREGATORS = (

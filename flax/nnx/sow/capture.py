@@ -269,10 +269,10 @@ def capture(
         else:
           out, collected = _call(f, selection, bounds, args, kwargs)
       except ValueError as e:
-        if call.taken:
-          e.add_note(inner_calls.explain(
-              inner_calls.missed(call, ()), 'capture'))
-        raise
+        new = inner_calls.explained(e, call, 'capture')
+        if new is None:
+          raise
+        raise new from None
     missed = inner_calls.missed(call, collected)
     if missed:
       warnings.warn(inner_calls.explain(missed, 'capture'),

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from flax.nnx.sow.capture import Collected, capture
 from flax.nnx.sow.perturb import perturb
+from flax.nnx.sow.plant import WithName
 from flax.nnx.sow.plant import plant
 from flax.nnx.sow.transform import names as names_lib
 from flax.nnx.sow.transform import primitive
@@ -125,7 +126,7 @@ def capture_grads(
         return perturb(moved, name=name, tag=_Grad)
 
       entries = {
-          k: mark if isinstance(k, names_lib.Pattern)
+          k: WithName(mark) if isinstance(k, names_lib.Pattern)
           else functools.partial(_named, mark, k)
           for k in keys
       }

@@ -68,7 +68,8 @@ def plant(
 
   A key may also be a name's dotted spelling (``'layers.1.h'``) or a
   pattern (``'layers.*.h'``, ``('layers', '*', 'h')``; see
-  :mod:`flax.nnx.sow.transform.names`). A pattern takes one function for
+  :mod:`flax.nnx.sow.transform.names`). A spelling names one sow and takes
+  what its name takes. A pattern with wildcards takes one function for
   every sow it selects, called as ``fn(value, index, name)`` with the
   static name it plants at, so a layer index ``name[1]`` can be compared
   with a traced selector; ``index`` counts the executions of that name. A
@@ -151,10 +152,10 @@ def plant(
       try:
         out = run(args, kwargs)
       except ValueError as e:
-        if call.taken:
-          e.add_note(inner_calls.explain(
-              inner_calls.missed(call, ()), 'plant'))
-        raise
+        new = inner_calls.explained(e, call, 'plant')
+        if new is None:
+          raise
+        raise new from None
       # What it planted is taken from the captures around it.
       inner_calls.took(call, [(name, tag) for name in keyed
                               if not isinstance(name, names_lib.Pattern)])
@@ -266,7 +267,7 @@ class _EagerPatterns:
           # A spelling that selects a second name is ambiguous (raises).
           names_lib.resolve(k, self.selected[k], where='plant')
         entry = self.keyed[k]
-        if callable(entry):
+        if callable(entry) and _wants_name(k, entry):
           entry = functools.partial(_called_with_name, entry, name)
         new.append((name, entry))
     if not new:
@@ -332,7 +333,7 @@ def _resolve(
             ' give each sow one entry.'
         )
       by[name] = k
-      if isinstance(k, names_lib.Pattern) and callable(entry):
+      if callable(entry) and _wants_name(k, entry):
         entries[name] = functools.partial(_called_with_name, entry, name)
       else:
         entries[name] = entry
@@ -355,12 +356,31 @@ def _called_with_name(fn, name, value, index):
   return fn(value, index, name)
 
 
+class WithName:
+  """A plant function that takes the static name it plants at, whatever
+  its key: ``fn(value, index, name)`` (for a library over ``plant``, such
+  as ``capture_grads``, which sows copies under that name)."""
+
+  def __init__(self, fn: tp.Callable[..., tp.Any]):
+    self.fn = fn
+
+  def __call__(self, value, index, name):
+    return self.fn(value, index, name)
+
+
+def _wants_name(k: names_lib.Key, entry: tp.Any) -> bool:
+  """Whether the function ``entry`` of key ``k`` is called with the name:
+  for a pattern with wildcards (which selects several), or if asked."""
+  return isinstance(entry, WithName) or (
+      isinstance(k, names_lib.Pattern) and k.wild)
+
+
 def _check_function(k: names_lib.Key, fn: tp.Callable[..., tp.Any]) -> None:
   """Raises if ``fn`` cannot be called as plant calls it for the key ``k``:
-  ``fn(value, index)`` for a name, ``fn(value, index, name)`` for a pattern
-  or spelling. A callable whose signature Python cannot read is called as
-  it is."""
-  by_pattern = isinstance(k, names_lib.Pattern)
+  ``fn(value, index)`` for a name (or its spelling), ``fn(value, index,
+  name)`` for a pattern with wildcards. A callable whose signature Python
+  cannot read is called as it is."""
+  by_pattern = _wants_name(k, fn)
   try:
     signature = inspect.signature(fn)
   except (TypeError, ValueError):

@@ -68,6 +68,11 @@ def _h(x):
   return sow(jnp.sin(x), name='h') + 1.0
 
 
+def h(x):
+  """``_h`` under the guide's name: a message names the function."""
+  return _h(x)
+
+
 def _layers(x):
   for i in range(2):
     x = sow(x + 1.0, name=('layers', i, 'h'))
@@ -197,6 +202,28 @@ CASES = {
     'plant_never_sown': (
         lambda: plant(_h, {'nope': (X,)})(X),
         "ValueError: plant: the function never sows 'nope'."),
+    'plant_never_sown_close': (
+        lambda: plant(_layers, {('layers', 0, 'hh'): (X,)})(X),
+        "ValueError: plant: the function never sows ('layers', 0, 'hh');"
+        " closest names it sows: ('layers', 0, 'h'), ('layers', 1, 'h')."),
+    'plant_function_arity': (
+        lambda: plant(_h, {'h': lambda v: v}),
+        "TypeError: plant: the function for the name 'h' is called as"
+        ' fn(value, index) (index: the execution of that name); its'
+        ' signature is <lambda>(v).'),
+    'plant_pattern_function_arity': (
+        lambda: plant(_layers, {'layers.*.h': lambda v, i: v}),
+        "TypeError: plant: the function for the pattern 'layers.*.h' is"
+        ' called as fn(value, index, name) (index: the execution of that'
+        ' name, name: the static name it plants at); its signature is'
+        ' <lambda>(v, i).'),
+    'plant_taken_by_an_inner_capture': (
+        lambda: plant(capture(h), {'h': (X,)})(X),
+        "ValueError: plant: the function never sows 'h'. plant: 'h' was"
+        ' taken by capture(h) inside the call (a capture or plant takes the'
+        ' sows it selects: the calls around it do not see them). Plant'
+        ' inside that call instead: capture(plant(f, ...), see_through=True)'
+        ' plants the value and collects it.'),
     'plant_clobber': (
         lambda: plant(lambda x: sow(x, name='c', mode='clobber'),
                       {'c': (X,)})(X),
@@ -266,6 +293,11 @@ CASES = {
         " the count of steps run. Or use mode='clobber' (keeps the last"
         " value), lax.scan or a"
         ' fori_loop with static bounds.'),
+    'max_steps_two_bounds': (
+        lambda: capture(_while_append,
+                        max_steps={'step': 3, 's*': 4})(X),
+        "ValueError: capture: max_steps gives 'step' two bounds: 'step': 3,"
+        " 's*': 4; give each name one."),
     'fori_loop_traced_bounds_append': (
         lambda: jax.jit(capture(lambda x, n: lax.fori_loop(
             0, n, lambda i, c: sow(c + 1.0, name='step'), x)))(

@@ -131,3 +131,17 @@ def explain(by_call: dict[str, list[primitive.Name]], what: str) -> str:
       f'{what}: {"; ".join(parts)} (a capture or plant takes the sows it'
       f' selects: the calls around it do not see them). {advice}'
   )
+
+
+def explained(error: Exception, call: Call, what: str) -> Exception | None:
+  """``error`` (``what``'s error that a name it selects was never seen)
+  with the inner calls that took names from ``call`` said in its message;
+  ``None`` for any other error, or if none took any."""
+  message = str(error)
+  if not call.taken or type(error) is not ValueError or not (
+      'selected no sow' in message or 'never sows' in message):
+    return None
+  new = ValueError(f'{message} {explain(missed(call, ()), what)}')
+  for note in getattr(error, '__notes__', ()):
+    new.add_note(note)
+  return new

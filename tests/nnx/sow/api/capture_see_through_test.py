@@ -158,10 +158,10 @@ class NamesTheInnerCallTest(parameterized.TestCase):
     self.assertNotIn("'h'", str(warning.message))
 
   def test_a_name_selected_but_taken_is_an_error_naming_the_call(self):
-    with self.assertRaisesRegex(ValueError, 'selected no sow') as caught:
+    with self.assertRaisesRegex(
+        ValueError, r"selected no sow.*'h' was taken by capture\(g\) inside"
+        ' the call'):
       capture(capture(g), names=['h'])(X)
-    (note,) = caught.exception.__notes__
-    self.assertIn("'h' was taken by capture(g) inside the call", note)
 
   def test_an_inner_plant_is_named(self):
     with self.assertWarnsRegex(inner_calls.TakenByInnerCall,
@@ -170,11 +170,11 @@ class NamesTheInnerCallTest(parameterized.TestCase):
     self.assertEqual(list(outer), ['m'])
 
   def test_a_plant_around_a_capture_names_it(self):
-    with self.assertRaisesRegex(ValueError, "never sows 'h'") as caught:
-      plant(capture(g), {'h': (X,)})(X)
-    (note,) = caught.exception.__notes__
-    self.assertIn("'h' was taken by capture(g) inside the call", note)
-    self.assertIn('capture(plant(f, ...), see_through=True)', note)
+    for run in (lambda f: f, jax.jit):
+      with self.assertRaisesRegex(
+          ValueError, r"never sows 'h'.*'h' was taken by capture\(g\) inside"
+          r' the call.*capture\(plant\(f, \.\.\.\), see_through=True\)'):
+        run(plant(capture(g), {'h': (X,)}))(X)
 
   def test_an_inner_nnx_capture_is_named_with_its_module(self):
     block = Block()

@@ -319,14 +319,15 @@ class FlaxGemmaSowConfigTest(absltest.TestCase):
           buffer = mine.embeddings
         else:
           buffer = getattr(mine.layers[name[1]], name[2])
-        # Step k is what the sampler's capture put at column k + 1, the
-        # same values copied: bitwise.
+        # Step k is what the sampler's capture put at column k + 1: one
+        # value, which XLA may compute in two fusions (one per output of
+        # the compiled loop), so equal to float32 rounding.
         compared = min(count, buffer.shape[1] - 1)
         self.assertGreater(compared, 1)
         self.assertGreater(float(np.max(np.abs(np.asarray(buffer)))), 0)
         for k in range(compared):
-          np.testing.assert_array_equal(
-              np.asarray(steps.values[k])[:, 0], np.asarray(buffer)[:, k + 1])
+          assert_close(np.asarray(steps.values[k])[:, 0],
+                       np.asarray(buffer)[:, k + 1])
 
   def test_without_see_through_it_names_the_inner_capture(self):
     run = self.make()

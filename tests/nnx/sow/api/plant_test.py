@@ -565,7 +565,7 @@ class EagerPlantTest(parameterized.TestCase):
       # One spelling of two names (a str name and a tuple) is ambiguous.
       g = lambda x: sow(sow(x, name='a.b'), name=('a', 'b'))
       with self.assertRaisesRegex(ValueError, 'spells 2 names'):
-        run(plant(g, {'a.b': lambda v, i, n: v}))(X)
+        run(plant(g, {'a.b': lambda v, i: v}))(X)
 
   def test_under_jit_the_same_values(self):
     def f(x):

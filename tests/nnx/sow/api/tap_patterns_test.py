@@ -125,7 +125,7 @@ class SingleInputTest(parameterized.TestCase):
     tapped = tap(Model.__call__, 'blocks.*', inputs=which, outputs=False)
     patched = jnp.full((4,), 0.25)
     out = jax.jit(plant(tapped, {
-        f'blocks.1.__call__.inputs.{which}': lambda v, i, n: patched,
+        f'blocks.1.__call__.inputs.{which}': lambda v, i: patched,
     }))(self.model, X)
     sow_testing.assert_close(
         out, by_hand(self.model, X, replace_input_of=1, value=patched))
