@@ -75,7 +75,13 @@ class Collected(dict):
   """
 
   def __repr__(self) -> str:
-    summary, lines = render.collected_lines(self)
+    return self.text(render.terminal_width())
+
+  def text(self, width: int | None = None) -> str:
+    """The table, at most ``width`` columns wide, long names and values
+    folded onto more lines (``None``: a line per row); printed, it is laid
+    out at the terminal's width."""
+    summary, lines = render.collected_lines(self, width)
     return '\n'.join((summary, *lines))
 
   def __treescope_repr__(self, path, subtree_renderer):

@@ -85,8 +85,8 @@ def _summary(entry: tp.Any) -> str:
            if hasattr(leaf, 'dtype')]
   if len(parts) == 1 and not parts[0][0]:
     return parts[0][1]
-  inner = ', '.join(f'{path}: {aval}' for path, aval in parts)
-  return f'{{{inner}}}'
+  # Each leaf by its path, written as a name's parts are: `x: f32[2]`.
+  return ', '.join(f'{path}: {aval}' for path, aval in parts)
 
 
 def _short_where(where: str) -> str:
@@ -166,12 +166,19 @@ class Sites(tuple):
             f' {render.format_bytes(self.nbytes)}')
 
   def __repr__(self) -> str:
-    if not self:
-      return self._summary()
-    lines = render.table(self._HEADER, self._rows(), indent='  ')
-    return '\n'.join((self._summary(), *lines))
+    return self.text(render.terminal_width())
 
   __str__ = __repr__
+
+  def text(self, width: int | None = None) -> str:
+    """The table, at most ``width`` columns wide, long cells folded onto
+    more lines (``None``: a line per row); printed, it is laid out at the
+    terminal's width."""
+    if not self:
+      return self._summary()
+    lines = render.table(self._HEADER, self._rows(), indent='  ',
+                         width=width)
+    return '\n'.join((self._summary(), *lines))
 
   def _repr_html_(self) -> str:
     return render.html_table(self._summary(), self._HEADER, self._rows())

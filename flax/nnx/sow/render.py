@@ -13,12 +13,14 @@
 # limitations under the License.
 """Readable text for what ``capture`` returns and what ``discover`` lists.
 
-Both print a table: a name per row, on one line however long its tuple, and
-each array summarised by its dtype and shape (``f32[2,6,6]``), with, for a
-concrete float array, its mean, standard deviation, minimum and maximum;
-never its elements, which for an activation can be millions. A traced or
-abstract value (under ``jit``, from ``discover``) has only its dtype and
-shape.
+Both print a table: a name per row, and each array summarised by its dtype
+and shape (``f32[2,6,6]``), with, for a concrete float array, its mean,
+standard deviation, minimum and maximum; never its elements, which for an
+activation can be millions. A traced or abstract value (under ``jit``, from
+``discover``) has only its dtype and shape. A leaf inside a sown pytree is
+written as a name's parts are (``x``, ``1``, ``cache.k``). Printed to a
+terminal, the table is laid out by ``rich`` at the terminal's width, long
+cells folded; elsewhere (a log, a file, a test) each row keeps one line.
 
 Example::
 
@@ -33,10 +35,16 @@ Example::
 from __future__ import annotations
 
 import html
+import io
+import shutil
+import sys
 import typing as tp
 
 import jax
 import numpy as np
+from rich import console as rich_console
+from rich import padding as rich_padding
+from rich import table as rich_table
 
 from flax.nnx.sow.transform import names as names_lib
 
@@ -119,10 +127,12 @@ def describe(leaf: tp.Any) -> str:
 
 
 def leaves(value: tp.Any) -> list[tuple[str, tp.Any]]:
-  """``(key path, leaf)`` of each leaf of ``value``: ``''`` for an array
-  sown alone, ``"['a']"`` or ``'.values'`` inside a pytree."""
+  """``(key path, leaf)`` of each leaf of ``value``, the path written as a
+  name's parts are: ``''`` for an array sown alone, ``'a'``, ``'1'`` or
+  ``'cache.k'`` inside a pytree."""
   flat, _ = jax.tree_util.tree_flatten_with_path(value)
-  return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
+  return [(jax.tree_util.keystr(path, simple=True, separator='.'), leaf)
+          for path, leaf in flat]
 
 
 def nbytes(value: tp.Any) -> int:
@@ -142,18 +152,40 @@ def format_bytes(n: float) -> str:
   raise AssertionError('unreachable')
 
 
+def terminal_width() -> int | None:
+  """The width of the terminal being printed to; ``None`` when standard
+  output is not a terminal (a log, a file, a test), where a table keeps a
+  line per row."""
+  stream = sys.stdout
+  isatty = getattr(stream, 'isatty', None)
+  if isatty is None or not isatty():
+    return None
+  return shutil.get_terminal_size().columns
+
+
+# A column whose cells are all this short is never folded (a tag, a count,
+# a size): the long ones (names, values, locations) give way.
+_UNFOLDED = 12
+
+
 def table(header: tp.Sequence[str], rows: tp.Sequence[tp.Sequence[str]],
-          indent: str = '') -> list[str]:
-  """``rows`` under ``header``, each column as wide as its widest cell; the
-  last column is not padded."""
-  widths = [max(len(r[i]) for r in (header, *rows)) for i in
-            range(len(header))]
-
-  def line(cells):
-    padded = [c.ljust(w) for c, w in zip(cells[:-1], widths)]
-    return (indent + '  '.join((*padded, cells[-1]))).rstrip()
-
-  return [line(header)] + [line(r) for r in rows]
+          indent: str = '', width: int | None = None) -> list[str]:
+  """``rows`` under ``header``, laid out by ``rich``: each column as wide
+  as its widest cell, two spaces apart, and at most ``width`` columns in
+  all (``None``: unbounded), long cells folded onto more lines."""
+  grid = rich_table.Table(box=None, show_edge=False, pad_edge=False,
+                          padding=(0, 2, 0, 0), header_style=None)
+  for i, name in enumerate(header):
+    longest = max(len(r[i]) for r in (header, *rows))
+    grid.add_column(name, overflow='fold', no_wrap=longest <= _UNFOLDED)
+  for row in rows:
+    grid.add_row(*row)
+  out = io.StringIO()
+  rich_console.Console(
+      file=out, width=width or 1 << 20, color_system=None, markup=False,
+      highlight=False, emoji=False, force_terminal=False,
+  ).print(rich_padding.Padding(grid, (0, 0, 0, len(indent))))
+  return [line.rstrip() for line in out.getvalue().rstrip('\n').split('\n')]
 
 
 def html_table(caption: str, header: tp.Sequence[str],
@@ -193,9 +225,10 @@ def treescope_lines(summary: str, lines: tp.Sequence[str], path: str | None):
 
 
 def collected_lines(collected: tp.Mapping[tp.Any, tp.Sequence[tp.Any]],
-                    ) -> tuple[str, list[str]]:
+                    width: int | None = None) -> tuple[str, list[str]]:
   """The summary line and the table of a ``Collected``: a row per leaf of
-  each entry, the name on its first row only."""
+  each entry (``[0]``, or ``[0].x`` for its leaf ``x``), the name on its
+  first row only; at most ``width`` columns."""
   entries = sum(len(values) for values in collected.values())
   summary = (f'Collected({len(collected)} names, {entries} entries,'
              f' {format_bytes(nbytes(collected))})')
@@ -206,6 +239,8 @@ def collected_lines(collected: tp.Mapping[tp.Any, tp.Sequence[tp.Any]],
     first = spell(name)
     for i, value in enumerate(values):
       for path, leaf in leaves(value) or [('', None)]:
-        rows.append((first, f'[{i}]{path}', describe(leaf)))
+        rows.append((first, f'[{i}]' + (f'.{path}' if path else ''),
+                     describe(leaf)))
         first = ''
-  return summary, table(('name', 'entry', 'value'), rows, indent='  ')
+  return summary, table(('name', 'entry', 'value'), rows, indent='  ',
+                        width=width)

@@ -36,14 +36,31 @@ class CollectedReprTest(absltest.TestCase):
     _, collected = capture(small)(jnp.array([0.5, -1.0]))
     self.assertEqual(repr(collected), '\n'.join([
         'Collected(3 names, 4 entries, 24 B)',
-        '  name                   entry       value',
-        '  blocks.0.attn.pattern  [0]         f32[2] mean=-0.1497 std=0.6119'
+        '  name                   entry    value',
+        '  blocks.0.attn.pattern  [0]      f32[2] mean=-0.1497 std=0.6119'
         ' min=-0.7616 max=0.4621',
-        "  stats                  [0]['n']    i32[] 2",
-        "                         [0]['sum']  f32[] -0.2995",
-        '  first                  [0]         f32[] 0.4621',
-        '                         [1]         f32[] -0.7616',
+        '  stats                  [0].n    i32[] 2',
+        '                         [0].sum  f32[] -0.2995',
+        '  first                  [0]      f32[] 0.4621',
+        '                         [1]      f32[] -0.7616',
     ]))
+
+  def test_at_80_columns_long_names_and_values_fold(self):
+    long_name = tuple(f'layer_with_a_long_name_{i}' for i in range(3))
+    _, collected = capture(
+        lambda x: sow(jnp.tanh(x), name=long_name))(jnp.linspace(-1, 1, 7))
+    text = collected.text(width=80)
+    lines = text.splitlines()
+    self.assertTrue(all(len(line) <= 80 for line in lines), text)
+    self.assertGreater(len(lines), 3)  # the row took more than one line
+    # Nothing is lost: the name and the statistics are all there, folded.
+    column = lines[1].index('entry')
+    self.assertEqual(''.join(line[:column].strip() for line in lines[2:]),
+                     '.'.join(long_name))
+    self.assertIn('max=0.7616', text)
+    # Not a terminal (a test, a log): a line per row, as str() gives.
+    self.assertEqual(collected.text(), repr(collected))
+    self.assertLen(repr(collected).splitlines(), 3)
 
   def test_traced_values_have_no_statistics(self):
     texts = []
@@ -54,7 +71,7 @@ class CollectedReprTest(absltest.TestCase):
       return x
 
     jax.jit(f)(jnp.ones(2))
-    self.assertIn('  blocks.0.attn.pattern  [0]         f32[2]\n', texts[0])
+    self.assertIn('  blocks.0.attn.pattern  [0]      f32[2]\n', texts[0])
     self.assertNotIn('mean', texts[0])
 
   def test_a_large_array_is_summarised(self):

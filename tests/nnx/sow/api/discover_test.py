@@ -289,6 +289,24 @@ class SitesTest(absltest.TestCase):
     ]))
     self.assertEqual(repr(sites), str(sites))
 
+  def test_leaf_paths_read_as_names_and_80_columns_fold(self):
+    name = tuple(f'decoder_layer_with_a_long_name_{i}' for i in range(3))
+
+    def block(x):
+      # A decoder layer's (cache, x), tapped whole: two leaves.
+      return sow((jnp.zeros((4, 2)), jnp.tanh(x)), name=name)
+
+    sites = discover(block)(jnp.ones((2, 3)))
+    self.assertEqual(sites[name].values, ('0: f32[4,2], 1: f32[2,3]',))
+    text = sites.text(width=80)
+    lines = text.splitlines()
+    self.assertTrue(all(len(line) <= 80 for line in lines), text)
+    column = lines[1].index('tag')
+    self.assertEqual(''.join(line[:column].strip() for line in lines[2:]),
+                     '.'.join(name))
+    self.assertIn('56 B', text)  # short columns are never folded
+    self.assertLen(str(sites).splitlines(), 3)  # not a terminal: a line
+
   def test_indexing(self):
     sites = discover(small)(X)
     self.assertIs(sites[0], sites[('blocks', 0, 'out')])
