@@ -1182,10 +1182,14 @@ def make_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def main(argv: tp.Optional[list[str]] = None) -> int:
+def main(argv: tp.Optional[list[str]] = None,
+         started: tp.Optional[float] = None) -> int:
+  """Runs the suite; the budget counts from ``started`` (the process's
+  start, when run as a script) or from this call (in a process that ran
+  before it, a test's, say, whose own time is not the suite's)."""
   parser = make_parser()
   args = parser.parse_args(argv)
-  start = _PROCESS_START
+  start = time.perf_counter() if started is None else started
   budget = Budget(args.budget_s, start)
   models_from = args.models_from or os.environ.get(MODELS_FROM_ENV)
   if args.tiny:
@@ -1309,4 +1313,4 @@ def main(argv: tp.Optional[list[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(main(started=_PROCESS_START))
