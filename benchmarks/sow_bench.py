@@ -852,7 +852,48 @@ def bench_decode(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
         ratio <= 1.05,
         f'plain {total(memory[0])} B, buffers {buffer_bytes} B, captured '
         f'{total(m)} B (temp {m.temp_size_in_bytes} B)'))
-  return rows
+  return rows + _bench_decode_see_through(quick, setup, steps)
+
+
+def _bench_decode_see_through(quick, setup, steps) -> list[Row]:
+  """The sampler of a model built with Gemma's ``SowConfig``, whose own
+  ``nnx.capture`` takes the residual streams at every step: captured around
+  it with ``see_through=True`` (every step's values, the sampler's capture
+  still getting them) against the same decode loop alone."""
+  external, src, gemma, config, _ = setup
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax.nnx import capture_compat  # pylint: disable=g-import-not-at-top
+
+  sow_config = gemma.sow_lib.SowConfig(rs_after_attention=True,
+                                       rs_after_ffw=True)
+  with external.gemma_mesh(), capture_compat.install():
+    model = gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0),
+                                          sow_config=sow_config)
+    sampler = gemma.sampler.Sampler(
+        vocab=external.CharVocab(config.num_embed), cache_size=steps + 16,
+        transformer=model)
+    prompts = [sampler.tokenize(p) for p in ('abcdefgh', 'ijklmn')]
+    longest = max(len(p) for p in prompts)
+    state = sampler.init_sample_state(
+        prompts, total_sampling_steps=longest + steps, include_logits=True,
+        forbidden_token_ids=None, temperature=0.0, top_p=0.95,
+        seed=jax.random.key(0))
+    graphdef, params = nnx.split(model)
+    decode = sampler._sample_fn  # pylint: disable=protected-access
+    args = (graphdef, params, state)
+    seen = capture(decode, max_steps=longest + steps,
+                   on_overflow='truncate', see_through=True)
+    jitted = [jax.jit(decode), jax.jit(seen)]
+    _, collected = jitted[1](*args)
+    t_plain, t_seen = paired(*(lambda f=f: f(*args) for f in jitted),
+                             repeats=5 if quick else 15)
+  return [Row(
+      'D', 'decode loop whose own nnx.capture (SowConfig) is seen through'
+      f' at every step (capture(see_through=True)) / the loop alone,'
+      f' {config.num_layers} layers, {len(collected)} sites',
+      t_seen / t_plain, '<= 1.05', t_seen / t_plain <= 1.05,
+      f'plain {t_plain * 1e3:.2f} ms, seen through {t_seen * 1e3:.2f} ms;'
+      f' {src.repo}@{src.commit[:12]}')]
 
 
 # 8. Cache behaviour ---------------------------------------------------------
