@@ -81,6 +81,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import _worktree  # noqa: E402,F401  (import flax.nnx.sow from this tree)
 import results_file  # noqa: E402  (benchmarks/, beside this script)
+from measure import count_compiles, paired  # noqa: E402  (beside it too)
 
 import flax  # noqa: E402
 from flax import nnx  # noqa: E402
@@ -98,7 +99,6 @@ MODELS_FROM_ENV = 'FLAX_SOW_MODELS_FROM'
 START = '<!-- device-suite:start -->'
 END = '<!-- device-suite:end -->'
 MARKDOWN, JSON = 'device_suite.md', 'device_suite.json'
-_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 
 
 # -- Sizes --------------------------------------------------------------------
@@ -298,41 +298,6 @@ def share_weights(donor: Decoder, size: Size, sows: bool) -> Decoder:
 
 
 # -- Measuring ----------------------------------------------------------------
-
-
-def paired(*fns: tp.Callable[[], tp.Any], repeats: int, number: int = 1,
-           warmup: int = 1) -> tuple[float, ...]:
-  """Median seconds per call of each fn, alternating repeat by repeat."""
-  for _ in range(warmup):
-    for fn in fns:
-      jax.block_until_ready(fn())
-  times: list[list[float]] = [[] for _ in fns]
-  for _ in range(repeats):
-    for fn, fn_times in zip(fns, times):
-      start = time.perf_counter()
-      for _ in range(number):
-        out = fn()
-      jax.block_until_ready(out)
-      fn_times.append((time.perf_counter() - start) / number)
-  return tuple(statistics.median(t) for t in times)
-
-
-def count_compiles(fn: tp.Callable[[], tp.Any], calls: int) -> int:
-  """XLA compilations during ``calls`` calls of ``fn``."""
-  compiles = []
-
-  def listener(event, duration_secs, **kwargs):
-    del duration_secs, kwargs
-    if event == _BACKEND_COMPILE_EVENT:
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    for _ in range(calls):
-      jax.block_until_ready(fn())
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
-  return len(compiles)
 
 
 def peak_bytes(compiled) -> int | None:

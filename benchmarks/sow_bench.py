@@ -58,6 +58,7 @@ import numpy as np  # noqa: E402
 
 from flax.nnx.sow import capture, plant, sow  # noqa: E402
 from flax.nnx.sow import tap as sow_tap  # noqa: E402
+from measure import count_compiles, paired  # noqa: E402  (beside this script)
 
 
 @dataclasses.dataclass
@@ -70,23 +71,6 @@ class Row:
   target: str
   ok: tp.Optional[bool]
   detail: str = ''
-
-
-def paired(*fns: tp.Callable[[], tp.Any], repeats: int, number: int = 1,
-           warmup: int = 1) -> tuple[float, ...]:
-  """Median seconds per call of each fn, alternating repeat by repeat."""
-  for _ in range(warmup):
-    for fn in fns:
-      jax.block_until_ready(fn())
-  times = [[] for _ in fns]
-  for _ in range(repeats):
-    for fn, fn_times in zip(fns, times):
-      start = time.perf_counter()
-      for _ in range(number):
-        out = fn()
-      jax.block_until_ready(out)
-      fn_times.append((time.perf_counter() - start) / number)
-  return tuple(statistics.median(t) for t in times)
 
 
 # 1. Eager capture of a jitted 24-layer MLP --------------------------------
@@ -664,25 +648,6 @@ def bench_codemod(quick: bool) -> list[Row]:
 # 7. Eager nnx.capture on Flax's examples/gemma -----------------------------
 
 MODELS_FROM_ENV = 'FLAX_SOW_MODELS_FROM'
-_BACKEND_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
-
-
-def count_compiles(fn: tp.Callable[[], tp.Any], calls: int) -> int:
-  """XLA compilations during ``calls`` calls of ``fn``."""
-  compiles = []
-
-  def listener(event, duration_secs, **kwargs):
-    del duration_secs, kwargs
-    if event == _BACKEND_COMPILE_EVENT:
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    for _ in range(calls):
-      jax.block_until_ready(fn())
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
-  return len(compiles)
 
 
 def _small_gemma(item: str, models_from: tp.Optional[str]):
@@ -775,6 +740,26 @@ def bench_gemma(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
 # D. Decode loops: per-step capture in Flax's Gemma sampler ------------------
 
 
+def _decode_call(external, gemma, config, model, steps: int):
+  """The sampler's jitted-to-be decode function for ``model``, its
+  arguments for two prompts decoded ``steps`` steps past the longest, and
+  the loop's bound."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  sampler = gemma.sampler.Sampler(
+      vocab=external.CharVocab(config.num_embed), cache_size=steps + 16,
+      transformer=model)
+  prompts = [sampler.tokenize(p) for p in ('abcdefgh', 'ijklmn')]
+  longest = max(len(p) for p in prompts)
+  state = sampler.init_sample_state(
+      prompts, total_sampling_steps=longest + steps, include_logits=True,
+      forbidden_token_ids=None, temperature=0.0, top_p=0.95,
+      seed=jax.random.key(0))
+  graphdef, params = nnx.split(model)
+  decode = sampler._sample_fn  # pylint: disable=protected-access
+  return decode, (graphdef, params, state), longest + steps
+
+
 def bench_decode(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
   """Flax's examples/gemma sampler, its decode loop (a ``while_loop``)
   compiled plain and with every step's residual stream and logits captured
@@ -800,19 +785,7 @@ def bench_decode(quick: bool, models_from: tp.Optional[str]) -> list[Row]:
   with external.gemma_mesh(), capture_compat.install():
     model = external.instrument_decoder(
         gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0)))
-    sampler = gemma.sampler.Sampler(
-        vocab=external.CharVocab(config.num_embed), cache_size=steps + 16,
-        transformer=model)
-    prompts = [sampler.tokenize(p) for p in ('abcdefgh', 'ijklmn')]
-    longest = max(len(p) for p in prompts)
-    state = sampler.init_sample_state(
-        prompts, total_sampling_steps=longest + steps, include_logits=True,
-        forbidden_token_ids=None, temperature=0.0, top_p=0.95,
-        seed=jax.random.key(0))
-    graphdef, params = nnx.split(model)
-    decode = sampler._sample_fn  # pylint: disable=protected-access
-    bound = longest + steps
-    args = (graphdef, params, state)
+    decode, args, bound = _decode_call(external, gemma, config, model, steps)
     runs = {
         policy: capture(decode, max_steps=bound, on_overflow=policy)
         for policy in ('truncate', 'error')
@@ -869,20 +842,9 @@ def _bench_decode_see_through(quick, setup, steps) -> list[Row]:
   with external.gemma_mesh(), capture_compat.install():
     model = gemma.transformer.Transformer(config, rngs=nnx.Rngs(params=0),
                                           sow_config=sow_config)
-    sampler = gemma.sampler.Sampler(
-        vocab=external.CharVocab(config.num_embed), cache_size=steps + 16,
-        transformer=model)
-    prompts = [sampler.tokenize(p) for p in ('abcdefgh', 'ijklmn')]
-    longest = max(len(p) for p in prompts)
-    state = sampler.init_sample_state(
-        prompts, total_sampling_steps=longest + steps, include_logits=True,
-        forbidden_token_ids=None, temperature=0.0, top_p=0.95,
-        seed=jax.random.key(0))
-    graphdef, params = nnx.split(model)
-    decode = sampler._sample_fn  # pylint: disable=protected-access
-    args = (graphdef, params, state)
-    seen = capture(decode, max_steps=longest + steps,
-                   on_overflow='truncate', see_through=True)
+    decode, args, bound = _decode_call(external, gemma, config, model, steps)
+    seen = capture(decode, max_steps=bound, on_overflow='truncate',
+                   see_through=True)
     jitted = [jax.jit(decode), jax.jit(seen)]
     _, collected = jitted[1](*args)
     t_plain, t_seen = paired(*(lambda f=f: f(*args) for f in jitted),

@@ -267,8 +267,8 @@ class MachineryTest(absltest.TestCase):
     allowed = {'__future__', 'argparse', 'dataclasses', 'json', 'os',
                'platform', 'shutil', 'statistics', 'sys', 'tempfile',
                'threading', 'time', 'typing', 'warnings', 'traceback',
-               '_worktree', 'results_file', 'sow_external_models', 'flax',
-               'jax', 'numpy'}
+               '_worktree', 'results_file', 'measure', 'sow_external_models',
+               'flax', 'jax', 'numpy'}
     self.assertLessEqual(imported, allowed)
     self.assertNotIn('subprocess', imported)
 

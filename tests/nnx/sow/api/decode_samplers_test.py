@@ -226,18 +226,24 @@ class SamplerTestCase(absltest.TestCase):
       self.assertGreater(float(np.max(np.abs(got - before))), 1e-3)
 
 
+def _load_flax_gemma(test: absltest.TestCase):
+  """Flax's examples/gemma for ``test`` (or a skip), with the sampler's own
+  nnx.capture on the transform for the test's duration."""
+  gemma = external.load_gemma(_source('flax').root)
+  test.enterContext(external.warnings_of_their_code(
+      os.environ[MODELS_FROM_ENV]))
+  if not sow_layout.IN_FLAX:
+    test.enterContext(capture_compat.install())
+  return gemma
+
+
 class FlaxGemmaSamplerTest(SamplerTestCase):
   """Flax's examples/gemma sampler: it feeds the prompt token by token
   through the decode loop, whose step runs ``nnx.capture`` itself."""
 
   def setUp(self):
     super().setUp()
-    self.gemma = external.load_gemma(_source('flax').root)
-    self.enterContext(external.warnings_of_their_code(
-        os.environ[MODELS_FROM_ENV]))
-    if not sow_layout.IN_FLAX:
-      # The sampler's own nnx.capture, on the transform.
-      self.enterContext(capture_compat.install())
+    self.gemma = _load_flax_gemma(self)
 
   def context(self):
     return external.gemma_mesh()
@@ -278,11 +284,7 @@ class FlaxGemmaSowConfigTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.gemma = external.load_gemma(_source('flax').root)
-    self.enterContext(external.warnings_of_their_code(
-        os.environ[MODELS_FROM_ENV]))
-    if not sow_layout.IN_FLAX:
-      self.enterContext(capture_compat.install())
+    self.gemma = _load_flax_gemma(self)
     self.enterContext(external.gemma_mesh())
 
   def make(self):
