@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-from . import libraries, parallel, reexports
+from . import holders, libraries, parallel, reexports
 from .analysis import module_name
 from .flags import MAX_LINE
 
@@ -44,6 +44,7 @@ _MENTIONS_RE = re.compile(
 _CALLS_RE = re.compile(rb'\bpop\s*\(|\bcapture\s*\(')
 _FLAX_RE = re.compile(rb'\bflax\b|\bnnx\b')
 _CLASS_RE = re.compile(rb'^\s*class\s', re.MULTILINE)
+_ANY_RE = re.compile(rb'')
 _RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
 # What a file that could not be analysed must contain to read sown values.
 _READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
@@ -220,3 +221,73 @@ def _defines_class(path: str, names: set[str], data) -> bool:
   except OSError:
     return False
   return libraries.defines_class(content, names)
+
+
+def holder_names(analyses) -> tuple[set[str], set[str]]:
+  """(classes whose holders matter, Module classes), by their last name.
+
+  A holder matters if it may hold a class that sows: one with a sow or
+  perturb of its own, or one deriving from or making such a class,
+  transitively. Flax's own classes are left out (run on Flax's repository,
+  ``nnx.Module`` itself sows). A class keeping a module passed in is
+  matched by its own test (``holders.holding``).
+  """
+  facts = [c for a in analyses.values() for u in a.units
+           for c in u.facts.classes]
+  wanted = {s.owner for a in analyses.values() for u in a.units
+            for s in u.facts.sites if s.kind in ('sow', 'perturb')
+            and s.owner and not s.owner.startswith('flax.')}
+  changed = True
+  while changed:
+    changed = False
+    for fact in facts:
+      if fact.qualified in wanted or fact.qualified.startswith('flax.'):
+        continue
+      if (wanted.intersection(fact.bases)
+          or wanted.intersection(q for q, _ in fact.calls)):
+        wanted.add(fact.qualified)
+        changed = True
+  modules = {'Module'} | {c.qualified.rsplit('.', 1)[-1] for c in facts}
+  return {q.rsplit('.', 1)[-1] for q in wanted}, modules
+
+
+def analyse_holders(files, given, root, base, verbose, err, summary,
+                    analyses, unknown, pool, data, cheap) -> bool:
+  """Analyses the files of the project with a class that may hold a class
+  that sows (``holders.py``), to a fixed point; whether any was added.
+
+  ``cheap`` keeps each file's classes by the cheap pass: every file of the
+  project is read and parsed at most once.
+  """
+  failed = {path for path, *_ in unknown}
+  added = False
+  while True:
+    for path in files:
+      if path in cheap or path in analyses:
+        continue
+      try:
+        content = data[path] if path in data else read(path)
+      except OSError:
+        cheap[path] = []
+        continue
+      cheap[path] = holders.classes(path, content)
+    wanted, modules = holder_names(analyses)
+    candidates = {p: found for p, found in cheap.items()
+                  if found and p not in analyses and p not in failed}
+    # A class deriving from a Module class of a candidate file is a Module.
+    for _ in range(len(candidates)):
+      more = {c.name for found in candidates.values() for c in found
+              if c.bases & modules} - modules
+      if not more:
+        break
+      modules |= more
+    todo = [p for p in files
+            if p in holders.holding(candidates, wanted, modules)]
+    if not todo:
+      return added
+    for path in todo:
+      candidates.pop(path)
+      failed.add(path)  # analysed once, whatever the outcome
+    analyse_all(todo, given, base, root, verbose, err, summary, analyses,
+                unknown, [], _ANY_RE, pool, data, description='holders')
+    added = True

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from . import decide as decide_lib
-from . import hazards, parallel, plan, reading, reexports
+from . import hazards, holders, parallel, plan, reading, reexports
 from . import progress as progress_lib
 from .analysis import FileAnalysis
 from .flags import Flag
@@ -146,9 +146,17 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
     if not todo:
       break
   aliases = reexports.collect(root, given + project_files, reading.read)
-  reading.analyse_bases(given + project_files, root, aliases, analyses,
-                        verbose, err, summary, unknown, base, pool, data,
-                        search_path)
+  cheap: dict[str, list[holders.ClassNames]] = {}
+  while True:
+    reading.analyse_bases(given + project_files, root, aliases, analyses,
+                          verbose, err, summary, unknown, base, pool, data,
+                          search_path)
+    # The classes that may hold the analysed ones, in files that use none
+    # of the APIs (holders.py); then the bases and libraries they name.
+    if not reading.analyse_holders(given + project_files, given, root, base,
+                                   verbose, err, summary, analyses, unknown,
+                                   pool, data, cheap):
+      break
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken

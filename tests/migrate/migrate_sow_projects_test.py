@@ -1,0 +1,154 @@
+# Copyright 2026 The Flax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Projects of several files whose facts are spread over files without sows.
+
+``testdata/projects/NAME/`` is a project (``project_testing.py``), migrated
+with the command and run before and after in fresh processes:
+
+1. ``holder_elsewhere``: ``block.py`` sows, ``model.py`` (no sow, no reader)
+   holds two Blocks. The functional target must keep the sow
+   (``multi-instance``): a free sow merges ``a/out`` and ``b/out``.
+2. ``passed_in``: ``layer.py``'s ``DecoderLayer`` sows and holds a module
+   passed in (``A`` of ``attn.py``). A second ``--write`` run must change
+   nothing: after the first, ``layer.py`` has no ``Module.sow`` left, and
+   ``A``'s sow must still be kept.
+
+Each test also runs the rewrite the codemod refuses (what it did when only
+files that sow or pop were analysed), to show that it changes what the
+model sows.
+"""
+
+import os
+import shutil
+import tempfile
+
+import codemod_testing
+import project_testing
+import sow_layout
+from absl.testing import absltest
+
+codemod_testing.require_libcst()
+
+cli = sow_layout.test_module('migrate_sow_test')
+ms = cli.ms
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'testdata')
+PROJECTS = os.path.join(DATA, 'projects')
+
+
+class ProjectTest(absltest.TestCase):
+
+  def _copy(self, name: str) -> str:
+    directory = os.path.join(
+        self.enter_context(tempfile.TemporaryDirectory()), name)
+    shutil.copytree(os.path.join(PROJECTS, name), directory)
+    cli.write(directory, 'pyproject.toml', '')
+    return directory
+
+  def _migrate(self, directory, **kwargs):
+    code, summary, out, err = cli.run([directory], mode='write', **kwargs)
+    self.assertEqual(code, ms.EXIT_OK, msg=err)
+    return summary, err
+
+  def test_a_holder_in_a_file_without_sows_keeps_the_sow(self):
+    directory = self._copy('holder_elsewhere')
+    before = project_testing.execute(directory)
+    self.assertEqual(
+        {k for k in before if k.startswith('names/')},
+        {'names/a/out[0]', 'names/b/out[0]'})
+    summary, err = self._migrate(directory, target='functional')
+    # Every file of the project with a class that may hold Block was read.
+    self.assertEqual(summary.analysed, 2)  # block.py and model.py
+    self.assertIn("block.py:11:5: multi-instance: 'out' is sown by several "
+                  'instances in Model (Block)', err)
+    self.assertEqual(project_testing.read(directory)['block.py'],
+                     cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                           'block.py')))
+    self.assertEmpty(project_testing.differences(
+        before, project_testing.execute(directory)))
+
+  def test_the_refused_rewrite_merges_the_two_blocks(self):
+    directory = self._copy('holder_elsewhere')
+    before = project_testing.execute(directory)
+    block = os.path.join(directory, 'block.py')
+    # block.py alone, as the codemod saw it when it read only the files
+    # that sow or pop.
+    wrong, flags = ms.migrate_source(cli.read(block), target='functional',
+                                     path='block.py')
+    self.assertEmpty(flags)
+    cli.write(directory, 'block.py', wrong)
+    after = project_testing.execute(directory)
+    self.assertEqual({k for k in after if k.startswith('names/')},
+                     {'names/out[0]', 'names/out[1]'})
+    self.assertNotEmpty(project_testing.differences(before, after))
+
+  def test_a_second_run_changes_nothing(self):
+    directory = self._copy('passed_in')
+    before = project_testing.execute(directory)
+    self.assertEqual({k for k in before if k.startswith('names/')},
+                     {'names/attn/attn[0]', 'names/h[0]'})
+    _, err = self._migrate(directory, target='functional')
+    self.assertIn('attn.py:11:5: module-path: DecoderLayer holds modules '
+                  'passed in, which may be a A', err)
+    first = project_testing.read(directory)
+    self.assertIn("sow(y, name='h')", first['layer.py'])
+    self.assertIn("self.sow(nnx.Intermediate, 'attn', y)", first['attn.py'])
+    self.assertEmpty(project_testing.differences(
+        before, project_testing.execute(directory)))
+    summary, err = self._migrate(directory, target='functional')
+    self.assertEqual(project_testing.read(directory), first)
+    self.assertEqual(summary.changed, 0)
+    self.assertIn('attn.py:11:5: module-path: DecoderLayer holds modules '
+                  'passed in', err)
+
+  def test_the_second_runs_old_rewrite_loses_the_module_path(self):
+    directory = self._copy('passed_in')
+    before = project_testing.execute(directory)
+    self._migrate(directory, target='functional')
+    attn = os.path.join(directory, 'attn.py')
+    wrong, _ = ms.migrate_source(cli.read(attn), target='functional',
+                                 path='attn.py')
+    cli.write(directory, 'attn.py', wrong)
+    after = project_testing.execute(directory)
+    self.assertIn('names/attn[0]', after)
+    self.assertNotIn('names/attn/attn[0]', after)
+    self.assertNotEmpty(project_testing.differences(before, after))
+
+  def test_the_cheap_pass_finds_the_holders(self):
+    holders = codemod_testing.codemod_module('holders')
+    found = holders.classes('model.py', cli.read(os.path.join(
+        PROJECTS, 'holder_elsewhere', 'model.py')).encode())
+    self.assertEqual([(c.name, 'Block' in c.names, c.keeps_passed_in)
+                      for c in found], [('Model', True, False)])
+    (layer,) = holders.classes('layer.py', cli.read(os.path.join(
+        PROJECTS, 'passed_in', 'layer.py')).encode())
+    self.assertTrue(layer.keeps_passed_in)
+    self.assertEqual(holders.holding({'layer.py': [layer]}, set(),
+                                     {'Module'}), {'layer.py'})
+    self.assertEqual(holders.holding({'layer.py': [layer]}, set(),
+                                     {'Other'}), set())
+    made = holders.classes('m.py', (
+        b'class M(nnx.Module):\n'
+        b'  def __init__(self, rngs):\n'
+        b'    self.l = nnx.Linear(2, 2, rngs=rngs)\n'
+        b'    self.xs = nnx.List([])\n'))
+    self.assertFalse(made[0].keeps_passed_in)  # rngs is passed on, not kept
+    kept = holders.classes('m.py', (
+        b'class M(nnx.Module):\n'
+        b'  def __init__(self, *layers):\n'
+        b'    self.layers = nnx.List(layers)\n'))
+    self.assertTrue(kept[0].keeps_passed_in)
+
+
+if __name__ == '__main__':
+  absltest.main()
