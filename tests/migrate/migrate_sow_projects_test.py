@@ -24,6 +24,13 @@ with the command and run before and after in fresh processes:
    nothing: after the first, ``layer.py`` has no ``Module.sow`` left, and
    ``A``'s sow must still be kept.
 
+3. ``nca_unread``: a growing NCA subclassing a library's system
+   (``testdata/library/nca_lib``, shaped as CAX: an ``nnx.List`` under
+   ``nnx.vmap`` and ``nnx.scan``), popped in a function that takes it
+   unannotated, migrated where the library is not installed: its classes
+   cannot be read, so for Flax 0.12.8's ``nnx.capture`` the pop stays
+   (``capture-hazard``), as it does where the library is installed.
+
 Each test also runs the rewrite the codemod refuses (what it did when only
 files that sow or pop were analysed), to show that it changes what the
 model sows.
@@ -44,6 +51,7 @@ cli = sow_layout.test_module('migrate_sow_test')
 ms = cli.ms
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'testdata')
 PROJECTS = os.path.join(DATA, 'projects')
+LIBRARY = os.path.join(DATA, 'library')
 
 
 class ProjectTest(absltest.TestCase):
@@ -123,6 +131,42 @@ class ProjectTest(absltest.TestCase):
     self.assertIn('names/attn[0]', after)
     self.assertNotIn('names/attn/attn[0]', after)
     self.assertNotEmpty(project_testing.differences(before, after))
+
+  def test_a_library_not_installed_is_a_hazard(self):
+    directory = self._copy('nca_unread')
+    before = project_testing.execute(directory, libraries=[LIBRARY])
+    self.assertNotIn('raised', before)
+    self.assertEqual(before['run[1]'].shape, (2, 3, 4, 4, 3))
+    for search_path, why in (
+        ([], 'it may hold ComplexSystem, which the codemod could not resolve '
+         'to a class it has read'),
+        ([LIBRARY], "it may hold the project's NCAUpdate, which holds an "
+         'nnx.List, under nnx.vmap')):
+      code, summary, out, err = cli.run(
+          [directory], mode='write', target='capture', nnx_capture='legacy',
+          search_path=search_path)
+      self.assertEqual((code, out, summary.changed), (ms.EXIT_OK, '', 0),
+                       msg=err)
+      self.assertIn('train.py:13:12: capture-hazard: the class of the popped '
+                    f'object is not known; {why}', err)
+    self.assertEmpty(project_testing.differences(
+        before, project_testing.execute(directory, libraries=[LIBRARY])))
+
+  def test_the_refused_rewrite_raises_on_flax_0_12_8s_capture(self):
+    directory = self._copy('nca_unread')
+    before = project_testing.execute(directory, libraries=[LIBRARY])
+    # For capture_compat's nnx.capture the pop migrates, with the same
+    # values; the same rewrite raises on Flax 0.12.8's.
+    code, summary, _, err = cli.run(
+        [directory], mode='write', target='capture', nnx_capture='transform',
+        search_path=[])
+    self.assertEqual((code, summary.changed), (ms.EXIT_OK, 1), msg=err)
+    self.assertIn('nnx.capture(', project_testing.read(directory)['train.py'])
+    self.assertEmpty(project_testing.differences(
+        before, project_testing.execute(directory, compat=True,
+                                        libraries=[LIBRARY])))
+    after = project_testing.execute(directory, libraries=[LIBRARY])
+    self.assertIn('Comparator raised exception', after['raised'])
 
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
