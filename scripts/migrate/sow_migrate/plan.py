@@ -34,7 +34,7 @@ from . import imports
 from .analysis import FileAnalysis, ParsedUnit
 from .codemods import annotate as annotate_lib
 from .codemods import base as codemods_base
-from .flags import MAX_LINE, Flag
+from .flags import Flag
 
 FUNCTIONS = ('sow', 'perturb', 'capture')
 
@@ -74,11 +74,10 @@ def _statement_of(parents, node):
 
 
 def _annotation(flag: Flag) -> str:
-  # Without line numbers, which the notes themselves shift.
+  # Without line numbers, which the notes themselves shift; whole (the note
+  # is wrapped into comment lines by annotate.rewrite).
   message = re.sub(r'(\S+\.(?:py|ipynb|md)):\d+', r'\1', flag.message)
-  text = f'{flag.code}: {" ".join(message.split())}'
-  room = MAX_LINE - len(annotate_lib.TODO) - 8
-  return text if len(text) <= room else text[:room - 3] + '...'
+  return f'{flag.code}: {" ".join(message.split())}'
 
 
 def file_plan(analysis: FileAnalysis, decisions, target: str, annotate: bool,

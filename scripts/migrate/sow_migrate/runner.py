@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 import time
 
 from . import decide as decide_lib
@@ -284,8 +285,28 @@ def _tally(summary, project, decisions, given, analyses, results, err,
     summary.readers[flag.code] += 1
   flags = sorted(set(flags) | readers)
   for flag in flags:
-    err.write(f'{flag}\n')
+    write_flag(err, flag)
   summary.flags = flags
+
+
+def write_flag(err, flag: Flag, width: int | None = None) -> None:
+  """One flag, whole: one line, or wrapped to ``width`` (by default the
+  width of ``err`` if it is a terminal)."""
+  text = str(flag)
+  width = _terminal_width(err) if width is None else width
+  if width:
+    text = textwrap.fill(text, width, subsequent_indent='    ',
+                         break_long_words=False, break_on_hyphens=False)
+  err.write(text + '\n')
+
+
+def _terminal_width(stream) -> int:
+  try:
+    if not stream.isatty():
+      return 0
+    return os.get_terminal_size(stream.fileno()).columns
+  except (AttributeError, OSError, ValueError):
+    return 0
 
 
 def _writable(path: str) -> bool:

@@ -8,7 +8,8 @@ class Model(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): attribute-read: read as an attribute, model.features.value, at flag_attribute_read.py; capture it instead
+    # TODO(migrate_sow): attribute-read: read as an attribute,
+    #     model.features.value, at flag_attribute_read.py; capture it instead
     self.sow(nnx.Intermediate, 'features', x)
     return x
 

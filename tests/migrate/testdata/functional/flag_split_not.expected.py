@@ -7,7 +7,9 @@ class Model(nnx.Module):
     self.linear = nnx.Linear(2, 2, rngs=rngs)
 
   def __call__(self, x):
-    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.split at flag_split_not.py may select it; delete that filter once the values are captured
+    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.split at
+    #     flag_split_not.py may select it; delete that filter once the values are
+    #     captured
     self.sow(nnx.Intermediate, 'inputs', x)
     return self.linear(x)
 

@@ -7,7 +7,9 @@ class Block(nnx.Module):
     self.linear = nnx.Linear(4, 4, rngs=rngs)
 
   def __call__(self, x):
-    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.StateAxes at flag_state_axes.py may select it; delete that filter once the values are captured
+    # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.StateAxes at
+    #     flag_state_axes.py may select it; delete that filter once the values are
+    #     captured
     self.sow(nnx.Intermediate, 'inputs', x)
     return self.linear(x)
 
