@@ -356,6 +356,13 @@ def reader_flags(project: Project,
           f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
           f'{sow.where}) off the module: it is there only after a call '
           'outside nnx.capture; capture the call and read the State')))
+    elif other.code == 'may-read' and by_name.keys() - {None}:
+      names = sorted(n for n in by_name if n is not None)
+      found.append((other, other.code, (
+          f'{other.detail}: it may read '
+          f'{shorten([repr(n) for n in names], 6)} (sown at '
+          f'{by_name[names[0]].where}) off the module, where it is only after '
+          'a call outside nnx.capture; capture the call and read the State')))
     elif other.code == 'filter-use':
       sows = [s for s in project.sows if project.filters(other, s)]
       if not sows:

@@ -56,6 +56,7 @@ REASONS = {
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',
+    'may-read': 'getattr with a computed name may read a sown value',
     'captures-read': "__captures__, where Flax 0.12.8's nnx.capture keeps "
                      'what it collects, is read',
     'internal-error': 'the codemod failed on this file',

@@ -169,6 +169,10 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
         {analyses[p].path for p in given if p in analyses})
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
+    readers = collections.defaultdict(list)  # noted with --annotate
+    if annotate:
+      for found in decide_lib.reader_flags(project, target):
+        readers[found[0].path].append(plan.reader_flag(*found))
     results, new_failure = {}, False
     jobs = []
     for path in given:
@@ -176,11 +180,13 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       if analysis is None or path in failed:
         continue
       wanted = [decisions.get(id(s)) for s in parallel.sites_of(analysis)]
-      if not any(d is not None and (d.action == decide_lib.REWRITE or (
-          annotate and d.action == 'flag')) for d in wanted):
+      if not readers[analysis.path] and not any(
+          d is not None and (d.action == decide_lib.REWRITE or (
+              annotate and d.action == 'flag')) for d in wanted):
         continue  # nothing to change
       jobs.append((path, analysis.path, root, data[path], wanted, target,
-                   annotate, modes, None if pool.parallel else analysis))
+                   annotate, modes, None if pool.parallel else analysis,
+                   sorted(readers[analysis.path])))
     done = pool.map(parallel.rewrite, jobs, 'rewriting',
                     [len(job[3]) for job in jobs])
     for job, (status, *payload) in zip(jobs, done):
@@ -227,8 +233,10 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
   sites, classes, others = [], [], []
   state_names = collections.defaultdict(set)
+  aliases = dict(aliases or {})
   for path, analysis in analyses.items():
     for unit in analysis.units:
+      aliases.update(unit.facts.aliases)  # ModuleList = nnx.List
       state_names[analysis.path] |= unit.facts.state_names
       classes += unit.facts.classes
       others += unit.facts.others

@@ -15,6 +15,9 @@ class Block(nnx.Module):
 
 
 def run(model, x):
+  # TODO(migrate_sow): filter-use: nnx.Intermediate used in nnx.StateAxes (it may
+  #     select the sow at flag_state_axes.py) carries the values sown on the
+  #     model through the transform; a free sow is no state of the model
   state_axes = nnx.StateAxes({nnx.Intermediate: 0, ...: None})
 
   @nnx.vmap(in_axes=(state_axes, 0))
