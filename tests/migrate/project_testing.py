@@ -19,13 +19,17 @@ a pytree of arrays). ``execute`` runs it in a fresh Python process (each
 version imports its own modules, nothing is cached between them) and
 returns what it observed, flattened to ``{key: array}``:
 
-* ``run/...``: the leaves of ``run()``, with Flax's own ``nnx.capture`` (0.12.8)
-  or, with ``compat=True``, ``capture_compat``'s;
-* ``names/...``: every value the model sows, by the name the functional
+* ``run...``: the leaves of ``run()``, with Flax's own ``nnx.capture``
+  (0.12.8) or, with ``compat=True``, ``capture_compat``'s (with
+  ``compat='both'``, Flax's as ``run...`` and ``capture_compat``'s as
+  ``compat...``);
+* ``names...``: every value the model sows, by the name the functional
   ``capture`` of ``flax.nnx.sow`` gives it (``capture_compat`` installed, so
   that ``Module.sow`` sites are named by module path), over one call of
   ``build()``'s model: the independent observation of what a rewrite of a
   sow changed.
+
+What raised is observed too (``KEY/raised``: its type and message).
 """
 
 import os
@@ -55,23 +59,31 @@ _DRIVER = textwrap.dedent('''\
       return {prefix + jax.tree_util.keystr(path): np.asarray(leaf)
               for path, leaf in leaves}
 
-    result = {}
-    try:
-      import main
-      if compat == '1':
-        with capture_compat.install():
-          result.update(flat('run', main.run()))
-      else:
-        result.update(flat('run', main.run()))
+    def observe(result, key, function):
+      try:
+        result.update(flat(key, function()))
+      except Exception as e:  # the observation: what raised, and its message
+        result[key + '/raised'] = f'{type(e).__name__}: {e}'
+
+    def names():
       model, x = main.build()
       with capture_compat.install():
         _, collected = capture(model)(x)
-      for name, values in collected.items():
-        name = '/'.join(map(str, name if isinstance(name, tuple) else
-                            (name,)))
-        result.update(flat('names/' + name, list(values)))
-    except Exception as e:  # the observation: what raised, and its message
-      result = {'raised': f'{type(e).__name__}: {e}'}
+      return {'/'.join(map(str, n if isinstance(n, tuple) else (n,))):
+              list(values) for n, values in collected.items()}
+
+    def run_compat():
+      with capture_compat.install():
+        return main.run()
+
+    result = {}
+    import main
+    # Flax 0.12.8's nnx.capture (or capture_compat's), then what the model
+    # sows by name.
+    observe(result, 'run', run_compat if compat == '1' else main.run)
+    if compat == 'both':
+      observe(result, 'compat', run_compat)
+    observe(result, 'names', names)
     with open(out, 'wb') as f:
       pickle.dump(result, f)
     ''')
@@ -96,7 +108,7 @@ def read(directory: str) -> dict[str, str]:
   return found
 
 
-def execute(directory: str, *, compat: bool = False,
+def execute(directory: str, *, compat: bool | str = False,
             libraries: tp.Sequence[str] = (),
             python: str = sys.executable) -> dict[str, object]:
   """What the project in ``directory`` observes, in a fresh process
@@ -104,7 +116,8 @@ def execute(directory: str, *, compat: bool = False,
   out = os.path.join(directory, '.observed.pkl')
   process = subprocess.run(
       [python, '-c', _DRIVER, sow_layout.ROOT, directory,
-       '1' if compat else '0', out, *libraries],
+       compat if isinstance(compat, str) else '1' if compat else '0', out,
+       *libraries],
       capture_output=True, text=True, check=False,
       # No bytecode left behind: the migrated version must not reuse it.
       env={**os.environ, 'JAX_PLATFORMS': 'cpu',
