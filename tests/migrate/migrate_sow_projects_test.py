@@ -168,6 +168,30 @@ class ProjectTest(absltest.TestCase):
     after = project_testing.execute(directory, libraries=[LIBRARY])
     self.assertIn('Comparator raised exception', after['run/raised'])
 
+  def test_a_popped_object_of_an_unread_class_is_a_hazard(self):
+    source = cli.textwrap.dedent('''\
+        from flax import nnx
+        from nca_lib import ComplexSystem
+
+
+        def rollout(cs: ComplexSystem, state):
+          final = cs(state, num_steps=2, sow=True)
+          states = nnx.pop(cs, nnx.Intermediate)
+          return final, states
+        ''')
+    for search_path, code in (([], 'capture-hazard'), ([LIBRARY], None)):
+      migrated, flags = ms.migrate_source(
+          source, nnx_capture='legacy', path='roll.py',
+          search_path=search_path)
+      if code is None:  # read where installed: judged by what it is
+        self.assertNotIn('could not resolve', ' '.join(f.detail
+                                                       for f in flags))
+        continue
+      self.assertEqual(migrated, source)
+      self.assertEqual([(f.code, f.detail[:47]) for f in flags],
+                       [(code, 'the popped object is a ComplexSystem, which '
+                         'the')])
+
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(
