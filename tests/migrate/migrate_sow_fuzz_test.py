@@ -43,6 +43,13 @@ import sys
 import tempfile
 import time
 
+if __name__ == '__main__':  # the long search, outside pytest
+  _HERE = os.path.dirname(os.path.abspath(__file__))
+  _ROOT = os.path.dirname(os.path.dirname(_HERE))
+  sys.path[:0] = [_ROOT, os.path.join(_ROOT, 'tests', 'nnx', 'sow'), _HERE]
+  import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import codemod_testing
 import project_testing
 import sow_layout
