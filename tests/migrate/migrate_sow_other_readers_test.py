@@ -228,6 +228,13 @@ class ReadersThroughPartsTest(absltest.TestCase):
 def unrelated(cursor, other):
   part = other.layers[0]
   return cursor.h[1], part.h[0], getattr(cursor, other)
+
+
+class Config:
+
+  @classmethod
+  def named(cls, name):
+    return getattr(cls, name)(), cls()
 """
     _, flags = ms.migrate_source(source, path='held.py')
     self.assertEmpty([f for f in flags if f.line > 45])

@@ -192,6 +192,24 @@ class ProjectTest(absltest.TestCase):
                        [(code, 'the popped object is a ComplexSystem, which '
                          'the')])
 
+  def test_a_computed_getattr_in_a_file_without_the_apis_is_reported(self):
+    # Found by the fuzzer: a file naming none of the APIs was read only for
+    # attribute reads of sown names, so getattr(model.a, name) was silent.
+    directory = self._copy('holder_elsewhere')
+    cli.write(directory, 'read.py', """\
+        from model import Model
+
+
+        def read(model: Model, x, name):
+          model(x)
+          return getattr(model.a, name).value[0]
+        """)
+    for target in ('capture', 'functional'):
+      code, _, _, err = cli.run([directory], target=target)
+      self.assertEqual(code, ms.EXIT_OK, msg=err)
+      self.assertIn("read.py:6:10: may-read: getattr(model.a, name) reads an "
+                    "attribute whose name is computed: it may read 'out'", err)
+
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(

@@ -94,7 +94,10 @@ class OtherUses:
         name.evaluated_value, str):
       # getattr(model, name): it may read any sown name (decide.reader_flags
       # says which).
-      if not (isinstance(receiver, cst.Name) and receiver.value == 'self'):
+      # Not of self, nor of cls (a class: a classmethod's getattr(cls,
+      # name) reads a class attribute, never a sown value).
+      if not (isinstance(receiver, cst.Name)
+              and receiver.value in ('self', 'cls')):
         line, col = self.position(node)
         self.facts.others.append(OtherUse(
             'may-read', self.path, line, self.owner(),

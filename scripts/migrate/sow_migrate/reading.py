@@ -105,8 +105,9 @@ def attribute_re(analyses):
   if not names:
     return re.compile(rb'(?!)')
   alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
+  # ... or any of them: getattr(model, name) with a computed name (may-read).
   return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
-                    rb'\b|\[)')
+                    rb'\b|\[)|\bgetattr\s*\([^,()]+,\s*[A-Za-z_]')
 
 
 def analyse_all(paths, given, base, root, verbose, err, summary, analyses,
