@@ -24,6 +24,8 @@ codemod knows: a call then ``nnx.pop``, ``nnx.capture``, an attribute read
 (direct or through the list), ``getattr`` with a literal or a computed name,
 ``nnx.state(..., nnx.Intermediate)``, or nothing. ``Spec.readers`` are the
 lines of the readers the codemod must report when it does not rewrite them.
+The blocks may be a library's (``Spec.library``), which the project
+imports.
 """
 
 import dataclasses
@@ -40,6 +42,9 @@ class Spec:
   # (file, line, text) of each reader that is no pop nor capture.
   readers: list[tuple[str, int, str]]
   sites: int  # sows and perturbs written
+  # A library's files (the package ``fuzzlib``), outside the project: the
+  # blocks are then its classes, imported by the project.
+  library: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @st.composite
@@ -82,6 +87,13 @@ def specs(draw) -> Spec:
   files = {}
   sites = sum(b[2] for b in blocks)
   separate = draw(st.booleans())  # blocks in files of their own
+  # ... of a library the project imports (installed or not where the
+  # codemod runs).
+  in_library = separate and draw(st.booleans())
+  library = {'fuzzlib/__init__.py': ''} if in_library else {}
+  where = 'fuzzlib.' if in_library else ''
+  target = library if in_library else files
+  prefix = 'fuzzlib/' if in_library else ''
   holding = draw(st.sampled_from(
       ['attributes', 'list', 'dict', 'passed_in', 'shared']))
   model_sows = draw(st.booleans())
@@ -90,14 +102,14 @@ def specs(draw) -> Spec:
   uses_tagged = any('Tagged' in b[0] for b in blocks)
   for i, (source, _, _) in enumerate(blocks):
     if separate:
-      tagged = ('from tagged import Tagged\n'
+      tagged = (f'from {where}tagged import Tagged\n'
                 if 'Tagged' in source else '')
-      files[f'block{i}.py'] = _HEADER + tagged + '\n\n' + source
-      imports += f'from block{i} import Block{i}\n'
+      target[f'{prefix}block{i}.py'] = _HEADER + tagged + '\n\n' + source
+      imports += f'from {where}block{i} import Block{i}\n'
     else:
       block_code += '\n\n' + source
   if uses_tagged:
-    files['tagged.py'] = _HEADER + _TAGGED
+    target[f'{prefix}tagged.py'] = _HEADER + _TAGGED
     if not separate:
       imports += 'from tagged import Tagged\n'
   made = [f'Block{i}(rngs)' for i in range(count)]
@@ -145,7 +157,8 @@ def specs(draw) -> Spec:
   if model_file == 'model.py':
     files['model.py'] = model_code
     main += 'from model import Model\n'
-    main += ''.join(f'from block{i} import Block{i}\n' for i in range(count)
+    main += ''.join(f'from {where}block{i} import Block{i}\n'
+                    for i in range(count)
                     if separate and holding == 'passed_in' and i == 0)
     if not separate and holding == 'passed_in':
       main += 'from model import Block0\n'
@@ -166,7 +179,7 @@ def specs(draw) -> Spec:
   lines = main.splitlines()
   readers = [('main.py', lines.index(text) + 1, text.strip())
              for text in readers_text]
-  return Spec(files, readers, sites)
+  return Spec(files, readers, sites, library)
 
 
 @st.composite
