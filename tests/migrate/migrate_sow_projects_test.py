@@ -210,6 +210,43 @@ class ProjectTest(absltest.TestCase):
       self.assertIn("read.py:6:10: may-read: getattr(model.a, name) reads an "
                     "attribute whose name is computed: it may read 'out'", err)
 
+  def test_the_holder_of_a_holder_is_found_too(self):
+    # block.py sows; mid.py holds a Block, model.py two Mids: neither sows.
+    directory = self._copy('holder_elsewhere')
+    cli.write(directory, 'mid.py', """\
+        from flax import nnx
+
+        from block import Block
+
+
+        class Mid(nnx.Module):
+
+          def __init__(self, rngs):
+            self.block = Block(rngs)
+
+          def __call__(self, x):
+            return self.block(x)
+        """)
+    cli.write(directory, 'model.py', """\
+        from flax import nnx
+
+        from mid import Mid
+
+
+        class Model(nnx.Module):
+
+          def __init__(self, rngs):
+            self.a = Mid(rngs)
+            self.b = Mid(rngs)
+
+          def __call__(self, x):
+            return self.b(self.a(x))
+        """)
+    summary, err = self._migrate(directory, target='functional')
+    self.assertEqual((summary.analysed, summary.changed), (3, 0))
+    self.assertIn("block.py:11:5: multi-instance: 'out' is sown by several "
+                  'instances in Model', err)
+
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(
