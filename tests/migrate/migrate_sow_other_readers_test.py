@@ -235,6 +235,9 @@ class Config:
   @classmethod
   def named(cls, name):
     return getattr(cls, name)(), cls()
+
+  def __call__(self, name):
+    return getattr(type(self), name), self(name)
 """
     _, flags = ms.migrate_source(source, path='held.py')
     self.assertEmpty([f for f in flags if f.line > 45])

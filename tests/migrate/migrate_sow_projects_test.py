@@ -256,10 +256,18 @@ class ProjectTest(absltest.TestCase):
     (layer,) = holders.classes('layer.py', cli.read(os.path.join(
         PROJECTS, 'passed_in', 'layer.py')).encode())
     self.assertTrue(layer.keeps_passed_in)
-    self.assertEqual(holders.holding({'layer.py': [layer]}, set(),
+    self.assertEqual(holders.holding({'layer.py': [layer]}, {},
                                      {'Module'}), {'layer.py'})
-    self.assertEqual(holders.holding({'layer.py': [layer]}, set(),
+    self.assertEqual(holders.holding({'layer.py': [layer]}, {},
                                      {'Other'}), set())
+    # Naming Block holds it only where Block (or its module) is imported.
+    (model,) = found
+    self.assertTrue(holders.holding({'model.py': [model]},
+                                    {'Block': {'block'}}, set()))
+    other = holders.classes('test.py', (
+        b'class Model:\n  def __init__(self):\n    self.b = Block()\n'))
+    self.assertFalse(holders.holding({'test.py': other},
+                                     {'Block': {'block'}}, set()))
     made = holders.classes('m.py', (
         b'class M(nnx.Module):\n'
         b'  def __init__(self, rngs):\n'

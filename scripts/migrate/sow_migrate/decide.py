@@ -356,7 +356,9 @@ def reader_flags(project: Project,
           f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
           f'{sow.where}) off the module: it is there only after a call '
           'outside nnx.capture; capture the call and read the State')))
-    elif other.code == 'may-read' and by_name.keys() - {None}:
+    elif (other.code == 'may-read' and by_name.keys() - {None}
+          # In a Linen module's method: a Linen attribute, never NNX's.
+          and project.kind(other.owner) != 'linen'):
       names = sorted(n for n in by_name if n is not None)
       found.append((other, other.code, (
           f'{other.detail}: it may read '

@@ -47,6 +47,9 @@ class ClassNames:
   # Whether a method keeps one of its parameters as an attribute
   # (`self.attn = attn`): an object passed in, which may be a module.
   keeps_passed_in: bool
+  # The names in the file's imports (modules, their parts, what they
+  # import): a class named in another file is that file's only if imported.
+  imports: frozenset[str] = frozenset()
 
 
 def _last(node: ast.expr) -> str | None:
@@ -101,11 +104,7 @@ def _keeps_passed_in(node: ast.ClassDef) -> bool:
   return False
 
 
-def _python_classes(code: str) -> list[ClassNames] | None:
-  try:
-    tree = ast.parse(code)
-  except (SyntaxError, ValueError):
-    return None
+def _python_classes(tree: ast.Module) -> list[ClassNames]:
   found = []
   for node in ast.walk(tree):
     if not isinstance(node, ast.ClassDef):
@@ -134,14 +133,35 @@ def classes(path: str, content: bytes) -> list[ClassNames]:
     units = documents.read_document(path, content).units
   except (UnicodeDecodeError, SyntaxError, ValueError, LookupError):
     return []
-  return [c for unit in units for c in _python_classes(unit.code) or ()]
+  found, imports = [], set()
+  for unit in units:
+    try:
+      tree = ast.parse(unit.code)
+    except (SyntaxError, ValueError):
+      continue
+    found += _python_classes(tree)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom):
+        imports.update((node.module or '').split('.'))
+        imports.update(a.name for a in node.names)
+      elif isinstance(node, ast.Import):
+        for alias in node.names:
+          imports.update(alias.name.split('.'))
+  return [dataclasses.replace(c, imports=frozenset(imports)) for c in found]
 
 
-def holding(candidates: dict[str, list[ClassNames]], wanted: set[str],
-            modules: set[str]) -> set[str]:
-  """The files of ``candidates`` with a class that may hold a class named in
-  ``wanted`` (it names one), or a module passed in (``modules``: the names
-  of the Module classes known so far, ``Module`` among them)."""
+def holding(candidates: dict[str, list[ClassNames]],
+            wanted: dict[str, set[str]], modules: set[str]) -> set[str]:
+  """The files of ``candidates`` with a class that may hold a class of
+  ``wanted`` (``{name: the modules defining a class of that name}``): it
+  names one its file imports (the class or its module); or a module passed
+  in (``modules``: the names of the Module classes known so far, ``Module``
+  among them)."""
+
+  def names_one(c: ClassNames) -> bool:
+    return any(name in c.imports or wanted[name] & c.imports
+               for name in c.names & wanted.keys())
+
   return {path for path, found in candidates.items()
-          if any(c.names & wanted or (c.keeps_passed_in and c.bases & modules)
+          if any(names_one(c) or (c.keeps_passed_in and c.bases & modules)
                  for c in found)}

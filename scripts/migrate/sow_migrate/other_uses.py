@@ -96,8 +96,11 @@ class OtherUses:
       # says which).
       # Not of self, nor of cls (a class: a classmethod's getattr(cls,
       # name) reads a class attribute, never a sown value).
-      if not (isinstance(receiver, cst.Name)
-              and receiver.value in ('self', 'cls')):
+      # Nor of type(x): a class too.
+      is_type = isinstance(receiver, cst.Call) and 'builtins.type' in (
+          self.qnames(receiver.func))
+      if not is_type and not (isinstance(receiver, cst.Name)
+                              and receiver.value in ('self', 'cls')):
         line, col = self.position(node)
         self.facts.others.append(OtherUse(
             'may-read', self.path, line, self.owner(),

@@ -24,6 +24,7 @@ whether it may read sown values, for the decisions to keep its sites.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import sys
@@ -224,8 +225,9 @@ def _defines_class(path: str, names: set[str], data) -> bool:
   return libraries.defines_class(content, names)
 
 
-def holder_names(analyses) -> tuple[set[str], set[str]]:
-  """(classes whose holders matter, Module classes), by their last name.
+def holder_names(analyses) -> tuple[dict[str, set[str]], set[str]]:
+  """(classes whose holders matter, Module classes), by their last name
+  (the first: with the last part of each module defining one).
 
   A holder matters if it may hold a class that sows: one with a sow or
   perturb of its own, or one deriving from or making such a class,
@@ -249,7 +251,11 @@ def holder_names(analyses) -> tuple[set[str], set[str]]:
         wanted.add(fact.qualified)
         changed = True
   modules = {'Module'} | {c.qualified.rsplit('.', 1)[-1] for c in facts}
-  return {q.rsplit('.', 1)[-1] for q in wanted}, modules
+  by_name = collections.defaultdict(set)
+  for qualified in wanted:
+    parts = qualified.split('.')
+    by_name[parts[-1]].add(parts[-2] if len(parts) > 1 else '')
+  return by_name, modules
 
 
 def analyse_holders(files, given, root, base, verbose, err, summary,
