@@ -63,7 +63,6 @@ from absl.testing import absltest
 
 try:
   import hypothesis
-  from hypothesis import strategies as st
 except ImportError:  # Flax's own test extras lack it: the property skips
   hypothesis = None
 
