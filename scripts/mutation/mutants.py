@@ -1250,12 +1250,13 @@ MUTANTS: tuple[Mutant, ...] = (
        'a traced value is printed by dtype and shape, without reading it'),
     # -- the codemod (scripts/migrate/sow_migrate) ----------------------------
     _m('migrate-holders-by-name-ignored', MIGRATE + 'holders.py',
-       '          if any(c.names & wanted or (c.keeps_passed_in',
-       '          if any((c.keeps_passed_in',
+       '    return any(name in c.imports or wanted[name] & c.imports\n'
+       '               for name in c.names & wanted.keys())',
+       '    return False',
        'a file whose class holds a class that sows (by name) is analysed'),
     _m('migrate-holders-passed-in-ignored', MIGRATE + 'holders.py',
-       'c.keeps_passed_in and c.bases & modules)',
-       'False)',
+       'c.bases & modules and (names_one(c) or c.kept & may_be_module)',
+       'c.bases & modules and names_one(c)',
        'a file whose Module keeps a module passed in is analysed'),
     _m('migrate-holders-transitive-stops', MIGRATE + 'reading.py',
        "      if (wanted.intersection(fact.bases)\n"
@@ -1275,8 +1276,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '      name = None',
        'a read through a name bound to a part of a called model is reported'),
     _m('migrate-may-read-silent', MIGRATE + 'decide.py',
-       "    elif other.code == 'may-read' and by_name.keys() - {None}:",
-       "    elif False:",
+       "    elif (other.code == 'may-read' and by_name.keys() - {None}",
+       "    elif (False",
        'getattr with a computed name is reported as may-read'),
     _m('migrate-module-alias-ignored', MIGRATE + 'facts.py',
        '      self.facts.aliases[next(iter(alias))] = sorted(named)[0]',

@@ -251,11 +251,11 @@ class ProjectTest(absltest.TestCase):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(
         PROJECTS, 'holder_elsewhere', 'model.py')).encode())
-    self.assertEqual([(c.name, 'Block' in c.names, c.keeps_passed_in)
-                      for c in found], [('Model', True, False)])
+    self.assertEqual([(c.name, 'Block' in c.names, c.kept)
+                      for c in found], [('Model', True, frozenset())])
     (layer,) = holders.classes('layer.py', cli.read(os.path.join(
         PROJECTS, 'passed_in', 'layer.py')).encode())
-    self.assertTrue(layer.keeps_passed_in)
+    self.assertEqual(layer.kept, {holders.UNANNOTATED})
     self.assertEqual(holders.holding({'layer.py': [layer]}, {},
                                      {'Module'}), {'layer.py'})
     self.assertEqual(holders.holding({'layer.py': [layer]}, {},
@@ -263,22 +263,40 @@ class ProjectTest(absltest.TestCase):
     # Naming Block holds it only where Block (or its module) is imported.
     (model,) = found
     self.assertTrue(holders.holding({'model.py': [model]},
-                                    {'Block': {'block'}}, set()))
+                                    {'Block': {'block'}}, {'Module'}))
     other = holders.classes('test.py', (
         b'class Model:\n  def __init__(self):\n    self.b = Block()\n'))
     self.assertFalse(holders.holding({'test.py': other},
-                                     {'Block': {'block'}}, set()))
+                                     {'Block': {'block'}}, {'Module'}))
+    # A test case naming (and importing) Block holds no Block.
+    case = holders.classes('m_test.py', (
+        b'from block import Block\n'
+        b'class T(absltest.TestCase):\n  def test(self):\n'
+        b'    self.b = Block()\n'))
+    self.assertFalse(holders.holding({'m_test.py': case},
+                                     {'Block': {'block'}}, {'Module'}))
     made = holders.classes('m.py', (
         b'class M(nnx.Module):\n'
         b'  def __init__(self, rngs):\n'
         b'    self.l = nnx.Linear(2, 2, rngs=rngs)\n'
         b'    self.xs = nnx.List([])\n'))
-    self.assertFalse(made[0].keeps_passed_in)  # rngs is passed on, not kept
+    self.assertFalse(made[0].kept)  # rngs is passed on, not kept
     kept = holders.classes('m.py', (
         b'class M(nnx.Module):\n'
         b'  def __init__(self, *layers):\n'
         b'    self.layers = nnx.List(layers)\n'))
-    self.assertTrue(kept[0].keeps_passed_in)
+    self.assertEqual(kept[0].kept, {holders.UNANNOTATED})
+    # Kept, but annotated as no module: an int, a function, a config.
+    plain = holders.classes('m.py', (
+        b'class M(nnx.Module):\n'
+        b'  def __init__(self, n: int, f: Callable[[Block], int],\n'
+        b'               config: Config, inner: Block | None):\n'
+        b'    self.n = n\n    self.f = f\n    self.config = config\n'
+        b'    self.inner = inner\n'))
+    self.assertEqual(plain[0].kept, {'Config', 'Block'})
+    self.assertFalse(holders.holding({'m.py': plain}, {}, {'Module'}))
+    self.assertTrue(holders.holding({'m.py': plain}, {},
+                                    {'Module', 'Block'}))
 
 
 if __name__ == '__main__':

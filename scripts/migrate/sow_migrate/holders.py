@@ -44,9 +44,10 @@ class ClassNames:
   name: str
   bases: frozenset[str]  # the last part of each base (`Module`, `Block`)
   names: frozenset[str]  # every name and attribute its body mentions
-  # Whether a method keeps one of its parameters as an attribute
-  # (`self.attn = attn`): an object passed in, which may be a module.
-  keeps_passed_in: bool
+  # The annotations (their names; UNANNOTATED) of the parameters a method
+  # keeps as attributes (`self.attn = attn`): objects passed in, which may
+  # be modules.
+  kept: frozenset[str]
   # The names in the file's imports (modules, their parts, what they
   # import): a class named in another file is that file's only if imported.
   imports: frozenset[str] = frozenset()
@@ -66,31 +67,61 @@ _CONTAINERS = frozenset({'List', 'Dict', 'Sequential', 'list', 'tuple',
                          'dict'})
 
 
-def _passed_in(value: ast.expr, params: set[str]) -> bool:
-  """Whether ``value`` is a parameter, a field of one (``config.block``) or
-  a container of them (``nnx.List(layers)``, ``[*layers]``)."""
+# Annotations of what holds no module (decide.Project.opaque decides the
+# others with the project's classes; here only which files to read is at
+# stake, and an unknown name is taken for a class that is no Module).
+_PLAIN = frozenset({'int', 'float', 'str', 'bool', 'bytes', 'complex',
+                    'None', 'Callable', 'Optional', 'Union', 'Sequence',
+                    'Tuple', 'tuple', 'list', 'List', 'dict', 'Dict',
+                    'Mapping', 'Iterable', 'Literal', 'type', 'Array',
+                    'ndarray', 'dtype', 'DType', 'DTypeLike', 'Rngs'})
+UNANNOTATED = '<unannotated>'
+
+
+def _passed_in(value: ast.expr, params: set[str]) -> set[str]:
+  """The parameters ``value`` is, a field of (``config.block``) or a
+  container of (``nnx.List(layers)``, ``[*layers]``)."""
   if isinstance(value, ast.Name):
-    return value.id in params
-  if isinstance(value, ast.Attribute):
-    return _passed_in(value.value, params)
-  if isinstance(value, ast.Starred):
+    return {value.id} & params
+  if isinstance(value, (ast.Attribute, ast.Starred)):
     return _passed_in(value.value, params)
   if isinstance(value, (ast.List, ast.Tuple)):
-    return any(_passed_in(e, params) for e in value.elts)
+    return set().union(*(_passed_in(e, params) for e in value.elts))
   if isinstance(value, ast.Call) and _last(value.func) in _CONTAINERS:
-    return any(_passed_in(a, params) for a in value.args)
-  return False
+    return set().union(*(_passed_in(a, params) for a in value.args))
+  return set()
 
 
-def _keeps_passed_in(node: ast.ClassDef) -> bool:
+def _annotation_names(node: ast.expr | None) -> set[str]:
+  """What a parameter annotated ``node`` may be, by the last part of each
+  name in it (``Callable[...]``: a function, whatever it takes)."""
+  if node is None:
+    return {UNANNOTATED}
+  if isinstance(node, ast.Constant) and isinstance(node.value, str):
+    try:  # a forward reference, 'Block'
+      node = ast.parse(node.value, mode='eval').body
+    except SyntaxError:
+      return {UNANNOTATED}
+  found = set()
+  for inner in ast.walk(node):
+    if isinstance(inner, ast.Subscript) and _last(inner.value) == 'Callable':
+      return set()
+    if isinstance(inner, (ast.Name, ast.Attribute)):
+      found.add(_last(inner))
+  return found - _PLAIN
+
+
+def _kept(node: ast.ClassDef) -> frozenset[str]:
+  """The annotations of the parameters its methods keep as attributes."""
+  kept = set()
   for method in node.body:
     if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
       continue
     args = method.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args,
-                              *args.kwonlyargs)}
-    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    params.discard('self')
+    annotations = {a.arg: a.annotation for a in (
+        *args.posonlyargs, *args.args, *args.kwonlyargs,
+        *(a for a in (args.vararg, args.kwarg) if a is not None))}
+    annotations.pop('self', None)
     for statement in ast.walk(method):
       if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
         continue
@@ -98,10 +129,10 @@ def _keeps_passed_in(node: ast.ClassDef) -> bool:
                  else [statement.target])
       on_self = any(isinstance(t, ast.Attribute) and isinstance(
           t.value, ast.Name) and t.value.id == 'self' for t in targets)
-      if on_self and statement.value is not None and _passed_in(
-          statement.value, params):
-        return True
-  return False
+      if on_self and statement.value is not None:
+        for param in _passed_in(statement.value, set(annotations)):
+          kept |= _annotation_names(annotations[param])
+  return frozenset(kept)
 
 
 def _python_classes(tree: ast.Module) -> list[ClassNames]:
@@ -117,7 +148,7 @@ def _python_classes(tree: ast.Module) -> list[ClassNames]:
       elif isinstance(inner, ast.Attribute):
         names.add(inner.attr)
     found.append(ClassNames(node.name, bases, frozenset(names),
-                            _keeps_passed_in(node)))
+                            _kept(node)))
   return found
 
 
@@ -152,16 +183,19 @@ def classes(path: str, content: bytes) -> list[ClassNames]:
 
 def holding(candidates: dict[str, list[ClassNames]],
             wanted: dict[str, set[str]], modules: set[str]) -> set[str]:
-  """The files of ``candidates`` with a class that may hold a class of
-  ``wanted`` (``{name: the modules defining a class of that name}``): it
-  names one its file imports (the class or its module); or a module passed
-  in (``modules``: the names of the Module classes known so far, ``Module``
-  among them)."""
+  """The files of ``candidates`` with a Module class (``modules``: the
+  names of the Module classes known so far, ``Module`` among them; a test
+  case naming a model holds none) that may hold a class of ``wanted``
+  (``{name: the modules defining a class of that name}``): it names one its
+  file imports (the class or its module), or it keeps a parameter that may
+  be a module (unannotated, or annotated as a Module, ``Any`` or
+  ``object``)."""
+  may_be_module = modules | {UNANNOTATED, 'Any', 'object'}
 
   def names_one(c: ClassNames) -> bool:
     return any(name in c.imports or wanted[name] & c.imports
                for name in c.names & wanted.keys())
 
   return {path for path, found in candidates.items()
-          if any(names_one(c) or (c.keeps_passed_in and c.bases & modules)
+          if any(c.bases & modules and (names_one(c) or c.kept & may_be_module)
                  for c in found)}

@@ -250,7 +250,15 @@ def holder_names(analyses) -> tuple[dict[str, set[str]], set[str]]:
           or wanted.intersection(q for q, _ in fact.calls)):
         wanted.add(fact.qualified)
         changed = True
-  modules = {'Module'} | {c.qualified.rsplit('.', 1)[-1] for c in facts}
+  # The Module classes (by their last name): deriving from one, to a fixed
+  # point (a dataclass of the project holds no module).
+  modules = {'Module', 'List', 'Dict', 'Sequential'}
+  for _ in range(len(facts) + 1):
+    more = {c.qualified.rsplit('.', 1)[-1] for c in facts
+            if {b.rsplit('.', 1)[-1] for b in c.bases} & modules} - modules
+    if not more:
+      break
+    modules |= more
   by_name = collections.defaultdict(set)
   for qualified in wanted:
     parts = qualified.split('.')
