@@ -155,11 +155,18 @@ class ProjectTest(absltest.TestCase):
   def test_the_refused_rewrite_raises_on_flax_0_12_8s_capture(self):
     directory = self._copy('nca_unread')
     before = project_testing.execute(directory, libraries=[LIBRARY])
-    # For capture_compat's nnx.capture the pop migrates, with the same
-    # values; the same rewrite raises on Flax 0.12.8's.
+    # For capture_compat's nnx.capture the pop migrates where the library
+    # is read (where it is not, what it sows is not known: unknown-type),
+    # with the same values; the same rewrite raises on Flax 0.12.8's.
+    code, summary, _, err = cli.run(
+        [directory], target='capture', nnx_capture='transform',
+        search_path=[])
+    self.assertEqual((code, summary.changed), (ms.EXIT_OK, 0), msg=err)
+    self.assertIn('train.py:13:12: unknown-type: it may pop what '
+                  'ComplexSystem sows', err)
     code, summary, _, err = cli.run(
         [directory], mode='write', target='capture', nnx_capture='transform',
-        search_path=[])
+        search_path=[LIBRARY])
     self.assertEqual((code, summary.changed), (ms.EXIT_OK, 1), msg=err)
     self.assertIn('nnx.capture(', project_testing.read(directory)['train.py'])
     self.assertEmpty(project_testing.differences(
@@ -246,6 +253,60 @@ class ProjectTest(absltest.TestCase):
     self.assertEqual((summary.analysed, summary.changed), (3, 0))
     self.assertIn("block.py:11:5: multi-instance: 'out' is sown by several "
                   'instances in Model', err)
+
+  def test_a_library_perturb_keeps_the_pop(self):
+    # Found by the fuzzer (seed 4801): the model's file names no API, its
+    # block is a library's and perturbs; run() pops an object of unknown
+    # class. The library was never read, and the pop (which collects the
+    # Perturbation) became a capture (which does not).
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
+    cli.write(library, 'fuzzlib/__init__.py', '')
+    cli.write(library, 'fuzzlib/block0.py', """\
+        from flax import nnx
+
+
+        class Block0(nnx.Module):
+
+          def __init__(self, rngs):
+            self.linear = nnx.Linear(2, 2, rngs=rngs)
+
+          def __call__(self, x):
+            return self.perturb('h', self.linear(x))
+        """)
+    project_testing.write(directory, {
+        'pyproject.toml': '',
+        'model.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                          'model.py')).replace(
+                                              'from block import Block',
+                                              'from fuzzlib.block0 import '
+                                              'Block0 as Block'),
+        'main.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                         'main.py')).replace(
+                                             "  return {'y': model(x)}",
+                                             '  y = model(x)\n'
+                                             '  s = nnx.pop(model, '
+                                             'nnx.Intermediate)\n'
+                                             "  return {'y': y, 's': s}"),
+    })
+    before = project_testing.execute(directory, libraries=[library])
+    self.assertIn("run['s']['a']['h'].value", before)
+    for capture, search_path, code in (
+        ('legacy', [library], 'perturbation'),
+        ('transform', [library], 'perturbation'),
+        ('legacy', [], 'capture-hazard'),
+        ('transform', [], 'unknown-type')):
+      exit_code, _, out, err = cli.run(
+          [directory], nnx_capture=capture, search_path=search_path)
+      self.assertEqual((exit_code, out), (ms.EXIT_OK, ''), msg=err)
+      self.assertIn(f'main.py:14:7: {code}: ', err)
+    # The rewrite it refuses loses the perturbation's values.
+    main = os.path.join(directory, 'main.py')
+    cli.write(directory, 'main.py', cli.read(main).replace(
+        '  y = model(x)\n  s = nnx.pop(model, nnx.Intermediate)\n',
+        '  y, s = nnx.capture(model, nnx.Intermediate)(x)\n'))
+    after = project_testing.execute(directory, libraries=[library])
+    self.assertNotIn("run['s']['a']['h'].value", after)
 
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')

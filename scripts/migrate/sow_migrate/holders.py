@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import typing as tp
 
 from . import documents
 
@@ -51,6 +52,10 @@ class ClassNames:
   # The names in the file's imports (modules, their parts, what they
   # import): a class named in another file is that file's only if imported.
   imports: frozenset[str] = frozenset()
+  # The top-level packages of what its body names from the file's imports
+  # (`fuzzlib` of `from fuzzlib.block0 import Block0`): a library's class
+  # may sow, unknown until the library is read.
+  imported_from: frozenset[str] = frozenset()
 
 
 def _last(node: ast.expr) -> str | None:
@@ -164,7 +169,7 @@ def classes(path: str, content: bytes) -> list[ClassNames]:
     units = documents.read_document(path, content).units
   except (UnicodeDecodeError, SyntaxError, ValueError, LookupError):
     return []
-  found, imports = [], set()
+  found, imports, tops = [], set(), {}
   for unit in units:
     try:
       tree = ast.parse(unit.code)
@@ -175,21 +180,33 @@ def classes(path: str, content: bytes) -> list[ClassNames]:
       if isinstance(node, ast.ImportFrom):
         imports.update((node.module or '').split('.'))
         imports.update(a.name for a in node.names)
+        if not node.level and node.module:
+          top = node.module.split('.')[0]
+          tops.update((a.asname or a.name, top) for a in node.names)
       elif isinstance(node, ast.Import):
         for alias in node.names:
           imports.update(alias.name.split('.'))
-  return [dataclasses.replace(c, imports=frozenset(imports)) for c in found]
+          name = alias.asname or alias.name.split('.')[0]
+          tops[name] = alias.name.split('.')[0]
+  return [dataclasses.replace(
+      c, imports=frozenset(imports),
+      imported_from=frozenset(tops[n] for n in c.names if n in tops))
+          for c in found]
 
 
 def holding(candidates: dict[str, list[ClassNames]],
-            wanted: dict[str, set[str]], modules: set[str]) -> set[str]:
+            wanted: dict[str, set[str]], modules: set[str],
+            libraries: tp.Callable[[str], bool] = lambda top: False
+            ) -> set[str]:
   """The files of ``candidates`` with a Module class (``modules``: the
   names of the Module classes known so far, ``Module`` among them; a test
   case naming a model holds none) that may hold a class of ``wanted``
   (``{name: the modules defining a class of that name}``): it names one its
   file imports (the class or its module), or it keeps a parameter that may
   be a module (unannotated, or annotated as a Module, ``Any`` or
-  ``object``)."""
+  ``object``), or it names a class of a library (``libraries(top)``: whether
+  a top-level package is one that may define modules, not the project's),
+  whose classes the analysis of this file will have read."""
   may_be_module = modules | {UNANNOTATED, 'Any', 'object'}
 
   def names_one(c: ClassNames) -> bool:
@@ -197,5 +214,6 @@ def holding(candidates: dict[str, list[ClassNames]],
                for name in c.names & wanted.keys())
 
   return {path for path, found in candidates.items()
-          if any(c.bases & modules and (names_one(c) or c.kept & may_be_module)
-                 for c in found)}
+          if any(c.bases & modules and (
+              names_one(c) or c.kept & may_be_module
+              or any(map(libraries, c.imported_from))) for c in found)}

@@ -29,6 +29,7 @@ import os
 import re
 import sys
 
+from . import hazards as hazards_lib
 from . import holders, libraries, parallel, reexports
 from .analysis import module_name
 from .flags import MAX_LINE
@@ -276,6 +277,11 @@ def analyse_holders(files, given, root, base, verbose, err, summary,
   """
   failed = {path for path, *_ in unknown}
   added = False
+  tops = {module_name(root, path).name.split('.', 1)[0] for path in files}
+
+  def library(top: str) -> bool:
+    # A package other than the project's that may define NNX modules.
+    return top not in tops and not hazards_lib.not_modules(top)
   while True:
     for path in files:
       if path in cheap or path in analyses:
@@ -297,7 +303,7 @@ def analyse_holders(files, given, root, base, verbose, err, summary,
         break
       modules |= more
     todo = [p for p in files
-            if p in holders.holding(candidates, wanted, modules)]
+            if p in holders.holding(candidates, wanted, modules, library)]
     if not todo:
       return added
     for path in todo:
