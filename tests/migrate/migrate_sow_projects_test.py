@@ -308,6 +308,34 @@ class ProjectTest(absltest.TestCase):
     after = project_testing.execute(directory, libraries=[library])
     self.assertNotIn("run['s']['a']['h'].value", after)
 
+  def test_a_library_sow_read_as_an_attribute_is_reported(self):
+    # Found by the fuzzer (seed 4903): main.py names no API and reads a
+    # library block's sown value; the files naming no API were searched for
+    # the project's sown names before the library was read.
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
+    cli.write(library, 'fuzzlib/__init__.py', '')
+    cli.write(library, 'fuzzlib/block0.py', cli.read(os.path.join(
+        PROJECTS, 'holder_elsewhere', 'block.py')))
+    project_testing.write(directory, {
+        'pyproject.toml': '',
+        'model.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                          'model.py')).replace(
+                                              'from block import Block',
+                                              'from fuzzlib.block0 import '
+                                              'Block'),
+        'main.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                         'main.py')).replace(
+                                             "  return {'y': model(x)}",
+                                             '  model(x)\n'
+                                             '  return model.a.out.value[0]'),
+    })
+    code, _, _, err = cli.run([directory], search_path=[library])
+    self.assertEqual(code, ms.EXIT_OK, msg=err)
+    self.assertIn("main.py:14:10: attribute-read: read as an attribute, "
+                  "model.a.out.value reads 'out' (sown at fuzzlib/block0.py:",
+                  err)
+
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(

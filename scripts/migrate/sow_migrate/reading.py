@@ -102,8 +102,10 @@ def relative(path: str, base: str) -> str:
 
 
 def attribute_re(analyses):
+  # A perturbation is a Variable on the module too (Module.perturb).
   names = {site.name for a in analyses.values() for u in a.units
-           for site in u.facts.sites if site.name and site.kind == 'sow'}
+           for site in u.facts.sites
+           if site.name and site.kind in ('sow', 'perturb')}
   if not names:
     return re.compile(rb'(?!)')
   alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))

@@ -158,6 +158,18 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
                                    verbose, err, summary, analyses, unknown,
                                    pool, data, cheap):
       break
+  # The holders and libraries read since may sow names that the files not
+  # analysed read as attributes (a library's sow, read in a main.py naming
+  # no API): a last look at those, with every name known now.
+  if reading.attribute_re(analyses).pattern != (
+      pattern.pattern if pattern is not None else None):
+    looked = {path for path, *_ in unknown}
+    reading.analyse_all(
+        [p for p in given + project_files
+         if p not in analyses and p not in looked], given, base, root,
+        verbose, err, summary, analyses, unknown, [],
+        reading.attribute_re(analyses), pool, data,
+        description='attribute reads')
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
