@@ -46,7 +46,10 @@ _DRIVER = textwrap.dedent('''\
     import pickle, sys, warnings
     root, project, compat, out, *libraries = sys.argv[1:]
     sys.path.insert(0, root)
-    import _worktree  # this working tree's flax.nnx
+    try:
+      import _worktree  # this repository: its working tree's flax.nnx
+    except ImportError:
+      pass  # Flax's tree: its own flax.nnx
     sys.path[:0] = [project, *libraries]
     warnings.simplefilter('ignore', DeprecationWarning)
     import jax
