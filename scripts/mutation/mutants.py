@@ -41,6 +41,8 @@ import dataclasses
 
 SOW = 'flax/nnx/sow/'
 COMPAT = 'flax/nnx/capture_compat/'
+# The codemod's decision modules (outside the flax package).
+MIGRATE = 'scripts/migrate/sow_migrate/'
 
 # The deterministic tests that pin each module's behaviour, fastest-killing
 # first (pytest stops at the first failure). The randomized fuzzer is not
@@ -163,6 +165,16 @@ ACTIVATIONS_TESTS = (
     'tests/nnx/sow/activations/multiprocess_export_test.py',
 )
 
+# The codemod: its deterministic tests of the decisions, fastest first
+# (the projects run in fresh processes last; the fuzzer is not among them).
+MIGRATE_TESTS = (
+    'tests/migrate/migrate_sow_decide_test.py',
+    'tests/migrate/migrate_sow_other_readers_test.py',
+    'tests/migrate/migrate_sow_tool_test.py',
+    'tests/migrate/migrate_sow_wrong_rewrites_test.py',
+    'tests/migrate/migrate_sow_projects_test.py',
+)
+
 # discover and the tables it and Collected print.
 TABLES_TESTS = (
     'tests/nnx/sow/api/discover_test.py',
@@ -196,6 +208,8 @@ class Mutant:
     """The tests run against this mutant, by the layer of its module."""
     if self.path.startswith(COMPAT):
       return COMPAT_TESTS
+    if self.path.startswith(MIGRATE):
+      return MIGRATE_TESTS
     module = self.path[len(SOW):]
     if module.startswith('lift/'):
       return _LIFT_TESTS[module]  # a new lift/ module must be listed there
@@ -220,7 +234,7 @@ _LIFT_TESTS = {
 
 
 def _m(id, file, old, new, breaks, equivalent=None):
-  path = file if file.startswith(COMPAT) else SOW + file
+  path = file if file.startswith((COMPAT, MIGRATE)) else SOW + file
   return Mutant(id, path, old, new, breaks, equivalent)
 
 
@@ -1283,6 +1297,49 @@ MUTANTS: tuple[Mutant, ...] = (
        ' jax.Array):',
        '  if not isinstance(leaf, jax.Array):',
        'a traced value is printed by dtype and shape, without reading it'),
+    # -- the codemod (scripts/migrate/sow_migrate) ----------------------------
+    _m('migrate-holders-by-name-ignored', MIGRATE + 'holders.py',
+       '    return any(name in c.imports or wanted[name] & c.imports\n'
+       '               for name in c.names & wanted.keys())',
+       '    return False',
+       'a file whose class holds a class that sows (by name) is analysed'),
+    _m('migrate-holders-passed-in-ignored', MIGRATE + 'holders.py',
+       '              names_one(c) or c.kept & may_be_module\n',
+       '              names_one(c)\n',
+       'a file whose Module keeps a module passed in is analysed'),
+    _m('migrate-holders-transitive-stops', MIGRATE + 'reading.py',
+       "      if (wanted.intersection(fact.bases)\n"
+       "          or wanted.intersection(q for q, _ in fact.calls)):",
+       "      if False:",
+       'the holders of a holder of a class that sows are analysed too'),
+    _m('migrate-unread-base-not-suspect', MIGRATE + 'hazards.py',
+       "      if _visible(fact, pop) and (project.kind(name) == 'nnx' or (",
+       "      if _visible(fact, pop) and (project.kind(name) == 'nnx' and (",
+       'a class deriving from an unread class may be the popped object'),
+    _m('migrate-unread-root-known', MIGRATE + 'hazards.py',
+       '  if not known and pop.root is not None and _unread_name(pop.root):',
+       '  if False:',
+       'a popped object of an unread library class is a hazard'),
+    _m('migrate-part-reads-dropped', MIGRATE + 'facts.py',
+       '      name = bound.get(name)',
+       '      name = None',
+       'a read through a name bound to a part of a called model is reported'),
+    _m('migrate-may-read-silent', MIGRATE + 'decide.py',
+       "    elif (other.code == 'may-read' and by_name.keys() - {None}",
+       "    elif (False",
+       'getattr with a computed name is reported as may-read'),
+    _m('migrate-module-alias-ignored', MIGRATE + 'facts.py',
+       '      self.facts.aliases[next(iter(alias))] = sorted(named)[0]',
+       '      pass',
+       'a module-level alias of nnx.List is an nnx.List'),
+    _m('migrate-reason-cut', MIGRATE + 'flags.py',
+       "    return head + ' '.join(self.message.split()) + suffix",
+       "    return (head + ' '.join(self.message.split()))[:200] + suffix",
+       'a flag holds its whole reason'),
+    _m('migrate-readers-not-noted', MIGRATE + 'source.py',
+       '                              readers if annotate else ())',
+       '                              ())',
+       '--annotate writes its note at readers too'),
     # -- capture_compat/overlay.py -----------------------------------------
     _m('compat-installed-always', COMPAT + 'overlay.py',
        '  return module_lib.capture is capture\n',

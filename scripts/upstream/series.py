@@ -968,13 +968,14 @@ basic rewrites of each target; the commits after this one add theirs.''',
         '''\
 Phase 1 over a project (`reading.py`): its files (.py, notebooks, Markdown;
 not build/, venvs, hidden folders), of which only those naming the APIs are
-analysed, then those reading a sown name as an attribute, and those
+analysed, then those reading a sown name as an attribute, those
 defining the classes the analysed ones derive from or make, in the project
-or in the libraries it imports. `parallel.Pool` runs the analyses in N
+or in the libraries it imports, and those whose Module classes may hold a
+class that sows (`holders.py`: every other file parsed once with `ast`). `parallel.Pool` runs the analyses in N
 spawned workers, the largest files first, and returns them in the order of
 the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
 where stderr is a terminal, and nothing elsewhere.''',
-        files=(*_migrate('reading', 'parallel', 'progress'),
+        files=(*_migrate('reading', 'holders', 'parallel', 'progress'),
                _MIGRATE_TESTS + 'migrate_sow_reading_test.py'),
     ),
     Commit(
@@ -1096,6 +1097,32 @@ without libcst it says what to install. Tests only.''',
                               'core/system.py', 'core/update.py')),
                *_pairs('capture', 'flag_library_hazard.py'),
                *_pairs('functional', 'flag_multi_instance_nested.py')),
+    ),
+    Commit(
+        'codemod-projects',
+        'scripts/migrate: projects of several files, run before and after; '
+        'the differential fuzzer',
+        '''\
+Projects whose facts are spread over files without sows
+(testdata/projects/): a holder of two Blocks in a file of its own (the
+functional target keeps the sow), a layer that sows and holds a module
+passed in (a second run changes nothing), a growing NCA on a library that
+is not installed (the pop stays); each written to a folder and run in
+fresh processes before and after (`project_testing.py`), the rewrites the
+codemod refuses too. The differential fuzzer (`project_fuzz.py`, with
+hypothesis; it skips without): random projects migrated with each target,
+run before and after with Flax 0.12.8's `nnx.capture` as the oracle, a
+second run changing nothing, every reader reported. Tests only.''',
+        files=(_MIGRATE_TESTS + 'project_testing.py',
+               _MIGRATE_TESTS + 'project_fuzz.py',
+               _MIGRATE_TESTS + 'migrate_sow_projects_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_fuzz_test.py',
+               *(f'{_MIGRATE_TESTS}testdata/projects/{name}' for name in (
+                   'holder_elsewhere/block.py', 'holder_elsewhere/main.py',
+                   'holder_elsewhere/model.py', 'nca_unread/main.py',
+                   'nca_unread/nca.py', 'nca_unread/train.py',
+                   'passed_in/attn.py', 'passed_in/layer.py',
+                   'passed_in/main.py'))),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each

@@ -139,8 +139,11 @@ class ToolTest(absltest.TestCase):
     self.assertNotIn(self.root, err)
     with open(self.model, encoding='utf-8') as f:
       model = f.read()
+    # The whole reason, wrapped into comment lines.
     self.assertIn('# TODO(migrate_sow): attribute-read: read as an attribute, '
-                  'model.y.value, at pkg/train.py: ', model)
+                  'model.y.value, at\n    #     pkg/train.py: the model runs '
+                  'outside nnx.capture there; capture it\n    #     instead\n',
+                  model)
     self.assertNotIn(self.root, model)
 
   def test_a_progress_bar_only_on_a_terminal(self):
@@ -162,6 +165,22 @@ class ToolTest(absltest.TestCase):
     self.assertIn('analysing', outputs['terminal'])
     # The bar is erased: the flags are the same lines.
     self.assertIn(outputs['pipe'].splitlines()[0], outputs['terminal'])
+
+  def test_a_reason_is_wrapped_on_a_terminal_never_cut(self):
+    runner = codemod_testing.codemod_module('runner')
+    flags = codemod_testing.codemod_module('flags')
+    detail = ' '.join(f'word{i}' for i in range(60))
+    flag = flags.Flag('pkg/train.py', 7, 9, 'capture-hazard', detail)
+    lines = {}
+    for width in (0, 60):
+      stream = io.StringIO()
+      runner.write_flag(stream, flag, width)
+      lines[width] = stream.getvalue().splitlines()
+    self.assertEqual(lines[0], [f'pkg/train.py:7:9: capture-hazard: {detail}'])
+    self.assertGreater(len(lines[60]), 1)
+    self.assertTrue(all(len(line) <= 60 for line in lines[60]))
+    self.assertEqual(' '.join(line.strip() for line in lines[60]),
+                     lines[0][0])
 
   def test_quiet_prints_nothing_on_stderr(self):
     code, diff, err = self._main(['--quiet', 'pkg'], self.root)

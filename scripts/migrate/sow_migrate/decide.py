@@ -356,6 +356,15 @@ def reader_flags(project: Project,
           f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
           f'{sow.where}) off the module: it is there only after a call '
           'outside nnx.capture; capture the call and read the State')))
+    elif (other.code == 'may-read' and by_name.keys() - {None}
+          # In a Linen module's method: a Linen attribute, never NNX's.
+          and project.kind(other.owner) != 'linen'):
+      names = sorted(n for n in by_name if n is not None)
+      found.append((other, other.code, (
+          f'{other.detail}: it may read '
+          f'{shorten([repr(n) for n in names], 6)} (sown at '
+          f'{by_name[names[0]].where}) off the module, where it is only after '
+          'a call outside nnx.capture; capture the call and read the State')))
     elif other.code == 'filter-use':
       sows = [s for s in project.sows if project.filters(other, s)]
       if not sows:
@@ -421,6 +430,23 @@ def _pop_to_capture_reason(project: Project, pop: Site):
   return None
 
 
+def _unread_reason(project: Project, pop: Site):
+  """Why a pop of a model holding a class the codemod could not read stays
+  (None: it holds none). After the other reasons: for Flax 0.12.8's
+  ``nnx.capture`` the hazard of such a class is said first."""
+  if pop.kind != 'pop':
+    return None
+  unread = hazards.unread(project, pop)
+  if unread is None:
+    return None
+  # Its sows are not known: a subclass of the popped type or a
+  # perturbation, which the pop collects and the capture would not.
+  return ('unknown-type', f'it may pop what {unread} sows, a class the '
+          'codemod could not read (a library not installed where it runs): '
+          'a subclass of the type or a perturbation there is collected by '
+          'nnx.pop, not by nnx.capture')
+
+
 def _not_in_module(project: Project, sow: Site) -> str:
   """What the class holding a sow is, when it is not an NNX Module."""
   fact = project.classes.get(sow.owner)
@@ -447,7 +473,8 @@ def _decide_capture(project: Project, legacy: bool,
       decisions[id(reader)] = Decision('flag', *_OUTSIDE)
       continue
     reason = _pop_to_capture_reason(project, reader) or (
-        hazards.reason(project, reader) if legacy else None)
+        hazards.reason(project, reader) if legacy else None) or (
+            _unread_reason(project, reader))
     decisions[id(reader)] = (Decision(REWRITE) if reason is None
                              else Decision('flag', *reason))
   attribute_reads = collections.defaultdict(list)
@@ -524,7 +551,8 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
     if reader.kind == 'pop' and id(reader) not in own:
       if reader.pop_reasons:
         own[id(reader)] = reader.pop_reasons[0]
-      elif (reason := _pop_to_capture_reason(project, reader)):
+      elif (reason := _pop_to_capture_reason(project, reader)
+            or _unread_reason(project, reader)):
         own[id(reader)] = reason
     if reader.types and reader.types[0] != nm.INTERMEDIATE and id(
         reader) not in own:

@@ -23,6 +23,7 @@ qualified name, so two classes ``Foo`` in two files are two classes.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing as tp
 
 import libcst as cst
@@ -122,6 +123,13 @@ class UnitFacts:
   state_names: set[str] = dataclasses.field(default_factory=set)
   # The callees called in the unit (`model` in model(x)), as written.
   called: set[str] = dataclasses.field(default_factory=set)
+  # Names bound to a part of another object (`block = model.layers[1]`,
+  # `for block in model.layers`): name -> the root name (`model`), so that a
+  # read through them counts as a read of that object.
+  bound: dict[str, str] = dataclasses.field(default_factory=dict)
+  # Module-level aliases (`ModuleList = nnx.List`): qualified name of the
+  # alias -> qualified name of what it names (decide.Project resolves them).
+  aliases: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def string_value(node: cst.CSTNode) -> str | None:
@@ -205,19 +213,36 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
     self._classes.pop()
     self._class_nodes.pop()
 
-  def visit_For(self, node) -> None:
+  def _enter_loop(self, node) -> None:
     self._loops += 1
+
+  def visit_For(self, node: cst.For) -> None:
+    self._enter_loop(node)
+    self._bind_part(node.target, node.iter)
+
+  def visit_CompFor(self, node: cst.CompFor) -> None:
+    self._bind_part(node.target, node.iter)
+
+  def _bind_part(self, target: cst.CSTNode, value: cst.CSTNode) -> None:
+    # `block = model.layers[0]`, `for block in model.layers`: `block` is a
+    # part of `model` (a call's result is not: `y = model(x)`).
+    root = _root_name(value)
+    if isinstance(target, cst.Name) and root and root != target.value:
+      self.facts.bound[target.value] = root
 
   def leave_For(self, original_node) -> None:
     self._loops -= 1
 
-  visit_While, leave_While = visit_For, leave_For
-  visit_ListComp, leave_ListComp = visit_For, leave_For
-  visit_GeneratorExp, leave_GeneratorExp = visit_For, leave_For
-  visit_DictComp, leave_DictComp = visit_For, leave_For
-  visit_SetComp, leave_SetComp = visit_For, leave_For
+  visit_While, leave_While = _enter_loop, leave_For
+  visit_ListComp, leave_ListComp = _enter_loop, leave_For
+  visit_GeneratorExp, leave_GeneratorExp = _enter_loop, leave_For
+  visit_DictComp, leave_DictComp = _enter_loop, leave_For
+  visit_SetComp, leave_SetComp = _enter_loop, leave_For
 
   def visit_Assign(self, node: cst.Assign) -> None:
+    if len(node.targets) == 1:
+      self._bind_part(node.targets[0].target, node.value)
+      self._module_alias(node.targets[0].target, node.value)
     if not self._classes:
       if (len(node.targets) == 1
           and isinstance(node.targets[0].target, cst.Name)
@@ -232,6 +257,19 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
           and isinstance(node.value, (cst.Name, cst.Attribute))):
         self._classes[-1].opaque |= attributes.passed_in_types(self,
                                                                node.value)
+
+  def _module_alias(self, target: cst.CSTNode, value: cst.CSTNode) -> None:
+    # `ModuleList = nnx.List` at module level: a class made as ModuleList(...)
+    # makes an nnx.List (hazards.py).
+    if not isinstance(target, cst.Name) or not isinstance(
+        value, (cst.Name, cst.Attribute)):
+      return
+    scope = self.get_metadata(metadata.ScopeProvider, target, None)
+    if not isinstance(scope, metadata.GlobalScope):
+      return
+    alias, named = self.qnames(target), self.qnames(value)
+    if len(alias) == 1 and named:
+      self.facts.aliases[next(iter(alias))] = sorted(named)[0]
 
   # Calls -------------------------------------------------------------------
 
@@ -481,6 +519,14 @@ def _code(node: cst.CSTNode | None) -> str:
   return text if len(text) <= 40 else text[:37] + '...'
 
 
+def _root_name(node: cst.CSTNode) -> str | None:
+  """`model` of `model.layers[0].attn` (None for a call's result)."""
+  while isinstance(node, (cst.Attribute, cst.Subscript)):
+    node = node.value
+  return node.value if isinstance(node, cst.Name) and node is not None else (
+      None)
+
+
 def collect(wrapper: metadata.MetadataWrapper, path: str, unit: int,
             unit_label: str, first_line: int,
             shared: dict[str, str] | None = None,
@@ -501,10 +547,29 @@ def keep_attribute_reads(units: list[UnitFacts]) -> None:
 
   An attribute read of a sown value needs the object to have been called
   (``model(x); model.y.value``): ``cursor.y[1]`` on an object never called
-  is something else. The cells of a notebook share their objects: a call in
-  one counts for a read in another.
+  is something else. A read through a part of a called object counts
+  (``model.layers[0].y.value``, ``block.y.value`` after ``block =
+  model.layers[0]`` or ``for block in model.layers``). The cells of a
+  notebook share their objects: a call in one counts for a read in another.
   """
   called = set().union(*(u.called for u in units))
+  bound = {}
   for unit in units:
-    unit.others = [o for o in unit.others if o.code != 'attribute-read'
-                   or o.receiver in called]
+    bound.update(unit.bound)
+
+  def reaches_a_call(receiver: str | None) -> bool:
+    if receiver in called:
+      return True
+    root = re.match(r'[A-Za-z_]\w*', receiver or '')
+    name, seen = root.group(0) if root else None, set()
+    while name is not None and name not in seen:
+      if name in called:
+        return True
+      seen.add(name)
+      name = bound.get(name)
+    return False
+
+  for unit in units:
+    unit.others = [o for o in unit.others
+                   if o.code not in ('attribute-read', 'may-read')
+                   or reaches_a_call(o.receiver)]

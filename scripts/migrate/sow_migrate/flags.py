@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+# The longest line of the errors (a parse error quotes the parser's whole
+# expectation); reasons are never cut.
 MAX_LINE = 200
 
 REASONS = {
@@ -54,6 +56,7 @@ REASONS = {
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',
+    'may-read': 'getattr with a computed name may read a sown value',
     'captures-read': "__captures__, where Flax 0.12.8's nnx.capture keeps "
                      'what it collects, is read',
     'internal-error': 'the codemod failed on this file',
@@ -87,10 +90,8 @@ class Flag:
     return self.detail or REASONS[self.code]
 
   def __str__(self) -> str:
+    # The whole reason, on one line: never cut (the terminal wraps it,
+    # runner.write_flag).
     suffix = f' [{self.unit}]' if self.unit else ''
     head = f'{self.path}:{self.line}:{self.col}: {self.code}: '
-    room = MAX_LINE - len(head) - len(suffix)
-    message = ' '.join(self.message.split())
-    if len(message) > room:
-      message = message[:max(room - 3, 10)] + '...'
-    return head + message + suffix
+    return head + ' '.join(self.message.split()) + suffix

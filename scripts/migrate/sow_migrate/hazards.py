@@ -88,6 +88,23 @@ _NOT_MODULES = frozenset({'jax', 'jaxlib', 'numpy', 'optax', 'chex',
                           'einops', 'ml_dtypes', 'typing_extensions'})
 
 
+def not_modules(top: str) -> bool:
+  """Whether the package ``top`` holds no NNX module of its own (Flax's are
+  known by name; the standard library's and numerical packages' are none)."""
+  return top == 'flax' or top in _NOT_MODULES or top in getattr(
+      sys, 'stdlib_module_names', ())
+
+
+def _unread_name(other: str) -> bool:
+  """Whether ``other`` names a class of a module the codemod could not read
+  (not Flax's, the standard library's, nor a package known to hold no
+  module)."""
+  if '.' not in other or '<' in other:
+    return False
+  top, short = other.split('.', 1)[0], other.rsplit('.', 1)[-1]
+  return not (not_modules(top) or not short[:1].isupper())
+
+
 def _unread(project, classes) -> list[str]:
   """The classes that ``classes`` derive from or make and whose source the
   codemod could not read (a library not found on the search path): any of
@@ -96,13 +113,8 @@ def _unread(project, classes) -> list[str]:
   for name in classes:
     fact = project.classes.get(name)
     for other in ([*fact.bases, *(q for q, _ in fact.calls)] if fact else ()):
-      if other in project.classes or '.' not in other or '<' in other:
-        continue
-      top, short = other.split('.', 1)[0], other.rsplit('.', 1)[-1]
-      if top == 'flax' or top in _NOT_MODULES or top in getattr(
-          sys, 'stdlib_module_names', ()) or not short[:1].isupper():
-        continue
-      found.add(other)
+      if other not in project.classes and _unread_name(other):
+        found.add(other)
   return sorted(found)
 
 
@@ -131,6 +143,33 @@ def _short(name: str) -> str:
   return name if name.startswith('jax.') else name.rsplit('.', 1)[-1]
 
 
+def unread(project, pop) -> str | None:
+  """A class the popped object may be or hold that the codemod could not
+  read (short name), or None."""
+  if pop.root is not None and pop.root not in project.classes and (
+      _unread_name(pop.root)):
+    return _short(pop.root)
+  classes = (project.closure(pop.root) if pop.root in project.classes
+             else None)
+  if classes is None:
+    classes = _suspects(project, pop)
+  found = _unread(project, classes)
+  return _short(found[0]) if found else None
+
+
+def _suspects(project, pop) -> frozenset[str]:
+  """Any class the code at ``pop`` can see that is a Module, or may be one:
+  a class deriving from a class the codemod could not read (GrowingNCA of a
+  project on CAX, run where CAX is not installed) is not known to be
+  anything, so it is kept among the suspects."""
+  return frozenset(
+      name for name, fact in project.classes.items()
+      if _visible(fact, pop) and (project.kind(name) == 'nnx' or (
+          project.kind(name) == 'other' and any(
+              b not in project.classes and _unread_name(b)
+              for b in fact.bases))))
+
+
 def reason(project, pop) -> tuple[str, str] | None:
   """Why ``nnx.capture`` of Flax 0.12.8 may not run ``pop``'s call as the
   call runs without it (None: it does).
@@ -140,10 +179,12 @@ def reason(project, pop) -> tuple[str, str] | None:
   project that the code can see.
   """
   known = pop.root is not None and pop.root in project.classes
+  if not known and pop.root is not None and _unread_name(pop.root):
+    return ('capture-hazard', _unread_message(
+        f'the popped object is a {_short(pop.root)}, which'))
   classes = project.closure(pop.root) if known else None
   if classes is None:
-    classes = frozenset(name for name, fact in project.classes.items()
-                        if project.kind(name) == 'nnx' and _visible(fact, pop))
+    classes = _suspects(project, pop)
     head = (f'{_short(pop.root)} holds modules passed in' if known else
             'the class of the popped object is not known')
     found = _hazard(project, classes, pop.pop_through, head)
@@ -200,7 +241,10 @@ def _unread_hazard(project, classes, unknown: str) -> str | None:
   if not unread:
     return None
   what = f'{unknown}; it' if unknown else 'the model'
-  return (f'{what} may hold {_short(unread[0])}, which the codemod could not '
-          'resolve to a class it has read (a library not installed where it '
-          'runs, or an alias): an nnx.List or nnx.Dict there would break '
-          "Flax 0.12.8's nnx.capture")
+  return _unread_message(f'{what} may hold {_short(unread[0])}, which')
+
+
+def _unread_message(head: str) -> str:
+  return (f'{head} the codemod could not resolve to a class it has read (a '
+          'library not installed where it runs, or an alias): an nnx.List '
+          "or nnx.Dict there would break Flax 0.12.8's nnx.capture")

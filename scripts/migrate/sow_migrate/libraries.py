@@ -78,19 +78,24 @@ MAX_HOPS = 12  # bases of bases, re-exports of re-exports
 
 def wanted(analyses, resolve) -> dict[str, set[str]]:
   """{module: class names} that the classes of ``analyses`` derive from or
-  call and that none of them defines (a call may be of a function)."""
+  call, or that their readers pop or capture, and that none of them
+  defines (a call may be of a function)."""
   known = {c.qualified for a in analyses.values() for u in a.units
            for c in u.facts.classes}
   found = collections.defaultdict(set)
   for analysis in analyses.values():
     for unit in analysis.units:
+      # The classes of popped or captured objects too (`cs: ComplexSystem`).
+      names = [s.root for s in unit.facts.sites
+               if s.kind in ('pop', 'capture') and s.root]
       for fact in unit.facts.classes:
-        for name in [*fact.bases, *(q for q, _ in fact.calls)]:
-          name = resolve(name)
-          if name not in known and '.' in name and not name.startswith(
-              'flax.'):
-            module, short = name.rsplit('.', 1)
-            found[module].add(short)
+        names += [*fact.bases, *(q for q, _ in fact.calls)]
+      for name in names:
+        name = resolve(name)
+        if name not in known and '.' in name and not name.startswith(
+            'flax.'):
+          module, short = name.rsplit('.', 1)
+          found[module].add(short)
   return found
 
 

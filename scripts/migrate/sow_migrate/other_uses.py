@@ -34,7 +34,9 @@ from . import names as nm
 class OtherUse:
   """nnx.Intermediate used outside a sow/capture/pop (a filter, a Variable)."""
 
-  code: str  # 'filter-use', 'direct-intermediate' or 'attribute-read'
+  # 'filter-use', 'direct-intermediate', 'attribute-read', 'may-read' or
+  # 'captures-read'
+  code: str
   path: str
   line: int
   owner: str | None
@@ -87,13 +89,27 @@ class OtherUses:
         node.args) < 2:
       return
     name = node.args[1].value
+    receiver = node.args[0].value
     if not isinstance(name, cst.SimpleString) or not isinstance(
         name.evaluated_value, str):
+      # getattr(model, name): it may read any sown name (decide.reader_flags
+      # says which).
+      # Not of self, nor of cls (a class: a classmethod's getattr(cls,
+      # name) reads a class attribute, never a sown value).
+      # Nor of type(x): a class too.
+      is_type = isinstance(receiver, cst.Call) and 'builtins.type' in (
+          self.qnames(receiver.func))
+      if not is_type and not (isinstance(receiver, cst.Name)
+                              and receiver.value in ('self', 'cls')):
+        line, col = self.position(node)
+        self.facts.others.append(OtherUse(
+            'may-read', self.path, line, self.owner(),
+            f'{_code(node)} reads an attribute whose name is computed', None,
+            _code(receiver), col=col, unit=self._unit()))
       return
     if name.evaluated_value == '__captures__':
       self._captures_read(node, _code(node))
       return
-    receiver = node.args[0].value
     if isinstance(receiver, cst.Name) and receiver.value == 'self':
       return
     line, col = self.position(node)

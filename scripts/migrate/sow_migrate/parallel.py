@@ -127,19 +127,22 @@ def rewrite(job: tuple) -> tuple:
 
   Args:
     job: (path, display, root, data, decisions, target, annotate, modes,
-      analysis or None to analyse ``data`` again).
+      analysis or None to analyse ``data`` again, the flags of its readers
+      that are no sites).
 
   Returns:
     ('ok', FileResult) or ('internal', one-line error, traceback).
   """
-  path, display, root, data, decisions, target, annotate, modes, done = job
+  (path, display, root, data, decisions, target, annotate, modes, done,
+   readers) = job
   try:
     result = done or analysis_lib.analyse(display, data, root, path)
     sites = sites_of(result)
     if len(sites) != len(decisions):
       raise RuntimeError('the file changed during the run')
     by_site = {id(s): d for s, d in zip(sites, decisions) if d is not None}
-    return 'ok', plan.rewrite_file(result, by_site, target, annotate, modes)
+    return 'ok', plan.rewrite_file(result, by_site, target, annotate, modes,
+                                   readers)
   except Exception as e:  # noqa: BLE001  pylint: disable=broad-except
     return 'internal', f'{type(e).__name__}: {e}', ''.join(
         traceback.format_exception(e))

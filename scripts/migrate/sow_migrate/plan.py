@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
+import typing as tp
 
 import libcst as cst
 from libcst import metadata
@@ -32,9 +33,8 @@ from . import codemods
 from . import decide as decide_lib
 from . import imports
 from .analysis import FileAnalysis, ParsedUnit
-from .codemods import annotate as annotate_lib
 from .codemods import base as codemods_base
-from .flags import MAX_LINE, Flag
+from .flags import Flag
 
 FUNCTIONS = ('sow', 'perturb', 'capture')
 
@@ -74,15 +74,15 @@ def _statement_of(parents, node):
 
 
 def _annotation(flag: Flag) -> str:
-  # Without line numbers, which the notes themselves shift.
+  # Without line numbers, which the notes themselves shift; whole (the note
+  # is wrapped into comment lines by annotate.rewrite).
   message = re.sub(r'(\S+\.(?:py|ipynb|md)):\d+', r'\1', flag.message)
-  text = f'{flag.code}: {" ".join(message.split())}'
-  room = MAX_LINE - len(annotate_lib.TODO) - 8
-  return text if len(text) <= room else text[:room - 3] + '...'
+  return f'{flag.code}: {" ".join(message.split())}'
 
 
 def file_plan(analysis: FileAnalysis, decisions, target: str, annotate: bool,
-              modes: dict[str, str], counts: collections.Counter):
+              modes: dict[str, str], counts: collections.Counter,
+              readers: tp.Sequence[Flag] = ()):
   """What each transformer changes in the file, and the units it touches."""
   plan = codemods_base.FilePlan()
   notes = collections.defaultdict(lambda: [None, []])
@@ -130,10 +130,49 @@ def file_plan(analysis: FileAnalysis, decisions, target: str, annotate: bool,
         for access in site.consumer.accesses:
           plan.accesses.append((unit.index, access,
                                 modes.get(access.name, 'append')))
+  if annotate:
+    for flag in readers:
+      found = _reader_statement(analysis, flag)
+      if found is not None:
+        unit, statement = found
+        notes[statement][1].append(_annotation(flag))
+        notes[statement][0] = unit.index
+        touched.add(unit.index)
+        if unit.module.body and statement is unit.module.body[0]:
+          headers[statement] = unit.module.header
   plan.notes = {statement: (unit, sorted(set(messages)),
                             headers.get(statement, ()))
                 for statement, (unit, messages) in notes.items()}
   return plan, touched
+
+
+def _reader_statement(analysis: FileAnalysis, flag: Flag):
+  """(unit, innermost statement) at a reader's flag, or None.
+
+  A reader is no site: it is found by its position, in the unit holding its
+  line (its cell, for a notebook's flag).
+  """
+  for unit in analysis.units:
+    if flag.unit and unit.unit.label != flag.unit:
+      continue
+    line = flag.line - unit.unit.first_line + 1
+    if line < 1 or line > unit.unit.code.count('\n') + 1:
+      continue
+    positions = metadata.MetadataWrapper(
+        unit.module, unsafe_skip_copy=True).resolve(metadata.PositionProvider)
+    best, best_start = None, None
+    for node, where in positions.items():
+      if not isinstance(node, (cst.SimpleStatementLine,
+                               cst.BaseCompoundStatement)):
+        continue
+      start, end = where.start, where.end
+      if (start.line, start.column) <= (line, flag.col - 1) <= (
+          end.line, end.column) and (best_start is None or
+                                     (start.line, start.column) > best_start):
+        best, best_start = node, (start.line, start.column)
+    if best is not None:
+      return unit, best
+  return None
 
 
 def rewrite_unit(unit: ParsedUnit, plan, tracker, kind: str) -> str:
@@ -152,13 +191,16 @@ def rewrite_unit(unit: ParsedUnit, plan, tracker, kind: str) -> str:
 
 
 def rewrite_file(analysis: FileAnalysis, decisions, target: str,
-                 annotate: bool, modes: dict[str, str]) -> FileResult:
-  """Applies the decisions to one file (raises only on codemod bugs)."""
+                 annotate: bool, modes: dict[str, str],
+                 readers: tp.Sequence[Flag] = ()) -> FileResult:
+  """Applies the decisions to one file (raises only on codemod bugs);
+  ``readers``: the flags of its readers that are no sites, noted with
+  ``annotate``."""
   doc = analysis.doc
   old = doc.render([u.code for u in doc.units])
   result = FileResult(analysis.path, old)
   plan, touched = file_plan(analysis, decisions, target, annotate, modes,
-                            result.rewritten)
+                            result.rewritten, readers)
   codes = [u.code for u in doc.units]
   if plan:
     tracker = codemods_base.Tracker(plan.nodes())

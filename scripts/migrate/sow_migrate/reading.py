@@ -24,11 +24,13 @@ whether it may read sown values, for the decisions to keep its sites.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import sys
 
-from . import libraries, parallel, reexports
+from . import hazards as hazards_lib
+from . import holders, libraries, parallel, reexports
 from .analysis import module_name
 from .flags import MAX_LINE
 
@@ -44,6 +46,7 @@ _MENTIONS_RE = re.compile(
 _CALLS_RE = re.compile(rb'\bpop\s*\(|\bcapture\s*\(')
 _FLAX_RE = re.compile(rb'\bflax\b|\bnnx\b')
 _CLASS_RE = re.compile(rb'^\s*class\s', re.MULTILINE)
+_ANY_RE = re.compile(rb'')
 _RISKY_RE = re.compile(rb'\.perturb\s*\(|Intermediate\s*\)\s*:')
 # What a file that could not be analysed must contain to read sown values.
 _READER_RE = re.compile(rb'\bpop\s*\(|capture\s*\(|\bstate\s*\(|'
@@ -99,13 +102,16 @@ def relative(path: str, base: str) -> str:
 
 
 def attribute_re(analyses):
+  # A perturbation is a Variable on the module too (Module.perturb).
   names = {site.name for a in analyses.values() for u in a.units
-           for site in u.facts.sites if site.name and site.kind == 'sow'}
+           for site in u.facts.sites
+           if site.name and site.kind in ('sow', 'perturb')}
   if not names:
     return re.compile(rb'(?!)')
   alternatives = b'|'.join(re.escape(n.encode()) for n in sorted(names))
+  # ... or any of them: getattr(model, name) with a computed name (may-read).
   return re.compile(rb'\.(' + alternatives + rb')\b\s*(\.\s*(value|get_value)'
-                    rb'\b|\[)')
+                    rb'\b|\[)|\bgetattr\s*\([^,()]+,\s*[A-Za-z_]')
 
 
 def analyse_all(paths, given, base, root, verbose, err, summary, analyses,
@@ -220,3 +226,91 @@ def _defines_class(path: str, names: set[str], data) -> bool:
   except OSError:
     return False
   return libraries.defines_class(content, names)
+
+
+def holder_names(analyses) -> tuple[dict[str, set[str]], set[str]]:
+  """(classes whose holders matter, Module classes), by their last name
+  (the first: with the last part of each module defining one).
+
+  A holder matters if it may hold a class that sows: one with a sow or
+  perturb of its own, or one deriving from or making such a class,
+  transitively. Flax's own classes are left out (run on Flax's repository,
+  ``nnx.Module`` itself sows). A class keeping a module passed in is
+  matched by its own test (``holders.holding``).
+  """
+  facts = [c for a in analyses.values() for u in a.units
+           for c in u.facts.classes]
+  wanted = {s.owner for a in analyses.values() for u in a.units
+            for s in u.facts.sites if s.kind in ('sow', 'perturb')
+            and s.owner and not s.owner.startswith('flax.')}
+  changed = True
+  while changed:
+    changed = False
+    for fact in facts:
+      if fact.qualified in wanted or fact.qualified.startswith('flax.'):
+        continue
+      if (wanted.intersection(fact.bases)
+          or wanted.intersection(q for q, _ in fact.calls)):
+        wanted.add(fact.qualified)
+        changed = True
+  # The Module classes (by their last name): deriving from one, to a fixed
+  # point (a dataclass of the project holds no module).
+  modules = {'Module', 'List', 'Dict', 'Sequential'}
+  for _ in range(len(facts) + 1):
+    more = {c.qualified.rsplit('.', 1)[-1] for c in facts
+            if {b.rsplit('.', 1)[-1] for b in c.bases} & modules} - modules
+    if not more:
+      break
+    modules |= more
+  by_name = collections.defaultdict(set)
+  for qualified in wanted:
+    parts = qualified.split('.')
+    by_name[parts[-1]].add(parts[-2] if len(parts) > 1 else '')
+  return by_name, modules
+
+
+def analyse_holders(files, given, root, base, verbose, err, summary,
+                    analyses, unknown, pool, data, cheap) -> bool:
+  """Analyses the files of the project with a class that may hold a class
+  that sows (``holders.py``), to a fixed point; whether any was added.
+
+  ``cheap`` keeps each file's classes by the cheap pass: every file of the
+  project is read and parsed at most once.
+  """
+  failed = {path for path, *_ in unknown}
+  added = False
+  tops = {module_name(root, path).name.split('.', 1)[0] for path in files}
+
+  def library(top: str) -> bool:
+    # A package other than the project's that may define NNX modules.
+    return top not in tops and not hazards_lib.not_modules(top)
+  while True:
+    for path in files:
+      if path in cheap or path in analyses:
+        continue
+      try:
+        content = data[path] if path in data else read(path)
+      except OSError:
+        cheap[path] = []
+        continue
+      cheap[path] = holders.classes(path, content)
+    wanted, modules = holder_names(analyses)
+    candidates = {p: found for p, found in cheap.items()
+                  if found and p not in analyses and p not in failed}
+    # A class deriving from a Module class of a candidate file is a Module.
+    for _ in range(len(candidates)):
+      more = {c.name for found in candidates.values() for c in found
+              if c.bases & modules} - modules
+      if not more:
+        break
+      modules |= more
+    todo = [p for p in files
+            if p in holders.holding(candidates, wanted, modules, library)]
+    if not todo:
+      return added
+    for path in todo:
+      candidates.pop(path)
+      failed.add(path)  # analysed once, whatever the outcome
+    analyse_all(todo, given, base, root, verbose, err, summary, analyses,
+                unknown, [], _ANY_RE, pool, data, description='holders')
+    added = True

@@ -28,10 +28,11 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 import time
 
 from . import decide as decide_lib
-from . import hazards, parallel, plan, reading, reexports
+from . import hazards, holders, parallel, plan, reading, reexports
 from . import progress as progress_lib
 from .analysis import FileAnalysis
 from .flags import Flag
@@ -146,9 +147,29 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
     if not todo:
       break
   aliases = reexports.collect(root, given + project_files, reading.read)
-  reading.analyse_bases(given + project_files, root, aliases, analyses,
-                        verbose, err, summary, unknown, base, pool, data,
-                        search_path)
+  cheap: dict[str, list[holders.ClassNames]] = {}
+  while True:
+    reading.analyse_bases(given + project_files, root, aliases, analyses,
+                          verbose, err, summary, unknown, base, pool, data,
+                          search_path)
+    # The classes that may hold the analysed ones, in files that use none
+    # of the APIs (holders.py); then the bases and libraries they name.
+    if not reading.analyse_holders(given + project_files, given, root, base,
+                                   verbose, err, summary, analyses, unknown,
+                                   pool, data, cheap):
+      break
+  # The holders and libraries read since may sow names that the files not
+  # analysed read as attributes (a library's sow, read in a main.py naming
+  # no API): a last look at those, with every name known now.
+  if reading.attribute_re(analyses).pattern != (
+      pattern.pattern if pattern is not None else None):
+    looked = {path for path, *_ in unknown}
+    reading.analyse_all(
+        [p for p in given + project_files
+         if p not in analyses and p not in looked], given, base, root,
+        verbose, err, summary, analyses, unknown, [],
+        reading.attribute_re(analyses), pool, data,
+        description='attribute reads')
   failed: set[str] = set()
   results = {}
   # Plan: decide, rewrite in memory; a file that fails to rewrite is taken
@@ -160,6 +181,10 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
         {analyses[p].path for p in given if p in analyses})
     _block_unknown(project, decisions, unknown, target)
     modes = {s.name: s.mode for s in project.sows if s.name}
+    readers = collections.defaultdict(list)  # noted with --annotate
+    if annotate:
+      for found in decide_lib.reader_flags(project, target):
+        readers[found[0].path].append(plan.reader_flag(*found))
     results, new_failure = {}, False
     jobs = []
     for path in given:
@@ -167,11 +192,13 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       if analysis is None or path in failed:
         continue
       wanted = [decisions.get(id(s)) for s in parallel.sites_of(analysis)]
-      if not any(d is not None and (d.action == decide_lib.REWRITE or (
-          annotate and d.action == 'flag')) for d in wanted):
+      if not readers[analysis.path] and not any(
+          d is not None and (d.action == decide_lib.REWRITE or (
+              annotate and d.action == 'flag')) for d in wanted):
         continue  # nothing to change
       jobs.append((path, analysis.path, root, data[path], wanted, target,
-                   annotate, modes, None if pool.parallel else analysis))
+                   annotate, modes, None if pool.parallel else analysis,
+                   sorted(readers[analysis.path])))
     done = pool.map(parallel.rewrite, jobs, 'rewriting',
                     [len(job[3]) for job in jobs])
     for job, (status, *payload) in zip(jobs, done):
@@ -218,8 +245,10 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
 def _project(analyses, failed, aliases=None) -> decide_lib.Project:
   sites, classes, others = [], [], []
   state_names = collections.defaultdict(set)
+  aliases = dict(aliases or {})
   for path, analysis in analyses.items():
     for unit in analysis.units:
+      aliases.update(unit.facts.aliases)  # ModuleList = nnx.List
       state_names[analysis.path] |= unit.facts.state_names
       classes += unit.facts.classes
       others += unit.facts.others
@@ -276,8 +305,28 @@ def _tally(summary, project, decisions, given, analyses, results, err,
     summary.readers[flag.code] += 1
   flags = sorted(set(flags) | readers)
   for flag in flags:
-    err.write(f'{flag}\n')
+    write_flag(err, flag)
   summary.flags = flags
+
+
+def write_flag(err, flag: Flag, width: int | None = None) -> None:
+  """One flag, whole: one line, or wrapped to ``width`` (by default the
+  width of ``err`` if it is a terminal)."""
+  text = str(flag)
+  width = _terminal_width(err) if width is None else width
+  if width:
+    text = textwrap.fill(text, width, subsequent_indent='    ',
+                         break_long_words=False, break_on_hyphens=False)
+  err.write(text + '\n')
+
+
+def _terminal_width(stream) -> int:
+  try:
+    if not stream.isatty():
+      return 0
+    return os.get_terminal_size(stream.fileno()).columns
+  except (AttributeError, OSError, ValueError):
+    return 0
 
 
 def _writable(path: str) -> bool:

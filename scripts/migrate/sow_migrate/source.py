@@ -67,6 +67,8 @@ def migrate_source(source: str, *, target: str = 'capture',
   analyses, aliases = {path: analysis}, {}
   _libraries.follow(analyses, aliases, search_path)
   units = [u for a in analyses.values() for u in a.units]
+  for unit in units:  # module-level aliases (ModuleList = nnx.List)
+    aliases.update(unit.facts.aliases)
   sites = [s for u in units for s in u.facts.sites]
   classes = [c for u in units for c in u.facts.classes]
   others = [o for u in units for o in u.facts.others]
@@ -75,12 +77,14 @@ def migrate_source(source: str, *, target: str = 'capture',
   project = _decide.Project(sites, classes, others, state_names, aliases)
   decisions = _decide.decide(project, target, nnx_capture)
   modes = {s.name: s.mode for s in project.sows if s.name}
-  result = _plan.rewrite_file(analysis, decisions, target, annotate, modes)
+  readers = sorted({_plan.reader_flag(*found)
+                    for found in _decide.reader_flags(project, target)
+                    if found[0].path == path})
+  result = _plan.rewrite_file(analysis, decisions, target, annotate, modes,
+                              readers if annotate else ())
   flags = {_plan.site_flag(s, decisions[id(s)]) for s in project.sites
            if decisions[id(s)].action == 'flag' and not s.library}
-  flags |= {_plan.reader_flag(*found)
-            for found in _decide.reader_flags(project, target)
-            if found[0].path == path}
+  flags |= set(readers)
   flags = sorted(flags)
   new = source if result.new is None else result.new.decode('utf-8')
   return new, flags

@@ -11,15 +11,32 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``# TODO(migrate_sow): code: reason`` above a flagged statement, once."""
+"""``# TODO(migrate_sow): code: reason`` above a flagged statement, once.
+
+The reason is written whole, wrapped into comment lines of at most
+``WIDTH`` characters (the first carries the code, the others continue it).
+"""
 
 from __future__ import annotations
+
+import textwrap
 
 import libcst as cst
 
 from . import base
 
 TODO = '# TODO(migrate_sow): '
+CONTINUED = '#     '
+WIDTH = 79
+
+
+def comment_lines(message: str) -> list[str]:
+  """The comment lines of one note (``code: reason``), whole."""
+  lines = textwrap.wrap(message, WIDTH - len(TODO), break_long_words=False,
+                        break_on_hyphens=False) or ['']
+  rest = textwrap.wrap(' '.join(lines[1:]), WIDTH - len(CONTINUED),
+                       break_long_words=False, break_on_hyphens=False)
+  return [TODO + lines[0]] + [CONTINUED + line for line in rest]
 
 
 def rewrite(statement, messages: list[str], header=()):
@@ -30,8 +47,9 @@ def rewrite(statement, messages: list[str], header=()):
              for line in list(statement.leading_lines) + list(header)
              if line.comment is not None
              and line.comment.value.startswith(TODO)}
-  new = [cst.EmptyLine(comment=cst.Comment(TODO + m))
-         for m in messages if m.split(':', 1)[0] not in present]
+  new = [cst.EmptyLine(comment=cst.Comment(line))
+         for m in messages if m.split(':', 1)[0] not in present
+         for line in comment_lines(m)]
   if not new:
     return statement
   return statement.with_changes(

@@ -19,7 +19,9 @@ def rollout(cs: GrowingNCA, state, num_steps: int):
       nnx.vmap(lambda cs, s: cs(s, num_steps=num_steps, sow=True),
                in_axes=(state_axes, 0))
   )(cs, state)
-  # TODO(migrate_sow): capture-hazard: NCAUpdate holds an nnx.List and the model runs under nnx.vmap: Flax 0.12.8's nnx.capture fails there (its __captures__ key cannot be sorted with the lis...
+  # TODO(migrate_sow): capture-hazard: NCAUpdate holds an nnx.List and the model
+  #     runs under nnx.vmap: Flax 0.12.8's nnx.capture fails there (its
+  #     __captures__ key cannot be sorted with the list's integer keys)
   states = nnx.pop(cs, nnx.Intermediate)
   return final, states
 

@@ -4,7 +4,8 @@ from flax import nnx
 class Model(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): custom-reducer: custom reduce_fn/init_fn: sow every value and reduce after capturing
+    # TODO(migrate_sow): custom-reducer: custom reduce_fn/init_fn: sow every value
+    #     and reduce after capturing
     self.sow(
         nnx.Intermediate,
         'total',

@@ -10,13 +10,16 @@ class Model(nnx.Module):
     return self.linear(x)
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_method_outputs.py, which stays (method-outputs); both must migrate together
+    # TODO(migrate_sow): legacy-reader: linked to the capture at
+    #     flag_method_outputs.py, which stays (method-outputs); both must migrate
+    #     together
     self.sow(nnx.Intermediate, 'inputs', x)
     return self.features(x)
 
 
 def run(model, x):
-  # TODO(migrate_sow): method-outputs: method_outputs= sows every method output implicitly; add explicit sows in the methods you need
+  # TODO(migrate_sow): method-outputs: method_outputs= sows every method output
+  #     implicitly; add explicit sows in the methods you need
   _, state = nnx.capture(model, nnx.Intermediate,
                          method_outputs=nnx.Intermediate)(x)
   return state['features'][0], state['inputs'][0]

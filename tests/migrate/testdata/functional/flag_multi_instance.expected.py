@@ -8,7 +8,9 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): multi-instance: 'block_out' is sown by several instances in Model (Block); a free sow would merge them: keep Module.sow (capture names each by its module path)
+    # TODO(migrate_sow): multi-instance: 'block_out' is sown by several instances
+    #     in Model (Block); a free sow would merge them: keep Module.sow (capture
+    #     names each by its module path)
     self.sow(nnx.Intermediate, 'block_out', x)
     return x
 

@@ -11,7 +11,9 @@ class Attention(nnx.Module):
 
   def __call__(self, x):
     w = nnx.softmax(self.query(x) @ x.T / jnp.sqrt(x.shape[-1]))
-    # TODO(migrate_sow): multi-instance: 'attn_weights' is sown by several instances in Transformer (Attention); a free sow would merge them: keep Module.sow (capture names each by its module p...
+    # TODO(migrate_sow): multi-instance: 'attn_weights' is sown by several
+    #     instances in Transformer (Attention); a free sow would merge them: keep
+    #     Module.sow (capture names each by its module path)
     self.sow(nnx.Intermediate, 'attn_weights', w)
     return w @ x
 
@@ -39,6 +41,7 @@ class Transformer(nnx.Module):
 
 def attention_maps(model: Transformer, x):
   y = model(x)
-  # TODO(migrate_sow): escaping-state: the captured State is used as a whole in maps
+  # TODO(migrate_sow): escaping-state: the captured State is used as a whole in
+  #     maps
   maps = nnx.pop(model, nnx.Intermediate)
   return y, maps

@@ -8,7 +8,9 @@ class Attention(nnx.Module):
 
   def __call__(self, x):
     weights = nnx.softmax(self.proj(x))
-    # TODO(migrate_sow): multi-instance: 'attention_weights' is sown by several instances in Model (Attention); a free sow would merge them: keep Module.sow (capture names each by its module path)
+    # TODO(migrate_sow): multi-instance: 'attention_weights' is sown by several
+    #     instances in Model (Attention); a free sow would merge them: keep
+    #     Module.sow (capture names each by its module path)
     self.sow(nnx.Intermediate, 'attention_weights', weights)
     return weights @ x
 
@@ -34,6 +36,7 @@ class Model(nnx.Module):
 
 
 def first_attention_map(model, x):
-  # TODO(migrate_sow): no-sow-found: reads layers, which no sow it may reach makes (a module path, or a library's sow?)
+  # TODO(migrate_sow): no-sow-found: reads layers, which no sow it may reach
+  #     makes (a module path, or a library's sow?)
   _, st = nnx.capture(model, nnx.Intermediate)(x)
   return st['layers'][0]['attn']['attention_weights'][0]

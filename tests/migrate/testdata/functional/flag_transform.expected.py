@@ -8,7 +8,9 @@ class Block(nnx.Module):
 
   def __call__(self, x):
     x = self.linear(x)
-    # TODO(migrate_sow): module-path: Block is a submodule of Model: its values are named by their module path, which a free sow loses; keep Module.sow (capture names it by path)
+    # TODO(migrate_sow): module-path: Block is a submodule of Model: its values are
+    #     named by their module path, which a free sow loses; keep Module.sow
+    #     (capture names it by path)
     self.sow(nnx.Intermediate, 'block_out', x)
     return x
 
@@ -34,7 +36,9 @@ class Model(nnx.Module):
 class Cell(nnx.Module):
 
   def __call__(self, carry, x):
-    # TODO(migrate_sow): module-path: Cell is a submodule of Recurrent: its values are named by their module path, which a free sow loses; keep Module.sow (capture names it by path)
+    # TODO(migrate_sow): module-path: Cell is a submodule of Recurrent: its values
+    #     are named by their module path, which a free sow loses; keep Module.sow
+    #     (capture names it by path)
     self.sow(nnx.Intermediate, 'carry', carry)
     return carry, x
 
@@ -46,6 +50,7 @@ class Recurrent(nnx.Module):
 
   @nnx.remat
   def __call__(self, x):
-    # TODO(migrate_sow): transform: runs under nnx.remat: values are carried through the transform; rewrite by hand
+    # TODO(migrate_sow): transform: runs under nnx.remat: values are carried
+    #     through the transform; rewrite by hand
     self.sow(nnx.Intermediate, 'rematerialised', x)
     return self.rnn(x)

@@ -5,7 +5,9 @@ from flax import nnx
 class Model(nnx.Module):
 
   def __call__(self, x):
-    # TODO(migrate_sow): legacy-reader: linked to the capture at flag_tree_leaves.py, which stays (tree-leaves); both must migrate together
+    # TODO(migrate_sow): legacy-reader: linked to the capture at
+    #     flag_tree_leaves.py, which stays (tree-leaves); both must migrate
+    #     together
     self.sow(nnx.Intermediate, 'inputs', x)
     return x
 

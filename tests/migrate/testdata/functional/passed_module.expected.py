@@ -3,7 +3,9 @@ from flax import nnx
 
 def record(module: nnx.Module, name_of_value, value):
   del name_of_value
-  # TODO(migrate_sow): module-path: sown on module, a module passed in: its values are named by that module's path, which a free sow does not have; keep Module.sow (capture names it by path)
+  # TODO(migrate_sow): module-path: sown on module, a module passed in: its
+  #     values are named by that module's path, which a free sow does not have;
+  #     keep Module.sow (capture names it by path)
   module.sow(nnx.Intermediate, 'recorded', value)
 
 
