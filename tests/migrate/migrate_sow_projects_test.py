@@ -254,15 +254,33 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("block.py:11:5: multi-instance: 'out' is sown by several "
                   'instances in Model', err)
 
+  def _on_a_library(self, block: str, imported: str, run_body: str):
+    """The ``holder_elsewhere`` project with its block moved into a library
+    (``fuzzlib.block0``, ``block`` its source, imported as ``from
+    fuzzlib.block0 import <imported>``) and ``run``'s return replaced by
+    ``run_body``; returns the library's and the project's directories."""
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
+    cli.write(library, 'fuzzlib/__init__.py', '')
+    cli.write(library, 'fuzzlib/block0.py', block)
+    source = lambda name: cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
+                                                name))
+    project_testing.write(directory, {
+        'pyproject.toml': '',
+        'model.py': source('model.py').replace(
+            'from block import Block',
+            f'from fuzzlib.block0 import {imported}'),
+        'main.py': source('main.py').replace("  return {'y': model(x)}",
+                                             run_body),
+    })
+    return library, directory
+
   def test_a_library_perturb_keeps_the_pop(self):
     # Found by the fuzzer (seed 4801): the model's file names no API, its
     # block is a library's and perturbs; run() pops an object of unknown
     # class. The library was never read, and the pop (which collects the
     # Perturbation) became a capture (which does not).
-    scratch = self.enter_context(tempfile.TemporaryDirectory())
-    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
-    cli.write(library, 'fuzzlib/__init__.py', '')
-    cli.write(library, 'fuzzlib/block0.py', """\
+    library, directory = self._on_a_library("""\
         from flax import nnx
 
 
@@ -273,22 +291,9 @@ class ProjectTest(absltest.TestCase):
 
           def __call__(self, x):
             return self.perturb('h', self.linear(x))
-        """)
-    project_testing.write(directory, {
-        'pyproject.toml': '',
-        'model.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
-                                          'model.py')).replace(
-                                              'from block import Block',
-                                              'from fuzzlib.block0 import '
-                                              'Block0 as Block'),
-        'main.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
-                                         'main.py')).replace(
-                                             "  return {'y': model(x)}",
-                                             '  y = model(x)\n'
-                                             '  s = nnx.pop(model, '
-                                             'nnx.Intermediate)\n'
-                                             "  return {'y': y, 's': s}"),
-    })
+        """, 'Block0 as Block',
+        '  y = model(x)\n  s = nnx.pop(model, nnx.Intermediate)\n'
+        "  return {'y': y, 's': s}")
     before = project_testing.execute(directory, libraries=[library])
     self.assertIn("run['s']['a']['h'].value", before)
     for capture, search_path, code in (
@@ -312,24 +317,9 @@ class ProjectTest(absltest.TestCase):
     # Found by the fuzzer (seed 4903): main.py names no API and reads a
     # library block's sown value; the files naming no API were searched for
     # the project's sown names before the library was read.
-    scratch = self.enter_context(tempfile.TemporaryDirectory())
-    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
-    cli.write(library, 'fuzzlib/__init__.py', '')
-    cli.write(library, 'fuzzlib/block0.py', cli.read(os.path.join(
-        PROJECTS, 'holder_elsewhere', 'block.py')))
-    project_testing.write(directory, {
-        'pyproject.toml': '',
-        'model.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
-                                          'model.py')).replace(
-                                              'from block import Block',
-                                              'from fuzzlib.block0 import '
-                                              'Block'),
-        'main.py': cli.read(os.path.join(PROJECTS, 'holder_elsewhere',
-                                         'main.py')).replace(
-                                             "  return {'y': model(x)}",
-                                             '  model(x)\n'
-                                             '  return model.a.out.value[0]'),
-    })
+    library, directory = self._on_a_library(
+        cli.read(os.path.join(PROJECTS, 'holder_elsewhere', 'block.py')),
+        'Block', '  model(x)\n  return model.a.out.value[0]')
     code, _, _, err = cli.run([directory], search_path=[library])
     self.assertEqual(code, ms.EXIT_OK, msg=err)
     self.assertIn("main.py:14:10: attribute-read: read as an attribute, "

@@ -146,7 +146,7 @@ class Call:
     """How messages name this call: ``nnx.capture(Transformer,
     Intermediate)``, say."""
     what = (type(root).__name__ if isinstance(root, Module)
-            else inner_calls.describe('', root)[1:-1])
+            else inner_calls.name_of(root))
     parts = [what, *(t.__name__ for t in self.var_types)]
     return f'nnx.capture({", ".join(parts)})'
 

@@ -150,25 +150,21 @@ def plant(
   def planted(*args, **kwargs):
     with inner_calls.running(description, matches) as call:
       try:
-        out = run(args, kwargs)
+        return run(call, args, kwargs)
       except ValueError as e:
         new = inner_calls.explained(e, call, 'plant')
         if new is None:
           raise
         raise new from None
-      # What it planted is taken from the captures around it.
-      inner_calls.took(call, [(name, tag) for name in keyed
-                              if not isinstance(name, names_lib.Pattern)])
-    return out
 
-  def run(args, kwargs):
+  def run(call, args, kwargs):
     if eager.can_run() and eager.can_track_reads():
       if fixed is not None:
-        return _plant_eagerly(f, fixed, keyed, tag, args, kwargs)
+        return _plant_eagerly(f, fixed, keyed, tag, args, kwargs, call)
       patterns = _EagerPatterns(keyed, tag)
       out = _plant_eagerly(
           f, _request(selection, patterns.entries), patterns.entries, tag,
-          args, kwargs, on_names=patterns)
+          args, kwargs, call, on_names=patterns)
       patterns.check()
       return out
     with graph_calls.staged(f, args, kwargs) as staged:
@@ -188,13 +184,21 @@ def plant(
       )
       planter.check_all_used(tag, lambda: [
           name for name, _ in primitive.sow_keys(staged.jaxpr.jaxpr)])
+      _took(call, planter, tag)
       return staged.unflatten_out(out_flat)
 
   return planted
 
 
+def _took(call: inner_calls.Call, planter: planting.ValuesPlanter,
+          tag: tp.Hashable) -> None:
+  """Tells the captures around the plant ``call`` the names it planted
+  (each key resolved: a spelling or a pattern by the names it selected)."""
+  inner_calls.took(call, [(name, tag) for name in planter.values])
+
+
 def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
-                   kwargs, on_names=None):
+                   kwargs, call: inner_calls.Call, on_names=None):
   """A direct call of ``f`` (see :mod:`flax.nnx.sow.transform.eager`) whose
   sows named in ``entries`` return the planted values.
 
@@ -219,6 +223,7 @@ def _plant_eagerly(f, request: Request, entries, tag: tp.Hashable, args,
     raise interpreter.unread_plant(*first)
   planter.check_all_used(tag, lambda: [
       name for name, _ in scope.passed_keys()])
+  _took(call, planter, tag)
   return out
 
 

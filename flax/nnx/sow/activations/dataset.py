@@ -26,6 +26,7 @@ import typing as tp
 import numpy as np
 
 from flax.nnx.sow.activations import store as store_lib
+from flax.nnx.sow.transform import names as names_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +94,8 @@ class Dataset:
     leaf); an error naming the stored sites otherwise."""
     if isinstance(site, str) and site in self.layout.sites:
       return site
-    if isinstance(site, tuple):
-      spelled = '.'.join(map(str, site))
-    elif isinstance(site, str):
-      spelled = site
+    if isinstance(site, (str, tuple)):
+      spelled = names_lib.spell(site)
     else:
       raise TypeError(
           f'Dataset: a site is a stored site or a sow name (str or tuple),'

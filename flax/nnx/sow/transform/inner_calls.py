@@ -74,11 +74,15 @@ class Call:
 CALLS: thread_stack.ThreadStack[Call] = thread_stack.ThreadStack()
 
 
+def name_of(f: tp.Any) -> str:
+  """How a message names the function ``f`` a call runs."""
+  return getattr(f, '__qualname__', None) or getattr(
+      f, '__name__', None) or type(f).__name__
+
+
 def describe(kind: str, f: tp.Any) -> str:
   """``kind(name of f)``, as a message names a call."""
-  name = getattr(f, '__qualname__', None) or getattr(
-      f, '__name__', None) or type(f).__name__
-  return f'{kind}({name})'
+  return f'{kind}({name_of(f)})'
 
 
 def running(description: str, matches) -> tp.ContextManager[Call]:

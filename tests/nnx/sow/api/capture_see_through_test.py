@@ -169,6 +169,24 @@ class NamesTheInnerCallTest(parameterized.TestCase):
       _, outer = capture(plant(g, {'h': (X,)}))(X)
     self.assertEqual(list(outer), ['m'])
 
+  @parameterized.named_parameters(
+      ('spelling', 'layers.1.h'), ('pattern', 'layers.*.h'))
+  def test_an_inner_plant_by_spelling_or_pattern_is_named(self, key):
+    def layers(x):
+      for i in range(2):
+        x = sow(x + 1.0, name=('layers', i, 'h'))
+      return x
+
+    fn = ((lambda v, i: v) if '*' not in key else (lambda v, i, n: v))
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always')
+      capture(plant(layers, {key: fn}))(X)
+    (warning,) = caught
+    taken = ("('layers', 1, 'h')" if '*' not in key
+             else "('layers', 0, 'h'), ('layers', 1, 'h') were")
+    self.assertIn(f'{taken}', str(warning.message))
+    self.assertIn('taken by plant(', str(warning.message))
+
   def test_a_plant_around_a_capture_names_it(self):
     for run in (lambda f: f, jax.jit):
       with self.assertRaisesRegex(
