@@ -1145,8 +1145,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "a plant function that cannot take (value, index[, name]) is refused"
        ' before the call, naming the form'),
     _m('plant-not-reported-to-outer', 'plant.py',
-       '      inner_calls.took(call, [(name, tag) for name in keyed\n',
-       '      (lambda *_: None)(call, [(name, tag) for name in keyed\n',
+       '  inner_calls.took(call, [(name, tag) for name in planter.values])',
+       '  del call, planter, tag',
        'a capture around a plant names the plant that took its sows'),
     # -- transform/inner_calls.py and seeing through -----------------------
     _m('inner-calls-not-reported', 'transform/inner_calls.py',
