@@ -179,8 +179,15 @@ def _chain(context, fuzzer: str, seconds: float, seed: int, args,
 
   A process lives for a bounded number of rounds: in one process, after
   about 2,500 inputs of the nnx fuzzer, every round failed with a
-  RecursionError inside hypothesis' own engine, at a shallow stack (the
-  interpreter's recursion count leaks somewhere; not found yet).
+  RecursionError inside hypothesis' own engine, at a shallow stack. The
+  interpreter's recursion count leaks in jaxlib: its pytree flattening
+  enters a recursive call for a container and does not leave it when the
+  keys of a dict inside cannot be sorted (``jax.tree.flatten(({('a', 1): 0,
+  ('a', 'b'): 1},))`` raises and costs one level, for good). Flax 0.12.8's
+  own ``nnx.capture`` (the fuzzer's oracle) raises that error on some models
+  (a BatchNorm under ``nnx.cond``: "Comparator raised exception while
+  sorting pytree dictionary keys"); the package's side leaks nothing
+  (``concurrency_and_leaks_test.LongProcessTest``).
   """
   total = Report(fuzzer)
   start = time.monotonic()

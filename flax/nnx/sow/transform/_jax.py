@@ -29,7 +29,6 @@ import typing as tp
 
 # pylint: disable=g-bad-import-order,protected-access
 from jax._src import ad_util
-from jax._src import config
 from jax._src import core
 from jax._src import custom_batching
 from jax._src import effects
@@ -44,11 +43,6 @@ from jax._src.interpreters import batching
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax import eval_jaxpr as eval_jaxpr_lib
 from jax._src.lax.control_flow import conditionals
-
-# -- Configuration -----------------------------------------------------------
-# `jax.config` only reads and updates existing options; defining one that is
-# part of the trace context (so that it keys JAX's caches) has no public API.
-bool_state = config.bool_state
 
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public

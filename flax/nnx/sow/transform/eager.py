@@ -104,16 +104,7 @@ def can_run() -> bool:
 # On while an eager `plant` runs (see `Unread`). In JAX's jit key, so that
 # no compiled fast path of a jit, which would pass the planted values it
 # reads unseen, is recorded or taken then.
-tracking_reads = _jax.bool_state(
-    name='flax_nnx_sow_tracking_reads',
-    default=False,
-    help=(
-        'Internal to flax.nnx.sow: true while an eager plant runs, which'
-        ' sees every operation to tell which planted values are read.'
-    ),
-    include_in_trace_context=True,
-    include_in_jit_key=True,
-)
+tracking_reads = jax.make_user_context(default_value=False)
 
 
 def can_track_reads() -> bool:

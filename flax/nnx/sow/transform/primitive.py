@@ -91,20 +91,14 @@ for _allow_list in (
 ):
   _allow_list.add_type(SowEffect)
 
-harvesting = _jax.bool_state(
-    name='flax_nnx_sow_harvesting',
-    default=False,
-    help=(
-        'Internal to flax.nnx.sow: true while capture traces a function, so'
-        ' that sow markers carry an effect that protects them from dead-code'
-        ' elimination. Part of the trace context, hence of JAX cache keys.'
-    ),
-    include_in_trace_context=True,
-    # In JAX's jit key too: a jitted function called while a capture runs
-    # eagerly must not take the compiled fast path cached outside one, which
-    # would run its sows unseen (see `eager`).
-    include_in_jit_key=True,
-)
+# True while a capture traces its function. A user context (public JAX) is
+# part of the trace context, so it keys JAX's tracing caches, and of the jit
+# key: a jitted function called while a capture runs eagerly must not take
+# the compiled fast path cached outside one, which would run its sows unseen
+# (see `eager`). Unlike a configuration option it reads no environment
+# variable, so nothing outside a capture changes what a sow does, and
+# re-importing this module defines a new context rather than failing.
+harvesting = jax.make_user_context(default_value=False)
 
 
 class _SowPrimitive(jex_core.Primitive):
