@@ -724,11 +724,14 @@ does. Tests only (see the compat commit's message).''',
         'nnx: tests of nnx.capture across threads and processes',
         '''\
 Captures in several threads at once and after an exception; two JAX
-processes capturing sharded global arrays. Tests only (see the compat
+processes capturing sharded global arrays; 10,000 calls of each kind in one
+process; an environment variable or a reload of every module changes
+nothing. Tests only (see the compat
 commit's message).''',
         files=(C + 'compat_threads_and_failures_test.py',
                C + 'multiprocess_test.py', N + 'multiprocess_testing.py',
-               N + 'sow_multiprocess_worker.py'),
+               N + 'sow_multiprocess_worker.py', N + 'long_process_test.py',
+               N + 'import_state_test.py'),
     ),
     Commit(
         'parity',

@@ -486,7 +486,9 @@ def may_be_a_copy(module: tp.Any) -> bool:
 # another staged call) holds sows noted there: a copy of a module without
 # Variables, whose sows no origin names, could not be named from it. Within
 # one staged call, JAX still shares a trace among modules of one structure.
-_STAGING = jax.make_user_context(default_value=None)
+# Kept across a reload of this module, as `primitive.harvesting` is.
+_STAGING = globals().get('_STAGING') or jax.make_user_context(
+    default_value=None)
 _STAGED_CALLS = itertools.count()
 
 

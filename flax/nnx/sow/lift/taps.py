@@ -138,7 +138,9 @@ class TapSpec:
 # tap sees its modules' calls, and a later call with the same taps reuses
 # that trace. Without it, a trace made outside the tap would be reused and
 # its modules' calls never seen.
-_tapping = jax.make_user_context(default_value=None)
+# Kept across a reload of this module, as `primitive.harvesting` is.
+_tapping = globals().get('_tapping') or jax.make_user_context(
+    default_value=None)
 
 
 def tapping(frames: tp.Sequence[module_paths.Frame]):

@@ -168,6 +168,9 @@ def jit_info(f: tp.Any) -> tp.Any:
 # miss runs under can be chosen, knowing the traced program, and its result
 # says whether a fast path is recorded (its compiled executable, or None).
 _RUN_PYTHON_JIT = getattr(pjit, '_run_python_pjit', None)
+# Reloading this module (a notebook's autoreload) finds the previous module's
+# wrapper installed: wrap what that one wraps, never the wrapper itself.
+_RUN_PYTHON_JIT = getattr(_RUN_PYTHON_JIT, '__wrapped__', _RUN_PYTHON_JIT)
 _RUN_PYTHON_JIT_PARAMETERS = ['p', 'args_flat', 'fun', 'args', 'kwargs']
 # Where the compiled executable is in its result (of 8 values).
 _EXECUTABLE = 5
@@ -210,6 +213,9 @@ def _run_python_jit(p, args_flat, fun, args, kwargs):
     result[_EXECUTABLE] = None  # the cache miss then records no fast path
     result = tuple(result)
   return result
+
+
+_run_python_jit.__wrapped__ = _RUN_PYTHON_JIT
 
 
 def set_jit_dispatch(

@@ -104,7 +104,9 @@ def can_run() -> bool:
 # On while an eager `plant` runs (see `Unread`). In JAX's jit key, so that
 # no compiled fast path of a jit, which would pass the planted values it
 # reads unseen, is recorded or taken then.
-tracking_reads = jax.make_user_context(default_value=False)
+# Kept across a reload of this module, as `primitive.harvesting` is.
+tracking_reads = globals().get('tracking_reads') or jax.make_user_context(
+    default_value=False)
 
 
 def can_track_reads() -> bool:

@@ -55,9 +55,11 @@ from jax.interpreters import mlir
 
 from flax.nnx.sow.transform import primitive
 
-perturb_p = jex_core.Primitive('perturb')
+# Kept across a reload of this module, as `primitive.sow_p` is.
+perturb_p = globals().get('perturb_p') or jex_core.Primitive('perturb')
 perturb_p.multiple_results = True
-tangent_p = jex_core.Primitive('perturb_tangent')
+tangent_p = globals().get('tangent_p') or jex_core.Primitive(
+    'perturb_tangent')
 tangent_p.multiple_results = True
 
 

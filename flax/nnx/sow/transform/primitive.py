@@ -98,7 +98,8 @@ for _allow_list in (
 # (see `eager`). Unlike a configuration option it reads no environment
 # variable, so nothing outside a capture changes what a sow does, and
 # re-importing this module defines a new context rather than failing.
-harvesting = jax.make_user_context(default_value=False)
+harvesting = globals().get('harvesting') or jax.make_user_context(
+    default_value=False)
 
 
 class _SowPrimitive(jex_core.Primitive):
@@ -134,7 +135,11 @@ def _refuse_batched_cond(name: Name, branches) -> tp.NoReturn:
   )
 
 
-sow_p = _SowPrimitive('sow')
+# A reload of this module (a notebook's autoreload) runs it again in the same
+# namespace: the primitive that functions imported before the reload bind is
+# kept (its rules are registered again below), as are the contexts above and
+# below, so that they still mean what this module means.
+sow_p = globals().get('sow_p') or _SowPrimitive('sow')
 sow_p.multiple_results = True
 
 
@@ -527,7 +532,8 @@ def sow_with_meta(
 # see-through capture gets the value as the program goes on with it (after
 # the plants inside it). The count is in JAX's jit key: a trace made while
 # one runs holds the copies, and is not reused where none runs.
-seeing_through = jax.make_user_context(default_value=0)
+seeing_through = globals().get('seeing_through') or jax.make_user_context(
+    default_value=0)
 
 
 @dataclasses.dataclass(frozen=True)
