@@ -28,7 +28,6 @@ import dataclasses
 import itertools
 import os
 import typing as tp
-import weakref
 
 import jax
 import numpy as np
@@ -67,8 +66,9 @@ def export(
   """Writes what ``f`` sows on each batch to an activations store.
 
   For each ``batch`` of ``batches`` it runs ``capture(f, names=names,
-  tag=tag)(*args, batch)`` under ``nnx.jit`` (compiled once: every batch
-  must have the same shapes), reduces each selected site on device, and
+  tag=tag)(*args, batch)`` under ``nnx.jit`` (compiled once per export, on
+  its first batch: every batch must have the same shapes; ``f`` and what it
+  closes over are read at this call, as a direct call reads them), reduces each selected site on device, and
   appends the result along the example axis. A *site* is one array of what
   ``capture`` returns: a name, an entry (``h/0``, ``h/1`` for a name sown
   twice) and a leaf path; its arrays are ``SITE/values`` and one per
@@ -161,7 +161,11 @@ def export(
   skipped = None
   for skipped in itertools.islice(remaining, done):
     pass
-  step = _step(f, names=names, tag=tag, reductions=reductions)
+  # A step per export, compiled on its first batch: ``f`` and what it closes
+  # over (a model's weights, a global) are read at this call, as a direct call
+  # reads them, never from an earlier export of the same function.
+  names = tuple(names) if isinstance(names, list) else names
+  step = _Step(f, names=names, tag=tag, reductions=reductions)
   first = next(remaining, None)
   if first is None and skipped is None:
     raise ValueError('export: batches is empty; there is nothing to write.')
@@ -270,26 +274,6 @@ def _examples(batch: tp.Any) -> int:
   return next(iter(sizes))
 
 
-# The steps of the functions exported, kept as ``jax.jit`` keeps a
-# function's compiled programs: an export of the same function with the same
-# selection and reductions (a resumed run, another dataset) compiles nothing.
-_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _step(f, *, names, tag, reductions) -> _Step:
-  if isinstance(names, list):
-    names = tuple(names)
-  key = (names, tag, reductions)
-  try:
-    steps = _STEPS.setdefault(f, {})
-    hash(key)
-  except TypeError:  # not weakly referable, or an unhashable selection
-    return _Step(f, names=names, tag=tag, reductions=reductions)
-  if key not in steps:
-    steps[key] = _Step(f, names=names, tag=tag, reductions=reductions)
-  return steps[key]
-
-
 @dataclasses.dataclass(frozen=True)
 class SiteInfo:
   """What the store's metadata says of a site (see ``store.Layout.sites``).
@@ -337,18 +321,13 @@ class _Step:
   """``capture(f)`` reduced to the store's outputs, jitted once."""
 
   def __init__(self, f, *, names, tag, reductions):
-    # A weak reference: the step is kept in _STEPS by f, which it must not
-    # keep alive.
-    try:
-      self._f = weakref.ref(f)
-    except TypeError:
-      self._f = lambda: f
+    self._f = f
     self._names, self._tag = names, tag
     self._reductions = reductions
     self._jitted = nnx.jit(self._step)
 
   def _step(self, args, batch) -> Outputs:
-    captured = capture_fn(self._f(), names=self._names, tag=self._tag)
+    captured = capture_fn(self._f, names=self._names, tag=self._tag)
     _, collected = captured(*args, batch)
     if not collected:
       raise ValueError(

@@ -248,26 +248,47 @@ class ResumeTest(absltest.TestCase):
                      (5, 5 * EXAMPLES))
     self.assertEqual(attrs[store_lib.ATTRIBUTE]['sites']['h/0']['name'], 'h')
 
-  def test_a_second_export_of_the_same_function_compiles_nothing(self):
-    def f(x):
-      return sow(x * 2, name='h')
+  def test_a_second_export_reads_the_function_anew(self):
+    # Re-exporting at successive checkpoints: the weights of a model the
+    # function closes over are updated in place and a global it reads
+    # changes; each export writes what a direct call computes then.
+    model = nnx.Linear(2, WIDTH, rngs=nnx.Rngs(0))
+    scale = {'by': 1.0}
 
-    activations.export(f, inputs(1), tmp_path(self), progress=False)
-    with sow_testing.count_compiles() as compiles:
-      data = activations.export(f, inputs(2, seed=4), tmp_path(self),
-                                progress=False)
-    self.assertEmpty(compiles)
-    np.testing.assert_array_equal(data.read('h/0'),
-                                  np.concatenate(inputs(2, seed=4)) * 2)
-    with sow_testing.count_compiles() as compiles:
-      activations.export(f, inputs(1), tmp_path(self), statistics=['mean'],
-                         progress=False)
-    self.assertNotEmpty(compiles)  # other reductions: another program
+    def f(x):
+      return sow(model(x) * scale['by'], name='h')
+
+    for checkpoint in range(3):
+      data = activations.export(f, inputs(2), tmp_path(self), progress=False)
+      want = np.concatenate([f(x) for x in inputs(2)])
+      sow_testing.assert_close(data.read('h/0'), want)
+      model.kernel[...] = model.kernel[...] + 1.0
+      scale['by'] = 20.0 * (checkpoint + 1)
+    self.assertEqual(scale['by'], 60.0)
+
+  def test_each_export_compiles_its_step_once(self):
+    def program():
+      def f(x):
+        return sow(x * 2, name='h')
+      return f
+
+    activations.export(program(), inputs(1), tmp_path(self), progress=False)
+    counts = []
+    for n in (1, 4):  # a new function each time, as a new export sees it
+      with sow_testing.count_compiles() as compiles:
+        data = activations.export(program(), inputs(n, seed=4),
+                                  tmp_path(self), progress=False)
+      counts.append(len(compiles))
+      np.testing.assert_array_equal(data.read('h/0'),
+                                    np.concatenate(inputs(n, seed=4)) * 2)
+    # As many programs for 4 batches as for 1: the step is compiled once.
+    self.assertEqual(counts[0], counts[1])
+    self.assertGreater(counts[0], 0)
 
   def test_one_function_of_models_with_other_sites(self):
     # The sites come with each compiled program: a function exported with a
-    # model of 2 blocks, then of 3, then of 2 again (its program compiled
-    # already), names the sites of the model of each call.
+    # model of 2 blocks, then of 3, then of 2 again, names the sites of the
+    # model of each call.
     self.enter_context(capture_compat.install())
     f = tap(lambda m, x: m(x), 'blocks.*', inputs=False)
     small, large = Model(nnx.Rngs(0)), Model(nnx.Rngs(1))
@@ -278,12 +299,10 @@ class ResumeTest(absltest.TestCase):
                                 names='blocks.*.__call__.output',
                                 progress=False)
       self.assertEqual(data.sites, sites(n))
-    with sow_testing.count_compiles() as compiles:
-      data = activations.export(f, inputs(1), tmp_path(self), args=(small,),
-                                names='blocks.*.__call__.output',
-                                progress=False)
+    data = activations.export(f, inputs(1), tmp_path(self), args=(small,),
+                              names='blocks.*.__call__.output',
+                              progress=False)
     self.assertEqual(data.sites, sites(2))
-    self.assertEmpty(compiles)
     sow_testing.assert_close(data.read(sites(2)[1]),
                              jax.jit(residuals)(small, inputs(1)[0])[1])
 
