@@ -25,6 +25,8 @@ interpreted there; the enclosing trace is what JAX caches.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import typing as tp
 
@@ -120,8 +122,10 @@ class Call:
         ),
         _InitPlanter(planted) if planted else None,
     )
-    with _modes_note(), inner_calls.running(
-        self._description(root), None) as call:
+    # Set, never reset: a plant around this call may plant its sows too.
+    with _modes_note(), (primitive.planting(True) if planted
+                         else contextlib.nullcontext()), \
+        inner_calls.running(self._description(root), None) as call:
       if eager.can_run():
         out = eager.run(
             scope, lambda: self._traced(frame)(root, args, kwargs)

@@ -158,6 +158,10 @@ def plant(
         raise new from None
 
   def run(call, args, kwargs):
+    with primitive.planting(True):
+      return run_planting(call, args, kwargs)
+
+  def run_planting(call, args, kwargs):
     if eager.can_run() and eager.can_track_reads():
       if fixed is not None:
         return _plant_eagerly(f, fixed, keyed, tag, args, kwargs, call)

@@ -102,6 +102,14 @@ harvesting = globals().get('harvesting') or jax.make_user_context(
     default_value=False)
 
 
+# True while a plant (or `nnx.capture` planting `init` perturbations) traces
+# or runs its function: a sow whose value does not depend on a vmap's inputs
+# then goes on batched, as a per-member planted value needs (`_sow_batch`).
+# In the trace context and the jit key, as `harvesting` is.
+planting = globals().get('planting') or jax.make_user_context(
+    default_value=False)
+
+
 class _SowPrimitive(jex_core.Primitive):
   """The type of ``sow_p``: refuses, while capturing, a batched-index cond.
 
@@ -239,7 +247,12 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
     out = sow_p.bind(*moved, *anchors, vmapped=vmapped, **params)
     return out, out_dims + anchor_dims
   moved = mapped_axis_leading(leaves, dims, axis_data.size)
-  keep = keeps_unbatched(dims)
+  # The program goes on with a broadcast value only where a plant may put
+  # per-member values there; a capture alone records per member and leaves
+  # the program as it is, so that what JAX needs unbatched stays so (the
+  # primal output of `jax.jacfwd`'s JVP when a loop carries the sown value).
+  keep = keeps_unbatched(dims) or (
+      not planting.value and all(dim is None for dim in dims))
   with binding_jvp_primal(False):
     out = sow_p.bind(*moved, *anchors, vmapped=vmapped + 1, **params)
   if keep:
