@@ -538,12 +538,14 @@ Random programs mixing Python loops, `jit`, `scan`, `fori_loop`, `cond`,
 `checkpoint`, `vmap`, `grad` with `perturb`, `custom_vjp`, `while_loop` and
 nested captures, with sows of random pytrees, run through `capture` (eagerly
 and under `jit`) and through an eager oracle that records each sow by hand;
-`plant` round-trips. With its regressions. A test commit of its own: it
-exercises every commit before it at once.
+`plant` round-trips. With its regressions. Stacks of up to four JAX
+transforms around and inside each loop, against the loop stepped in Python.
+A test commit of its own: it exercises every commit before it at once.
 
 hypothesis is added to the `testing` extra; without it the property tests
 skip.''',
-        files=(N + 'sow_fuzz_programs.py', N + 'differential_fuzz_test.py'),
+        files=(N + 'sow_fuzz_programs.py', N + 'differential_fuzz_test.py',
+               N + 'transform_stacks.py', N + 'api/transform_stacks_test.py'),
         edits=(_testing_extra(
             'hypothesis', 'tests/nnx/sow: property tests of the sow transform'),),
     ),

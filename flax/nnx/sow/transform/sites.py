@@ -53,6 +53,11 @@ class Site:
       the others were applied outside, to an equation holding this jaxpr.
     meta: the static data of the marker (``primitive.sow_with_meta``), or
       ``None``: what a library built on ``sow`` needs of the site.
+    ambiguous: the transform stack the sow was staged under, when it reads
+      as more than one count of ``inner_vmaps`` that agrees with
+      ``vmapped``, or as a count above it (see ``_inner_vmaps``): a loop
+      around it then refuses to place its axis rather than guess. ``None``
+      otherwise.
   """
 
   name: primitive.Name
@@ -63,6 +68,7 @@ class Site:
   vmapped: int = 0
   inner_vmaps: int = 0
   meta: tp.Hashable = None
+  ambiguous: str | None = None
 
   @property
   def num_leaves(self) -> int:
@@ -77,6 +83,14 @@ class Site:
   def outer_vmaps(self) -> int:
     """The leading axes from vmaps applied outside this scope's jaxpr: a loop
     of this scope adds its axis after them."""
+    if self.ambiguous is not None and self.inner_vmaps <= self.vmapped:
+      raise NotImplementedError(
+          f'capture: cannot tell where a loop puts its axis in the values of'
+          f' sow {self.name!r}: {self.vmapped} vmap(s) batch it, and the'
+          f' transforms it was staged under, {self.ambiguous}, read as more'
+          ' than one count of them applied inside the loop. Capture inside'
+          ' the loop body (or around the vmaps) instead.'
+      )
     outer = self.vmapped - self.inner_vmaps
     if not 0 <= outer <= self.vmapped:
       # JAX's name stacks (what `inner_vmaps` is read from) disagree with the
@@ -85,7 +99,8 @@ class Site:
       raise NotImplementedError(
           f'capture: cannot tell where a loop puts its axis in the values of'
           f' sow {self.name!r}: {self.vmapped} vmap(s) batch it, of which'
-          f' {self.inner_vmaps} were counted inside the loop. Please report'
+          f' {self.inner_vmaps} were counted inside the loop from the'
+          f' transforms it was staged under, {self.ambiguous}. Please report'
           ' this program; capturing inside the loop body avoids it.'
       )
     return outer
@@ -186,6 +201,56 @@ def _without_repeated_contexts(stack: tuple[tp.Any, ...]) -> list[tp.Any]:
   return kept
 
 
+@functools.lru_cache(maxsize=256)
+def _vmap_counts(stack: tuple[tp.Any, ...]) -> frozenset[int]:
+  """Every count of vmaps ``stack`` reads as, taking or leaving each copy
+  ``_without_repeated_contexts`` removes: the copy a transposition makes
+  and a legitimate repetition of the same transforms look alike."""
+  counts = set()
+
+  def walk(i: int, kept: tuple[tp.Any, ...]) -> None:
+    if i == len(stack):
+      counts.add(sum(1 for part in kept
+                     if isinstance(part, _jax.Transform)
+                     and part.name == 'vmap'))
+      return
+    part = stack[i]
+    kept += (part,)
+    walk(i + 1, kept)
+    if not (isinstance(part, _jax.Transform) and part.name == 'transpose'):
+      return
+    context = kept[:-1]
+    rest = stack[i + 1:]
+    if context and rest[: len(context)] == context:
+      walk(i + 1 + len(context), kept)
+    for n in range(len(rest) // 2, 0, -1):
+      relative = rest[:n]
+      copy = context + relative
+      if _is_jvp(relative[0]) and rest[n : n + len(copy)] == copy:
+        walk(i + 1 + n + len(copy), kept + relative)
+
+  walk(0, ())
+  return frozenset(counts)
+
+
+def _inner_vmaps(params: tp.Mapping[str, tp.Any],
+                 source_info: tp.Any) -> tuple[int, str | None]:
+  """``inner_vmaps`` of a sow, and the stack if it is ambiguous.
+
+  The count from the stack without its copies must not exceed the vmaps
+  the sow's own batching rule counted (``vmapped``); if it does, or another
+  reading of the stack (a copy kept) agrees with that count too, the site
+  is marked ambiguous: a loop around it refuses rather than guesses.
+  """
+  stack = source_info.name_stack.stack
+  inner = _vmaps_in_stack(stack)
+  vmapped = params['vmapped']
+  if inner > vmapped or any(
+      count != inner and count <= vmapped for count in _vmap_counts(stack)):
+    return inner, str(source_info.name_stack) or '(none)'
+  return inner, None
+
+
 def _is_jvp(part: tp.Any) -> bool:
   return isinstance(part, _jax.Transform) and part.name == 'jvp'
 
@@ -221,6 +286,7 @@ def site_at(
 ) -> Site:
   """The site of a sow with ``params`` of ``values`` (variables or tracers),
   staged with ``source_info``."""
+  inner, ambiguous = _inner_vmaps(params, source_info)
   return Site(
       name=params['sow_name'],
       tag=params['tag'],
@@ -228,8 +294,9 @@ def site_at(
       tree=params['tree'],
       avals=_avals(tuple(v.aval for v in values)),
       vmapped=params['vmapped'],
-      inner_vmaps=vmaps_in(source_info),
+      inner_vmaps=inner,
       meta=params.get('meta'),
+      ambiguous=ambiguous,
   )
 
 
