@@ -258,6 +258,12 @@ def jit_dispatch_is_set() -> bool:
 # refuse that (it refuses state and IO effects by name). The rule is reached
 # here to recognise its frame; only this private module defines it.
 _COND_BATCHING_CODE = conditionals._cond_batching_rule.__code__
+# The rule's locals read below (`jax_contract_test` checks them). A JAX whose
+# rule names them otherwise still has its frame recognised: every sow under
+# it is then refused, as if its index were batched, rather than recorded.
+COND_BATCHING_LOCALS = ('index_dim', 'branches')
+_COND_LOCALS_READABLE = all(
+    name in _COND_BATCHING_CODE.co_varnames for name in COND_BATCHING_LOCALS)
 
 
 def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
@@ -268,11 +274,14 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   branch on every example, so the caller is being evaluated for examples that
   did not take its branch. A ``platform_dependent`` cond resets its
   ``index_dim`` to ``None`` (its index is the platform, never batched), so it
-  is not reported.
+  is not reported. On a JAX whose rule does not name these locals, the
+  rule's frame alone answers, with no branches.
   """
   frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:
+      if not _COND_LOCALS_READABLE:
+        return ()  # cannot tell whether the index is batched: refuse
       local = frame.f_locals
       if local.get('index_dim') is not None:
         return local['branches']

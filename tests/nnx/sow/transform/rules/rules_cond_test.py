@@ -15,6 +15,8 @@
 branch's sows, branches that must agree, and a cond under ``vmap``.
 """
 
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -25,6 +27,7 @@ import numpy as np
 
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import _jax
 
 import sow_testing
 
@@ -155,6 +158,34 @@ class BatchedCondTest(absltest.TestCase):
       self.assertLen(collected['b'], 1)
       np.testing.assert_array_equal(collected['b'][0], np.asarray(xs) * factor)
       np.testing.assert_array_equal(out, np.asarray(xs) * factor)
+
+  def test_contract_the_cond_batching_rule_names_its_locals(self):
+    # The refusal reads the locals `index_dim` and `branches` of JAX's cond
+    # batching rule (`_jax.branches_of_batched_cond`): the day JAX renames
+    # them, this fails, naming them.
+    code = _jax._COND_BATCHING_CODE
+    for name in _jax.COND_BATCHING_LOCALS:
+      self.assertIn(name, code.co_varnames,
+                    f'{code.co_name} no longer has a local {name!r}')
+    self.assertTrue(_jax._COND_LOCALS_READABLE)
+
+  def test_without_the_locals_every_sow_under_the_rule_is_refused(self):
+    # On a JAX whose rule names them otherwise, a sow bound under its frame
+    # is refused whether or not the index is batched: never recorded for
+    # branches an example did not take.
+    xs = jnp.stack([X, -X])
+    f = lambda v, i: lax.switch(i, [lambda u: sow(u * 2, name='b'),
+                                    lambda u: sow(u * 3, name='b')], v)
+    batched = lambda v: lax.cond(v[0] > 0, lambda u: sow(u, name='c'),
+                                 lambda u: sow(-u, name='c'), v)
+    with mock.patch.object(_jax, '_COND_LOCALS_READABLE', False):
+      with self.assertRaisesRegex(NotImplementedError, r"\('c'\)"):
+        capture(jax.vmap(batched))(xs)
+      with self.assertRaisesRegex(NotImplementedError, r"\('b'\)"):
+        capture(jax.vmap(f, in_axes=(0, None)))(xs, jnp.int32(0))
+    # With them, the unbatched index is captured (the test above).
+    _, collected = capture(jax.vmap(f, in_axes=(0, None)))(xs, jnp.int32(0))
+    np.testing.assert_array_equal(collected['b'][0], np.asarray(xs) * 2)
 
 
 class ConstantsInBodiesTest(parameterized.TestCase):
