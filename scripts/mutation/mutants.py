@@ -161,6 +161,7 @@ ACTIVATIONS_TESTS = (
     'tests/nnx/sow/activations/export_test.py',
     'tests/nnx/sow/activations/export_errors_test.py',
     'tests/nnx/sow/activations/dataset_test.py',
+    'tests/nnx/sow/activations/site_names_test.py',
     'tests/nnx/sow/activations/export_kill_test.py',
     'tests/nnx/sow/activations/multiprocess_export_test.py',
 )
