@@ -279,6 +279,15 @@ class OutputItemTest(parameterized.TestCase):
     self.assertLen(entries, 2)
     self.assertCountEqual([jax.tree.structure(e).num_leaves for e in entries],
                           [1, 2])
+    # Two taps of two layers: each layer's copy sows what its own tap asks,
+    # once (the other tap's sow of the copy is dropped when it is named).
+    apart = tap(tap(split_and_run, 'layers.0', inputs=False, outputs=True),
+                'layers.1', inputs=False, outputs=1)
+    _, collected = capture(apart)(model, X)
+    (first,) = collected['layers.0.__call__.output']
+    (second,) = collected['layers.1.__call__.output']
+    sow_testing.assert_close(first[1], per_layer[0])
+    sow_testing.assert_close(second, per_layer[1])
 
   def test_an_item_of_an_output_that_has_none(self):
     model = Model(nnx.Rngs(0))
