@@ -163,7 +163,7 @@ def compute_bound(smoke: bool, scratch: Scratch) -> dict[str, tp.Any]:
       *(nnx.jit(by_hand)(model, b) for b in batches))]
   # The same blocks in another jitted program: XLA may fuse them otherwise,
   # so a float32 tolerance of a few ulps of the stream's scale.
-  ok = all(np.allclose(data.read(f'blocks.{i}.__call__.output/0'), d,
+  ok = all(np.allclose(data.read(f'blocks.{i}.__call__.output'), d,
                        rtol=1e-5, atol=1e-5) for i, d in enumerate(direct))
   bytes_per_batch = data.layout.batch_bytes()
   return dict(
@@ -209,7 +209,7 @@ def io_bound(smoke: bool, scratch: Scratch) -> dict[str, tp.Any]:
   data = last['data']
   # Batch by batch (2 GiB in all): the store against f's jitted values.
   jitted = jax.jit(lambda x: x @ w)
-  ok = all(np.array_equal(data.read('h/0', rows=slice(i * rows,
+  ok = all(np.array_equal(data.read('h', rows=slice(i * rows,
                                                       (i + 1) * rows)),
                           np.asarray(jitted(x)))
            for i, x in enumerate(inputs))

@@ -933,7 +933,7 @@ def bench_export(size: Size, settings: Settings, n_batches: int,
       return keep
 
     direct = jax.jit(by_hand)
-    got = [np.asarray(data.read(f'blocks.{i}.__call__.output/0'))
+    got = [np.asarray(data.read(f'blocks.{i}.__call__.output'))
            for i in range(size.layers)]
     want = [np.concatenate(v) for v in zip(
         *(direct(state, b) for b in batches))]

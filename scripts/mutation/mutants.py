@@ -161,6 +161,7 @@ ACTIVATIONS_TESTS = (
     'tests/nnx/sow/activations/export_test.py',
     'tests/nnx/sow/activations/export_errors_test.py',
     'tests/nnx/sow/activations/dataset_test.py',
+    'tests/nnx/sow/activations/site_names_test.py',
     'tests/nnx/sow/activations/export_kill_test.py',
     'tests/nnx/sow/activations/multiprocess_export_test.py',
 )
@@ -1047,11 +1048,31 @@ MUTANTS: tuple[Mutant, ...] = (
        '      ordered[name] = tuple(reversed(got))',
        '      ordered[name] = tuple(got)',
        'the gradients of a name sown per layer are in the order of the layers'),
+    _m('taps-item-one-is-the-whole-output', 'lift/taps.py',
+       '    return (self.patterns, self.methods, _typed(self.inputs),\n'
+       '            _typed(self.outputs), self.tag, self.mode, self.paths,'
+       ' on_output)',
+       '    return (self.patterns, self.methods, self.inputs,\n'
+       '            self.outputs, self.tag, self.mode, self.paths, on_output)',
+       'outputs=1 and outputs=True do not share a trace of an inner jit'),
+    _m('discover-step-bytes-with-the-step-axis', 'discover.py',
+       '    return jax.ShapeDtypeStruct(shape[:axis] + shape[axis + 1:],'
+       ' leaf.dtype)',
+       '    return jax.ShapeDtypeStruct(shape, leaf.dtype)',
+       'the bytes per step of a while_loop site are those of one step'),
     _m('capture-grads-zero-unmoved', 'capture_grads.py',
        '        moved = jax.tree.map(lambda v: v + zero.astype(v.dtype), value)',
        '        moved = value',
        'the gradient of a site is taken (its value depends on the zero)'),
     # -- activations/ ------------------------------------------------------
+    _m('activations-site-always-with-entry', 'activations/export.py',
+       '          alone = len(entries) == 1 and len(flat) == 1 and not leaf',
+       '          alone = False',
+       'a name sown once as one array is stored under the name itself'),
+    _m('activations-read-a-pattern', 'activations/dataset.py',
+       '    if isinstance(key, names_lib.Pattern) and key.wild:',
+       '    if False:',
+       'Dataset.read refuses a pattern, which selects a set of sites'),
     _m('activations-replicas-written-twice', 'activations/writer.py',
        '    if shard.replica_id != 0:\n      continue\n',
        '',

@@ -846,9 +846,11 @@ CPU devices each (gloo), Auto and Explicit axes, writing one store: each
 writes only its own shards, with no all-gather, and the values equal a
 single-process run; Flax's examples/gemma (from a checkout, as the parity
 tests), its 19 `Module.sow` sites exported and equal to Flax 0.12.8's own
-`nnx.capture` of each batch. Tests only.''',
+`nnx.capture` of each batch; the sites named as `capture` prints them and
+read by every spelling `capture(names=)` takes, against a direct capture,
+and a store of the first version read. Tests only.''',
         files=tuple(N + 'activations/' + m for m in (
-            'export_test.py', 'export_errors_test.py',
+            'export_test.py', 'export_errors_test.py', 'site_names_test.py',
             'export_kill_test.py', 'export_real_models_test.py',
             'multiprocess_export_test.py',
             'export_multiprocess_worker.py')),

@@ -123,6 +123,7 @@ class Collected(dict):
 
   def _name(self, key: tp.Any) -> primitive.Name:
     """The collected name a spelled ``key`` names (never a pattern)."""
+    primitive.refuse_traced(key, where='Collected')
     if not isinstance(key, str):
       raise KeyError(key)
     spelled = names_lib.Pattern(parts=tuple(key.split('.')), text=key)

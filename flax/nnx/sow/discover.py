@@ -23,6 +23,7 @@ import types
 import typing as tp
 
 import jax
+import numpy as np
 
 from flax.nnx.transforms import transforms as nnx_transforms
 from flax.nnx.sow import render
@@ -75,12 +76,40 @@ class SiteInfo:
     return render.nbytes(self.entries)
 
   @property
+  def step_nbytes(self) -> int | None:
+    """The bytes each step of a ``while_loop`` adds to what capturing it
+    holds (its entries that are :class:`~flax.nnx.sow.Steps`, one step of
+    each), or ``None`` if no entry is: what a decode step keeps of it."""
+    per_step = [_step_nbytes(e) for e in self.entries
+                if isinstance(e, steps.Steps)]
+    return sum(per_step) if per_step else None
+
+  @property
   def values(self) -> tuple[str, ...]:
     """The distinct ``render.aval`` summaries of its entries."""
     return tuple(dict.fromkeys(_summary(e) for e in self.entries))
 
 
+def _one_step(entry: steps.Steps) -> tp.Any:
+  """The values of one step of ``entry``: each leaf without its step axis
+  (abstract: a ``jax.ShapeDtypeStruct``)."""
+  axis = len(np.shape(entry.count))
+
+  def drop(leaf):
+    shape = tuple(leaf.shape)
+    return jax.ShapeDtypeStruct(shape[:axis] + shape[axis + 1:], leaf.dtype)
+
+  return jax.tree_util.tree_map(drop, entry.values)
+
+
+def _step_nbytes(entry: steps.Steps) -> int:
+  return render.nbytes(_one_step(entry))
+
+
 def _summary(entry: tp.Any) -> str:
+  if isinstance(entry, steps.Steps):
+    # A loop's values by what one step keeps: its count is not a value.
+    return f'{entry.max_steps} steps of {_summary(_one_step(entry))}'
   parts = [(path, render.aval(leaf)) for path, leaf in render.leaves(entry)
            if hasattr(leaf, 'dtype')]
   if len(parts) == 1 and not parts[0][0]:
@@ -140,7 +169,18 @@ class Sites(tuple):
   def nbytes(self) -> int:
     return sum(row.nbytes for row in self)
 
-  _HEADER = ('name', 'tag', 'entries', 'value', 'bytes', 'where')
+  @property
+  def _looped(self) -> bool:
+    """Whether a site is in a ``while_loop``: the table then has a column
+    of the bytes each step keeps."""
+    return any(row.step_nbytes is not None for row in self)
+
+  @property
+  def _header(self) -> tuple[str, ...]:
+    if self._looped:
+      return ('name', 'tag', 'entries', 'value', 'bytes', 'per step',
+              'where')
+    return ('name', 'tag', 'entries', 'value', 'bytes', 'where')
 
   def _rows(self) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
@@ -148,12 +188,17 @@ class Sites(tuple):
       where = _short_where(row.where[0]) if row.where else '?'
       if len(row.where) > 1:
         where += f' (+{len(row.where) - 1} more)'
+      per_step = ()
+      if self._looped:
+        per_step = ('-' if row.step_nbytes is None
+                    else render.format_bytes(row.step_nbytes),)
       rows.append((
           render.spell(row.name),
           ', '.join(render.spell_tag(t) for t in row.tags),
           str(row.occurrences),
           ' | '.join(row.values),
           render.format_bytes(row.nbytes),
+          *per_step,
           where,
       ))
     return rows
@@ -176,12 +221,12 @@ class Sites(tuple):
     terminal's width."""
     if not self:
       return self._summary()
-    lines = render.table(self._HEADER, self._rows(), indent='  ',
+    lines = render.table(self._header, self._rows(), indent='  ',
                          width=width)
     return '\n'.join((self._summary(), *lines))
 
   def _repr_html_(self) -> str:
-    return render.html_table(self._summary(), self._HEADER, self._rows())
+    return render.html_table(self._summary(), self._header, self._rows())
 
   def __treescope_repr__(self, path, subtree_renderer):
     del subtree_renderer  # the rows are text
@@ -234,8 +279,13 @@ def discover(
   names, entries, shapes and dtypes (:meth:`Sites.abstract` is
   ``jax.eval_shape(capture(f))``'s collected), the tags and the user's
   source lines. An appending sow in a ``while_loop`` needs ``max_steps``, as
-  in ``capture``. A function that sows nothing gives an empty ``Sites``,
-  printed as ``f sows no sites``.
+  in ``capture``; its value is then listed as what one step keeps (``10
+  steps of f32[1,6,16]``), and the table gets a ``per step`` column: the
+  bytes each step of the loop (each decode step) adds
+  (:attr:`SiteInfo.step_nbytes`), the measure of what a tap keeps (a
+  block's ``x`` with ``tap(outputs=...)`` against its whole ``(cache,
+  x)``). A function that sows nothing gives an empty ``Sites``, printed as
+  ``f sows no sites``.
 
   Example::
 

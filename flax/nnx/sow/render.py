@@ -135,6 +135,12 @@ def leaves(value: tp.Any) -> list[tuple[str, tp.Any]]:
           for path, leaf in flat]
 
 
+def entry(index: int, path: str) -> str:
+  """Entry ``index`` of a name, and its leaf ``path`` (see :func:`leaves`)
+  if the entry is a pytree: ``[0]``, ``[1].x``, ``[0].cache.k``."""
+  return f'[{index}]' + (f'.{path}' if path else '')
+
+
 def nbytes(value: tp.Any) -> int:
   """The bytes of the array leaves of ``value`` (concrete or abstract)."""
   total = 0
@@ -239,8 +245,7 @@ def collected_lines(collected: tp.Mapping[tp.Any, tp.Sequence[tp.Any]],
     first = spell(name)
     for i, value in enumerate(values):
       for path, leaf in leaves(value) or [('', None)]:
-        rows.append((first, f'[{i}]' + (f'.{path}' if path else ''),
-                     describe(leaf)))
+        rows.append((first, entry(i, path), describe(leaf)))
         first = ''
   return summary, table(('name', 'entry', 'value'), rows, indent='  ',
                         width=width)

@@ -162,6 +162,7 @@ def _check_pattern(pattern: tp.Any) -> taps.Pattern:
     )
     if '' in pattern:
       raise ValueError(f'tap: the pattern {pattern!r} has an empty component.')
+  primitive.refuse_traced(pattern, where='tap')
   if isinstance(pattern, tuple):
     parts = []
     for part in pattern:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax.nnx.sow import capture
+from flax.nnx.sow import discover
 from flax.nnx.sow import perturb
 from flax.nnx.sow import plant
 from flax.nnx.sow import sow
@@ -119,6 +120,12 @@ CASES = {
         ' static: build it from Python values (the index of a Python loop),'
         ' or sow the traced value under a fixed name (lax.scan and fori_loop'
         ' stack its entries along the loop axis).'),
+    'name_traced_part': (
+        lambda: jax.jit(lambda i: sow(X, name=('h', i)))(0),
+        "TypeError: sow(name=('h', JitTracer(~int32[]))): a name must be"
+        ' static, known while tracing: a str or a tuple of str/int (the index'
+        " of a Python loop, not of a traced one); got ('h',"
+        ' JitTracer(~int32[])), which holds a traced value.'),
     'leaf_str': (
         lambda: sow({'x': X, 'label': 'hello'}, name='h'),
         "TypeError: sow(name='h'): every leaf must be an array or a Python"
@@ -164,6 +171,13 @@ CASES = {
         "TypeError: capture: names=('layers', 0, 'h') is a tuple, which"
         ' names= reads as a collection of names; to select the tuple name,'
         " put it in a list: names=[('layers', 0, 'h')]."),
+    'capture_names_traced': (
+        lambda: jax.jit(
+            lambda i: capture(_layers, names=[('layers', i, 'h')])(X))(0),
+        'TypeError: capture: a name must be static, known while tracing: a'
+        ' str or a tuple of str/int (the index of a Python loop, not of a'
+        " traced one); got ('layers', JitTracer(~int32[]), 'h'), which holds"
+        ' a traced value.'),
     'plant_not_callable': (
         lambda: plant(3, {}),
         'TypeError: plant: expected a callable, got 3 of type int.'),
@@ -288,11 +302,18 @@ CASES = {
         lambda: capture(_while_append)(X),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values need a bound: max_steps=N (or {name or'
-        ' pattern: N}) of capture or discover keeps N steps of each, with'
-        " the count of steps run. Or use mode='clobber' (keeps the last"
-        " value), lax.scan or a"
-        ' fori_loop with static bounds.'),
+        ' time, so appended values need a bound: capture(f, max_steps=N) (or'
+        ' max_steps={name or pattern: N}) keeps N steps of each, with the'
+        " count of steps run. Or use mode='clobber' (keeps the last value),"
+        ' lax.scan or a fori_loop with static bounds.'),
+    'discover_while_append': (
+        lambda: discover(_while_append)(X),
+        'NotImplementedError: discover: a while_loop (at <location>) sows'
+        " 'step' with mode='append'; its trip count is only known at run"
+        ' time, so appended values need a bound: discover(f, max_steps=N)'
+        ' (or max_steps={name or pattern: N}) keeps N steps of each, with the'
+        " count of steps run. Or use mode='clobber' (keeps the last value),"
+        ' lax.scan or a fori_loop with static bounds.'),
     'max_steps_two_bounds': (
         lambda: capture(_while_append,
                         max_steps={'step': 3, 's*': 4})(X),
@@ -304,11 +325,10 @@ CASES = {
                 X, jnp.int32(3)),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
         " 'step' with mode='append'; its trip count is only known at run"
-        ' time, so appended values need a bound: max_steps=N (or {name or'
-        ' pattern: N}) of capture or discover keeps N steps of each, with'
-        " the count of steps run. Or use mode='clobber' (keeps the last"
-        " value), lax.scan or a"
-        ' fori_loop with static bounds.'),
+        ' time, so appended values need a bound: capture(f, max_steps=N) (or'
+        ' max_steps={name or pattern: N}) keeps N steps of each, with the'
+        " count of steps run. Or use mode='clobber' (keeps the last value),"
+        ' lax.scan or a fori_loop with static bounds.'),
     'while_append_past_max_steps': (
         lambda: capture(_while_append, max_steps=3)(X),
         'ValueError: capture: a while_loop (at <location>) ran 5 steps,'

@@ -27,6 +27,7 @@ import numpy as np
 
 from flax.nnx.sow.activations import store as store_lib
 from flax.nnx.sow.transform import names as names_lib
+from flax.nnx.sow.transform import primitive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Dataset:
     >>> data.examples, data.complete_batches
     (8, 4)
     >>> batch = next(data.batches(5, tokens=True, seed=0))
-    >>> batch['h/0'].shape
+    >>> batch['h'].shape
     (5, 4)
 
   Args:
@@ -86,31 +87,98 @@ class Dataset:
   def examples(self) -> int:
     return self.complete_batches * self.layout.examples_per_batch
 
+  def name_of(self, site: str) -> primitive.Name:
+    """The sow name stored site ``site`` holds a value of."""
+    name = self.layout.sites[site]['name']
+    return tuple(name) if isinstance(name, list) else name
+
   def site_of(self, site: tp.Any) -> str:
-    """The stored site ``site`` reads: a stored site itself
-    (``'layers.1.h/0'``, ``'layers.1.h/0/x'`` for a leaf ``x``), or a sow
-    name (``('layers', 1, 'h')`` or its spelling ``'layers.1.h'``, as
-    ``capture`` prints it) that was exported as one site (one entry of one
-    leaf); an error naming the stored sites otherwise."""
+    """The one stored site ``site`` reads.
+
+    ``site`` is a stored site itself (``'h[1]'``, ``'kv[0].k'``), or a sow
+    name in any of the spellings ``capture(names=)`` takes (``('layers', 1,
+    'h')``, ``'layers.1.h'``) that was exported as one site (sown once, as
+    one array); else an error naming the sites it has. A pattern with a
+    wildcard selects a set of sites: :meth:`sites_of` takes it.
+    """
     if isinstance(site, str) and site in self.layout.sites:
       return site
-    if isinstance(site, (str, tuple)):
-      spelled = names_lib.spell(site)
-    else:
-      raise TypeError(
-          f'Dataset: a site is a stored site or a sow name (str or tuple),'
-          f' got {site!r}.')
-    stored = [s for s in self.layout.sites if s.split('/', 1)[0] == spelled]
+    key = self._key(site, where='Dataset')
+    if isinstance(key, names_lib.Pattern) and key.wild:
+      raise KeyError(
+          f'Dataset: {site!r} is a pattern, which selects a set of sites'
+          f' ({list(self._matching(key))}), where one site is read; read'
+          ' one of them, or all with sites_of or batches(sites=...).')
+    stored = self._matching(key)
     if len(stored) == 1:
       return stored[0]
     if stored:
       raise KeyError(
           f'Dataset: the name {site!r} was exported as {len(stored)} sites'
           f' (one per entry and leaf): {stored}; read one of them.')
-    raise KeyError(
+    raise self._missing(site, key)
+
+  def sites_of(self, names: tp.Any) -> tuple[str, ...]:
+    """The stored sites ``names`` selects, in the store's order.
+
+    ``names`` is what ``capture(names=)`` takes (a name or pattern in any
+    spelling, a collection of them, a predicate on names), and may hold
+    stored sites too (``'h[1]'``); each name selects all of its sites. A
+    name or pattern that selects none is an error naming the closest.
+    """
+    if callable(names) and not isinstance(names, names_lib.Pattern):
+      chosen = {s for s in self.layout.sites if names(self.name_of(s))}
+    else:
+      if isinstance(names, (str, names_lib.Pattern)):
+        items = [names]
+      elif isinstance(names, (tuple, list, set, frozenset)):
+        items = list(names)
+      else:
+        raise TypeError(
+            'Dataset: sites are selected by a name, a pattern, a stored'
+            ' site, a collection of them or a predicate on names, got'
+            f' {names!r} of type {type(names).__name__}.')
+      chosen = set()
+      for item in items:
+        if isinstance(item, str) and item in self.layout.sites:
+          chosen.add(item)
+          continue
+        try:
+          key = self._key(item, where='Dataset')
+          found = self._matching(key)
+          if not found:
+            raise self._missing(item, key)
+        except (TypeError, KeyError):
+          if isinstance(names, tuple) and primitive.is_name(names):
+            raise TypeError(
+                f'Dataset: {names!r} is a tuple, which is read as a'
+                ' collection of names (as capture(names=) reads it); to'
+                f' select the tuple name, put it in a list: [{names!r}].'
+            ) from None
+          raise
+        chosen.update(found)
+    return tuple(s for s in self.layout.sites if s in chosen)
+
+  def _key(self, value: tp.Any, *, where: str) -> names_lib.Key:
+    if not isinstance(value, (str, tuple, names_lib.Pattern)):
+      raise TypeError(
+          f'{where}: a site is a stored site or a sow name (str or tuple),'
+          f' got {value!r}.')
+    return names_lib.key(value, where=where)
+
+  def _matching(self, key: names_lib.Key) -> list[str]:
+    names = list(dict.fromkeys(map(self.name_of, self.layout.sites)))
+    chosen = set(names_lib.resolve(key, names, where='Dataset'))
+    return [s for s in self.layout.sites if self.name_of(s) in chosen]
+
+  def _missing(self, site: tp.Any, key: names_lib.Key) -> KeyError:
+    names = list(dict.fromkeys(map(self.name_of, self.layout.sites)))
+    close = names_lib.closest(key, names)
+    hint = (f' The closest names: {", ".join(map(names_lib.spell, close))}.'
+            if close else '')
+    return KeyError(
         f'Dataset: no site {site!r} in {self.path!r}; its sites are'
-        f' {list(self.sites)}.'
-    )
+        f' {list(self.sites)}.{hint}')
 
   def spec(self, site: tp.Any, output: str = 'values'
            ) -> store_lib.ArraySpec:
@@ -120,34 +188,30 @@ class Dataset:
     for spec in self.layout.arrays:
       if spec.site == site and spec.output == output:
         return spec
-    if site not in self.layout.sites:
-      raise KeyError(
-          f'Dataset: no site {site!r} in {self.path!r}; its sites are'
-          f' {list(self.sites)}.'
-      )
     outputs = [a.output for a in self.layout.arrays if a.site == site]
     raise KeyError(
         f'Dataset: site {site!r} has no {output!r}; it has {outputs}.')
 
-  def array(self, site: str, output: str = 'values') -> tp.Any:
+  def array(self, site: tp.Any, output: str = 'values') -> tp.Any:
     """A tensorstore view of the complete rows of ``site``'s ``output``."""
     spec = self.spec(site, output)
     rows = self._store.rows(spec, self.complete_batches)
     return self._store.arrays[spec.path][:rows]
 
-  def read(self, site: str, output: str = 'values',
+  def read(self, site: tp.Any, output: str = 'values',
            rows: slice | tp.Sequence[int] = slice(None)) -> np.ndarray:
     """The complete rows ``rows`` of ``site``'s ``output``, in memory."""
     view = self.array(site, output)
     index = rows if isinstance(rows, slice) else np.asarray(rows)
     return view[index].read().result()
 
-  def statistics(self, site: str) -> Statistics:
+  def statistics(self, site: tp.Any) -> Statistics:
     """The per-feature statistics of ``site`` over the complete batches.
 
     Each batch's mean and sum of squared deviations are combined exactly
     (Chan, Golub and LeVeque's pairwise formula), in float64.
     """
+    site = self.site_of(site)
     means = self.read(site, 'mean').astype(np.float64)
     per_batch = self._rows_per_statistic(site)
     count = per_batch * len(means)
@@ -169,7 +233,7 @@ class Dataset:
       self,
       batch_size: int,
       *,
-      sites: tp.Sequence[str] | None = None,
+      sites: tp.Any = None,
       output: str = 'values',
       tokens: bool = False,
       shuffle: bool = True,
@@ -188,7 +252,9 @@ class Dataset:
 
     Args:
       batch_size: rows per batch.
-      sites: the sites to read, together (rows aligned); ``None``: all.
+      sites: the sites to read, together (rows aligned), as
+        :meth:`sites_of` takes them (names, patterns, stored sites);
+        ``None``: all. The batches are keyed by stored site.
       output: which output of each site.
       tokens: flatten positions into rows.
       shuffle: shuffle (seeded by ``seed`` and the epoch).
@@ -203,7 +269,7 @@ class Dataset:
                        f' got {batch_size!r}.')
     if window < 1:
       raise ValueError(f'Dataset.batches: window must be >= 1, got {window}.')
-    sites = list(self.sites if sites is None else sites)
+    sites = list(self.sites if sites is None else self.sites_of(sites))
     specs = [self.spec(site, output) for site in sites]
     rows_per_batch = {s.site: self._flat_rows(s, tokens) for s in specs}
     if len(set(rows_per_batch.values())) > 1:

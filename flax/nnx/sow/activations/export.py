@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 from flax import nnx
+from flax.nnx.sow import render
 from flax.nnx.sow.capture import capture as capture_fn
 from flax.nnx.sow.activations import dataset as dataset_lib
 from flax.nnx.sow.activations import progress as progress_lib
@@ -70,9 +71,12 @@ def export(
   its first batch: every batch must have the same shapes; ``f`` and what it
   closes over are read at this call, as a direct call reads them), reduces each selected site on device, and
   appends the result along the example axis. A *site* is one array of what
-  ``capture`` returns: a name, an entry (``h/0``, ``h/1`` for a name sown
-  twice) and a leaf path; its arrays are ``SITE/values`` and one per
-  statistic.
+  ``capture`` returns, named as ``capture`` prints it: the name for a name
+  sown once as one array (``'h'``), else the name with the entry and leaf
+  (``'h[0]'``, ``'h[1]'`` for a name sown twice, ``'kv[0].k'`` for the leaf
+  ``k`` of a pytree); its arrays are ``SITE/values`` and one per statistic.
+  ``Dataset.read`` takes the name itself wherever it was exported as one
+  site.
 
   Example::
 
@@ -86,10 +90,10 @@ def export(
     >>> data = activations.export(f, batches, path, statistics=['mean'],
     ...                           progress=False)
     >>> data.sites
-    ('h/0',)
-    >>> data.read('h/0').shape
+    ('h',)
+    >>> data.read('h').shape
     (20, 3)
-    >>> stats = data.statistics('h/0')  # per feature, over the 20 rows
+    >>> stats = data.statistics('h')  # per feature, over the 20 rows
     >>> stats.count, round(float(stats.mean[0]), 3)
     (20, 0.744)
 
@@ -164,8 +168,7 @@ def export(
   # A step per export, compiled on its first batch: ``f`` and what it closes
   # over (a model's weights, a global) are read at this call, as a direct call
   # reads them, never from an earlier export of the same function.
-  names = tuple(names) if isinstance(names, list) else names
-  step = _Step(f, names=names, tag=tag, reductions=reductions)
+  step = _step(f, names=names, tag=tag, reductions=reductions)
   first = next(remaining, None)
   if first is None and skipped is None:
     raise ValueError('export: batches is empty; there is nothing to write.')
@@ -220,7 +223,17 @@ def _existing(path: str, resume: bool) -> store_lib.Store | None:
           f'export: {path!r} already holds an activations store and'
           ' resume=False; write to another path, or remove it.'
       )
-    return store_lib.Store.open(path)
+    store = store_lib.Store.open(path)
+    if store.layout.version != store_lib.VERSION:
+      raise ValueError(
+          f'export: {path!r} holds an activations store of version'
+          f' {store.layout.version}, whose sites are named NAME/ENTRY/LEAF'
+          f" ('h/0'); this version reads it but writes version"
+          f" {store_lib.VERSION} (sites named as capture prints them: 'h',"
+          " 'h[1]'), so it cannot continue it. Nothing was written; write"
+          ' to another path.'
+      )
+    return store
   if os.listdir(path):
     raise ValueError(
         f'export: {path!r} is a directory that is not empty and holds no'
@@ -236,17 +249,21 @@ def _sync(name: str, processes: int) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def site_id(name: primitive.Name, entry: int, leaf: tp.Any) -> str:
-  """The site of ``leaf`` (a key path) in entry ``entry`` of ``name``."""
-  spelled = names_lib.spell(name)
-  if '/' in spelled:
+def site_id(name: primitive.Name, entry: int, leaf: str, alone: bool) -> str:
+  """The site of leaf ``leaf`` (dotted, ``''`` for the entry itself) of
+  entry ``entry`` of ``name``, written as ``capture`` prints it: the name's
+  spelling, then the entry and leaf as ``Collected`` writes them
+  (``'h[1]'``, ``'layers.0.kv[0].k'``), or the spelling alone for a name
+  sown once as one array (``alone``): ``'layers.1.__call__.output'``."""
+  site = names_lib.spell(name)
+  if not alone:
+    site += render.entry(entry, leaf)
+  if '/' in site or site in ('.', '..'):
     raise ValueError(
-        f'export: the name {name!r} has a "/", which a store path cannot'
-        ' hold; select other names or sow it under another.'
+        f'export: the site {site!r} (of the name {name!r}) is not a'
+        ' directory name a store path can hold (it has a "/" or is "." or'
+        ' ".."); select other names or sow it under another.'
     )
-  site = f'{spelled}/{entry}'
-  if leaf:
-    site += '/' + jax.tree_util.keystr(leaf, simple=True, separator='.')
   return site
 
 
@@ -272,6 +289,13 @@ def _examples(batch: tp.Any) -> int:
         f' (their first axis): {sizes}.'
     )
   return next(iter(sizes))
+
+
+def _step(f, *, names, tag, reductions) -> _Step:
+  """A new step for one export of ``f``, never one kept from an earlier
+  export (see ``export``)."""
+  names = tuple(names) if isinstance(names, list) else names
+  return _Step(f, names=names, tag=tag, reductions=reductions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,16 +357,22 @@ class _Step:
       raise ValueError(
           'export: the function sows nothing the selection exports.')
     examples = _examples(batch)
-    arrays, sites = {}, []
+    arrays, sites, owners = {}, [], {}
     for name, entries in collected.items():
       for entry, value in enumerate(entries):
-        for leaf, x in jax.tree_util.tree_flatten_with_path(value)[0]:
-          site = site_id(name, entry, leaf)
+        flat = jax.tree_util.tree_flatten_with_path(value)[0]
+        for path, x in flat:
+          leaf = jax.tree_util.keystr(path, simple=True, separator='.')
+          alone = len(entries) == 1 and len(flat) == 1 and not leaf
+          site = site_id(name, entry, leaf, alone)
+          if site in owners:
+            raise ValueError(
+                f'export: the names {owners[site]!r} and {name!r} both'
+                f' give the site {site!r}; select one of them.')
+          owners[site] = name
           reduced, shape = self._reductions.reduce(site, name, x, examples)
-          sites.append(SiteInfo(
-              site=site, name=name, entry=entry,
-              leaf=jax.tree_util.keystr(leaf, simple=True, separator='.'),
-              reduced_shape=shape))
+          sites.append(SiteInfo(site=site, name=name, entry=entry, leaf=leaf,
+                                reduced_shape=shape))
           for out, y in reduced.items():
             arrays[f'{site}/{out}'] = y
     return Outputs(arrays, tuple(sites), examples)

@@ -21,9 +21,10 @@ tensorstore, xarray and dask read it without this package):
   each site (its sown name, entry and leaf), each array's per-example shape,
   dtype and chunk, the examples per batch and the reductions applied; and,
   once a run has ended, its ``complete_batches`` and ``examples``;
-* ``SITE/OUTPUT`` is one array per site and output (``h/0/values``,
-  ``h/0/norm``...), the example axis first, one chunk per device shard of a
-  batch, so each process writes whole chunks of its own and never another's;
+* ``SITE/OUTPUT`` is one array per site and output (``h/values``,
+  ``h[1]/norm``, ``kv[0].k/values``...), the example axis first, one chunk
+  per device shard of a batch, so each process writes whole chunks of its
+  own and never another's;
 * ``progress/process-I.json`` says how many batches process ``I`` has
   written and committed (every process of a run has one from its start). A
   batch is *complete* once every process has committed it; the arrays are read up to the complete batches only. A
@@ -36,6 +37,11 @@ tensorstore, xarray and dask read it without this package):
 
 While a run writes, the arrays' first axis has room for every batch to
 come; a run that ends trims it to the complete batches.
+
+Version 2 names a site as ``capture`` prints it (``h``, ``h[1]``,
+``kv[0].k``); version 1 named it ``NAME/ENTRY/LEAF`` (``h/0``, ``kv/0/k``).
+Both are read (a site's name, entry and leaf are in the layout either way);
+only version 2 is written, and a run does not continue a version 1 store.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ import typing as tp
 import numpy as np
 
 ATTRIBUTE = 'flax.nnx.sow.activations'
-VERSION = 1
+VERSION = 2
+# The versions this one reads: 1 differs only in how its sites are named.
+READS = (1, 2)
 PER = ('row', 'batch')
 # Room on the first axis while a run writes: zarr needs a finite shape, and
 # unwritten chunks take no space.
@@ -106,16 +114,18 @@ class Layout:
       JSON: a string, or a list for a tuple name).
     arrays: the arrays, in order.
     reductions: the on-device reductions, as JSON.
+    version: the store's version (see the module docstring).
   """
 
   examples_per_batch: int
   sites: dict[str, dict[str, tp.Any]]
   arrays: tuple[ArraySpec, ...]
   reductions: dict[str, tp.Any]
+  version: int = VERSION
 
   def to_json(self) -> dict[str, tp.Any]:
     return {
-        'version': VERSION,
+        'version': self.version,
         'examples_per_batch': self.examples_per_batch,
         'sites': self.sites,
         'arrays': [dataclasses.asdict(a) for a in self.arrays],
@@ -124,10 +134,10 @@ class Layout:
 
   @classmethod
   def from_json(cls, data: dict[str, tp.Any]) -> Layout:
-    if data.get('version') != VERSION:
+    if data.get('version') not in READS:
       raise ValueError(
           f'activations store of version {data.get("version")!r}; this'
-          f' version reads version {VERSION}.'
+          f' version reads versions {", ".join(map(str, READS))}.'
       )
     arrays = tuple(
         ArraySpec(**{**a, 'shape': tuple(a['shape']),
@@ -136,7 +146,7 @@ class Layout:
     )
     return cls(examples_per_batch=data['examples_per_batch'],
                sites=data['sites'], arrays=arrays,
-               reductions=data['reductions'])
+               reductions=data['reductions'], version=data['version'])
 
   def difference(self, other: Layout) -> str | None:
     """The first way ``other`` differs from this layout, or ``None``."""

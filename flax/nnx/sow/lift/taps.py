@@ -128,8 +128,14 @@ class TapSpec:
     """What decides the sows this tap stages: its fields, with ``on_output``
     as its code (a closure made per call stages the same)."""
     on_output = getattr(self.on_output, '__code__', self.on_output)
-    return (self.patterns, self.methods, self.inputs, self.outputs,
-            self.tag, self.mode, self.paths, on_output)
+    # `inputs` and `outputs` with their types: `1 == True` and `0 == False`,
+    # but the item 1 is not the whole output, nor the argument 0 none.
+    return (self.patterns, self.methods, _typed(self.inputs),
+            _typed(self.outputs), self.tag, self.mode, self.paths, on_output)
+
+
+def _typed(which: Inputs | Outputs) -> tuple[str, tp.Hashable]:
+  return type(which).__name__, which
 
 
 # The taps of this thread's running calls, in JAX's trace context and jit
@@ -396,10 +402,14 @@ def _sows(
   """The distinct (tag, what is sown, mode) of the sows ``specs`` ask for
   ``what``: nested taps of the same module sow it once per tag."""
   sows: list[tuple[tp.Hashable, tp.Any, str]] = []
+  seen = set()
   for spec in specs:
     chosen = getattr(spec, what)
     key = (spec.tag, chosen, spec.mode)
-    if spec.on_output is None and chosen is not False and key not in sows:
+    # Typed: the item 1 and the whole output (True) are two sows.
+    typed = (spec.tag, _typed(chosen), spec.mode)
+    if spec.on_output is None and chosen is not False and typed not in seen:
+      seen.add(typed)
       sows.append(key)
   return sows
 
@@ -562,7 +572,9 @@ class _Tapping:
       specs = [s for s in self.specs
                if s.applies(path, self.cls, self.method)]
       kind = 'outputs' if self.what == ('output',) else 'inputs'
-      if self.key not in _sows(specs, kind):
+      tag, chosen, mode = self.key
+      if (tag, _typed(chosen), mode) not in {
+          (t, _typed(c), m) for t, c, m in _sows(specs, kind)}:
         return deferred.DROP
       return (*module_paths.sow_name(path, self.method), *self.what), None
     if pending.chain:

@@ -307,6 +307,7 @@ def check_name(name: tp.Any, *, where: str) -> Name:
   """
   if isinstance(name, str):
     return _untraced(name, name, where=where)
+  refuse_traced(name, where=where)
   if isinstance(name, tuple) and name:
     parts = [name_part(part) for part in name]
     checked = [part for part in parts if part is not None]
@@ -319,6 +320,18 @@ def check_name(name: tp.Any, *, where: str) -> Name:
       f'{where}: name must be a str or a non-empty tuple of str/int, got'
       f' {name!r} of type {type(name).__name__}.'
   )
+
+
+def refuse_traced(name: tp.Any, *, where: str) -> None:
+  """Raises ``TypeError`` if ``name`` is, or is a tuple holding, a traced
+  value: a name is static, so no selection could name one."""
+  parts = name if isinstance(name, tuple) else (name,)
+  if any(isinstance(part, jax.core.Tracer) for part in parts):
+    raise TypeError(
+        f'{where}: a name must be static, known while tracing: a str or a'
+        ' tuple of str/int (the index of a Python loop, not of a traced'
+        f' one); got {name!r}, which holds a traced value.'
+    )
 
 
 # A tracer formatted into a string (`f'h{i}'` with a traced `i`) leaves its

@@ -183,6 +183,7 @@ def _keys(names: NameFilter, *, where: str) -> list[names_lib.Key]:
       raise
   if isinstance(names, (list, set, frozenset)):
     return [names_lib.key(n, where=where) for n in names]
+  primitive.refuse_traced(names, where=where)
   raise TypeError(
       f'{where}: names must be None, a name, a collection of names or a'
       f' predicate, got {names!r} of type {type(names).__name__}.'

@@ -155,11 +155,14 @@ class LoopBounds:
     on_overflow: ``'error'``: a loop that runs more steps raises (at run
       time, under ``jit``); ``'truncate'``: the first steps are kept and the
       count says how many ran.
+    where: the call that takes ``max_steps`` (``'capture'``,
+      ``'discover'``), for messages; not part of what the bounds are.
   """
 
   default: int | None = None
   by_name: tuple[tuple[names_lib.Key, int], ...] = ()
   on_overflow: str = 'error'
+  where: str = dataclasses.field(default='capture', compare=False)
 
   @classmethod
   def make(cls, max_steps: tp.Any, on_overflow: tp.Any, *,
@@ -170,7 +173,7 @@ class LoopBounds:
           f' {on_overflow!r}.'
       )
     if max_steps is None:
-      return cls(on_overflow=on_overflow)
+      return cls(on_overflow=on_overflow, where=where)
     if isinstance(max_steps, tp.Mapping):
       pairs = tuple(
           (names_lib.key(name, where=f'{where}: max_steps'),
@@ -182,9 +185,9 @@ class LoopBounds:
             f'{where}: max_steps is an empty mapping; give a bound, a'
             ' mapping {name: bound}, or None.'
         )
-      return cls(by_name=pairs, on_overflow=on_overflow)
+      return cls(by_name=pairs, on_overflow=on_overflow, where=where)
     return cls(default=_check_bound(max_steps, where=f'{where}: max_steps'),
-               on_overflow=on_overflow)
+               on_overflow=on_overflow, where=where)
 
   def bound(self, name: primitive.Name) -> int | None:
     """The bound of ``name``, or ``None`` if the capture gave none; raises

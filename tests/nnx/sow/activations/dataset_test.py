@@ -64,10 +64,10 @@ class DatasetTest(absltest.TestCase):
 
   def test_an_epoch_of_examples_has_every_example_once_aligned(self):
     seen = []
-    for batch in self.data.batches(5, sites=['a/0', 'b/0']):
-      self.assertEqual(batch['a/0'].shape, (5, POSITIONS, WIDTH))
-      np.testing.assert_array_equal(batch['b/0'], -batch['a/0'])
-      seen += list(batch['a/0'][:, 0, 0])
+    for batch in self.data.batches(5, sites=['a', 'b']):
+      self.assertEqual(batch['a'].shape, (5, POSITIONS, WIDTH))
+      np.testing.assert_array_equal(batch['b'], -batch['a'])
+      seen += list(batch['a'][:, 0, 0])
     total = EXAMPLES * BATCHES
     self.assertLen(seen, total - total % 5)
     self.assertLen(set(seen), len(seen))
@@ -76,13 +76,13 @@ class DatasetTest(absltest.TestCase):
   def test_rows_left_at_a_window_end_start_the_next(self):
     for window in (1, 2, 4):
       seen = [int(r) for b in self.data.batches(
-          3, sites=['first/0'], window=window) for r in b['first/0'][:, 0]]
+          3, sites=['first'], window=window) for r in b['first'][:, 0]]
       # 24 rows in windows of 4 * window: only the epoch's end drops rows.
       self.assertCountEqual(seen, range(EXAMPLES * BATCHES))
 
   def test_tokens_flatten_positions(self):
-    rows = [r for batch in self.data.batches(7, sites=['a/0'], tokens=True)
-            for r in map(tuple, batch['a/0'])]
+    rows = [r for batch in self.data.batches(7, sites=['a'], tokens=True)
+            for r in map(tuple, batch['a'])]
     total = EXAMPLES * BATCHES * POSITIONS
     self.assertLen(rows, total - total % 7)
     self.assertLen(set(rows), len(rows))
@@ -92,41 +92,45 @@ class DatasetTest(absltest.TestCase):
 
   def test_the_shuffle_is_seeded(self):
     def first(**kwargs):
-      return next(self.data.batches(4, sites=['first/0'], **kwargs))[
-          'first/0'][:, 0]
+      return next(self.data.batches(4, sites=['first'], **kwargs))[
+          'first'][:, 0]
 
     np.testing.assert_array_equal(first(seed=1), first(seed=1))
     self.assertFalse(np.array_equal(first(seed=1), first(seed=2)))
 
   def test_without_shuffle_batches_are_the_rows_in_order(self):
     got = np.concatenate([
-        b['first/0'] for b in self.data.batches(
-            EXAMPLES, sites=['first/0'], shuffle=False, epochs=2)])
-    expected = self.data.read('first/0')
+        b['first'] for b in self.data.batches(
+            EXAMPLES, sites=['first'], shuffle=False, epochs=2)])
+    expected = self.data.read('first')
     np.testing.assert_array_equal(got, np.concatenate([expected, expected]))
 
   def test_forever(self):
-    stream = self.data.batches(EXAMPLES * BATCHES, sites=['first/0'],
+    stream = self.data.batches(EXAMPLES * BATCHES, sites=['first'],
                                epochs=None)
-    epochs = [next(stream)['first/0'][:, 0] for _ in range(3)]
+    epochs = [next(stream)['first'][:, 0] for _ in range(3)]
     for epoch in epochs:
       self.assertCountEqual(epoch, range(EXAMPLES * BATCHES))
 
   def test_read_and_array(self):
     np.testing.assert_array_equal(
-        self.data.read('a/0', rows=[5, 0]),
+        self.data.read('a', rows=[5, 0]),
         np.stack([ids(1)[1], ids(0)[0]]))
-    self.assertEqual(self.data.array('a/0').shape,
+    self.assertEqual(self.data.array('a').shape,
                      (EXAMPLES * BATCHES, POSITIONS, WIDTH))
     self.assertIn('3 sites, 24 examples in 6 batches', repr(self.data))
 
-  def test_read_by_the_name_capture_prints(self):
-    # A name exported as one site (one entry, one leaf) reads as itself.
-    for name in ('a', ('a',)):
-      np.testing.assert_array_equal(self.data.read(name, rows=[5, 0]),
-                                    self.data.read('a/0', rows=[5, 0]))
-    self.assertEqual(self.data.site_of('first'), 'first/0')
-    with self.assertRaisesRegex(KeyError, r"no site 'c'.*'a/0', 'b/0'"):
+  def test_sites_are_the_names_capture_prints(self):
+    # A name sown once as one array is stored under the name itself.
+    self.assertEqual(self.data.sites, ('a', 'b', 'first'))
+    np.testing.assert_array_equal(self.data.read('a', rows=[5, 0]),
+                                  np.stack([ids(1)[1], ids(0)[0]]))
+    # As for capture(names=), the tuple name ('a',) is not the str name 'a'.
+    with self.assertRaisesRegex(KeyError,
+                                r"no site \('a',\).*closest names: a"):
+      self.data.read(('a',))
+    self.assertEqual(self.data.site_of('first'), 'first')
+    with self.assertRaisesRegex(KeyError, r"no site 'c'.*'a', 'b'"):
       self.data.read('c')
     with self.assertRaisesRegex(TypeError, 'a site is a stored site or a sow'):
       self.data.read(3)
@@ -140,19 +144,24 @@ class DatasetTest(absltest.TestCase):
     data = activations.Dataset(path)
     with self.assertRaisesRegex(
         KeyError, r"the name 'pair' was exported as 2 sites \(one per entry"
-        r" and leaf\): \['pair/0/u', 'pair/0/v'\]"):
+        r" and leaf\): \['pair\[0\]\.u', 'pair\[0\]\.v'\]"):
       data.read('pair')
-    np.testing.assert_array_equal(data.read('pair/0/v'), -ids(0))
+    np.testing.assert_array_equal(data.read('pair[0].v'), -ids(0))
 
   def test_errors_name_what_exists(self):
-    with self.assertRaisesRegex(KeyError, r"no site 'c/0'.*'a/0', 'b/0'"):
+    # The old spelling of a site (version 1 of the store) names no site of a
+    # store written now, and the message names the closest.
+    with self.assertRaisesRegex(
+        KeyError, r"no site 'a/0'.*'a', 'b'.*closest names: a"):
+      self.data.read('a/0')
+    with self.assertRaisesRegex(KeyError, r"no site 'c/0'.*'a', 'b'"):
       self.data.read('c/0')
-    with self.assertRaisesRegex(KeyError, r"'a/0' has no 'norm'.*'values'"):
-      self.data.read('a/0', 'norm')
-    with self.assertRaisesRegex(KeyError, "'a/0' has no 'mean'"):
-      self.data.statistics('a/0')
+    with self.assertRaisesRegex(KeyError, r"'a' has no 'norm'.*'values'"):
+      self.data.read('a', 'norm')
+    with self.assertRaisesRegex(KeyError, "'a' has no 'mean'"):
+      self.data.statistics('a')
     with self.assertRaisesRegex(ValueError, 'as many rows per batch'):
-      next(self.data.batches(2, sites=['a/0', 'first/0'], tokens=True))
+      next(self.data.batches(2, sites=['a', 'first'], tokens=True))
     with self.assertRaisesRegex(ValueError, 'batch_size 25 is more than'):
       next(self.data.batches(25))
     with self.assertRaisesRegex(ValueError, 'batch_size must be'):

@@ -109,7 +109,7 @@ class KilledExportTest(absltest.TestCase):
     self.assertGreater(data.complete_batches, 0)
     expected = np.concatenate(
         [batch(i) for i in range(data.complete_batches)]) * 2
-    np.testing.assert_array_equal(data.read('h/0'), expected)
+    np.testing.assert_array_equal(data.read('h'), expected)
 
   def test_killed_twice_then_finished(self):
     done = self.kill_after(3)
@@ -125,7 +125,7 @@ class KilledExportTest(absltest.TestCase):
                               self.path, progress=False)
     self.assertEqual(data.complete_batches, BATCHES)
     self.assert_complete(data)
-    self.assertEqual(data.array('h/0').shape, (BATCHES * EXAMPLES, WIDTH))
+    self.assertEqual(data.array('h').shape, (BATCHES * EXAMPLES, WIDTH))
 
 
 if __name__ == '__main__':

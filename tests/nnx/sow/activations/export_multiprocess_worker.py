@@ -72,12 +72,12 @@ import sow_testing
 
 # The module: the package's attribute `export` is the function.
 export_lib = importlib.import_module('flax.nnx.sow.activations.export')
-_STEP = '_step'  # makes (or finds) the export's jitted step; the spy wraps it
+_STEP = '_step'  # makes the export's jitted step; the spy wraps it
 
 AXIS_TYPES = ('Auto', 'Explicit')
 BATCH, DIN, HIDDEN, TIME = 8, 4, 8, 3
 BATCHES, FIRST = 5, 3  # the resumed store: FIRST batches, then the rest
-SITES = ('x/0', 'h/0', 't/0')
+SITES = ('x', 'h', 't')
 STATISTICS = ('mean', 'var', 'norm')
 TOP_K = 2
 
@@ -106,8 +106,8 @@ def run_model(model, batch):
 def by_hand(kernel, bias, batch):
   """The model's sown values, as outputs."""
   x = batch['x']
-  return {'x/0': x, 'h/0': jnp.tanh(x @ kernel + jnp.reshape(bias, (1, -1))),
-          't/0': jnp.cos(batch['t'])}
+  return {'x': x, 'h': jnp.tanh(x @ kernel + jnp.reshape(bias, (1, -1))),
+          't': jnp.cos(batch['t'])}
 
 
 class _RecordedArray:
@@ -238,7 +238,7 @@ def assert_values(data, s: Setup, batches: int, what: str):
   assert data.complete_batches == batches, (what, data.complete_batches)
   for site in SITES:
     got, want = data.read(site), s.expected[site][:batches * BATCH]
-    if site == 'x/0':  # the input itself, copied: bitwise
+    if site == 'x':  # the input itself, copied: bitwise
       np.testing.assert_array_equal(got, want, err_msg=f'{what}: {site}')
     else:  # XLA on 4 devices and on one: within rounding
       sow_testing.assert_close(got, want, err_msg=f'{what}: {site}')
@@ -345,7 +345,7 @@ def check_top_k(s: Setup, model, batches, path):
     np.testing.assert_array_equal(
         data.read(site, 'top_k_indices'), indices, err_msg=site)
     top = np.take_along_axis(values, indices, axis=-1)
-    if site == 'x/0':  # the input's own elements: bitwise
+    if site == 'x':  # the input's own elements: bitwise
       np.testing.assert_array_equal(data.read(site, 'top_k_values'), top)
     else:
       sow_testing.assert_close(data.read(site, 'top_k_values'), top,

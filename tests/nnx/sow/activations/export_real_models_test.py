@@ -99,12 +99,12 @@ class GemmaExportTest(absltest.TestCase):
     names = list(expected[0])
     self.assertLen(names, 19)
     # In the order the model sows them (Flax's State sorts its keys).
-    self.assertCountEqual(data.sites, [f'{n}/0' for n in names])
-    self.assertEqual(data.sites[:2], ('embeddings/0',
-                                      'layers.0.attn.logits_topk_values/0'))
+    self.assertCountEqual(data.sites, [f'{n}' for n in names])
+    self.assertEqual(data.sites[:2], ('embeddings',
+                                      'layers.0.attn.logits_topk_values'))
     for name in names:
       want = np.concatenate([e[name] for e in expected])
-      got = data.read(f'{name}/0')
+      got = data.read(f'{name}')
       with self.subTest(name):
         self.assertEqual(got.dtype, want.dtype)
         if np.issubdtype(want.dtype, np.integer):
@@ -113,7 +113,7 @@ class GemmaExportTest(absltest.TestCase):
           sow_testing.assert_close(got, want)
     stream = np.concatenate(
         [e['layers.2.rs_after_ffw'] for e in expected]).reshape(-1, 8)
-    stats = data.statistics('layers.2.rs_after_ffw/0')
+    stats = data.statistics('layers.2.rs_after_ffw')
     self.assertEqual(stats.count, BATCHES * EXAMPLES * LENGTH)
     # float32 per-batch sums of 12 rows combined in float64: a few float32
     # ulps of the stream's scale.

@@ -104,8 +104,8 @@ class ExportValuesTest(parameterized.TestCase):
     data = activations.export(f, batches, tmp_path(self), args=(model,),
                               names='blocks.*.__call__.output',
                               progress=False)
-    self.assertEqual(data.sites, ('blocks.0.__call__.output/0',
-                                  'blocks.1.__call__.output/0'))
+    self.assertEqual(data.sites, ('blocks.0.__call__.output',
+                                  'blocks.1.__call__.output'))
     expected = [np.concatenate(layer) for layer in zip(
         *(jax.jit(residuals)(model, x) for x in batches))]
     for site, want in zip(data.sites, expected):
@@ -117,9 +117,9 @@ class ExportValuesTest(parameterized.TestCase):
     data = activations.export(lambda m, x: m(x), inputs(2), tmp_path(self),
                               args=(model,), tag=nnx.Intermediate,
                               progress=False)
-    self.assertEqual(data.sites, ('blocks.0.pre_residual/0',
-                                  'blocks.1.pre_residual/0'))
-    self.assertEqual(data.layout.sites['blocks.1.pre_residual/0']['name'],
+    self.assertEqual(data.sites, ('blocks.0.pre_residual',
+                                  'blocks.1.pre_residual'))
+    self.assertEqual(data.layout.sites['blocks.1.pre_residual']['name'],
                      ['blocks', 1, 'pre_residual'])
 
   def test_entries_leaves_and_patterns(self):
@@ -134,15 +134,15 @@ class ExportValuesTest(parameterized.TestCase):
     # In capture's order: names by first sow, then entries, then leaves.
     self.assertEqual(
         data.sites,
-        ('h/0', 'h/1', 'layers.0.kv/0/a', 'layers.0.kv/0/b'))
+        ('h[0]', 'h[1]', 'layers.0.kv[0].a', 'layers.0.kv[0].b'))
     x = np.concatenate(batches)
-    np.testing.assert_array_equal(data.read('h/0'), x + 1)
-    np.testing.assert_array_equal(data.read('h/1'), x + 3)
-    np.testing.assert_array_equal(data.read('layers.0.kv/0/a'), x * 2)
-    np.testing.assert_array_equal(data.read('layers.0.kv/0/b'), x[..., :1])
+    np.testing.assert_array_equal(data.read('h[0]'), x + 1)
+    np.testing.assert_array_equal(data.read('h[1]'), x + 3)
+    np.testing.assert_array_equal(data.read('layers.0.kv[0].a'), x * 2)
+    np.testing.assert_array_equal(data.read('layers.0.kv[0].b'), x[..., :1])
     only = activations.export(f, batches, tmp_path(self), names='layers.*.kv',
                               progress=False)
-    self.assertEqual(only.sites, ('layers.0.kv/0/a', 'layers.0.kv/0/b'))
+    self.assertEqual(only.sites, ('layers.0.kv[0].a', 'layers.0.kv[0].b'))
 
   def test_a_scan_stacked_site_needs_its_example_axis(self):
     def f(x):
@@ -152,14 +152,14 @@ class ExportValuesTest(parameterized.TestCase):
       return lax.scan(body, x, None, length=LAYERS)[0]
 
     batches = inputs(2)
-    with self.assertRaisesRegex(ValueError, r"site 'h/0'.*axis 0 has 2"
+    with self.assertRaisesRegex(ValueError, r"site 'h'.*axis 0 has 2"
                                 r" entries where the batch has 4.*example_axis"):
       activations.export(f, batches, tmp_path(self), progress=False)
     data = activations.export(f, batches, tmp_path(self),
                               example_axis={'h': 1}, progress=False)
     x = np.concatenate(batches)
     first = np.tanh(x)
-    got = data.read('h/0')
+    got = data.read('h')
     self.assertEqual(got.shape, (2 * EXAMPLES, LAYERS, POSITIONS, 2))
     sow_testing.assert_close(got[:, 0], first)
     sow_testing.assert_close(got[:, 1], np.tanh(first))
@@ -180,32 +180,32 @@ class ReductionsTest(parameterized.TestCase):
   )
   def test_positions(self, positions, index):
     data = self.export(positions=positions)
-    np.testing.assert_array_equal(data.read('h/0'), (self.x * 3)[index])
+    np.testing.assert_array_equal(data.read('h'), (self.x * 3)[index])
 
   def test_dtype_cast_on_device_is_stored_as_that_dtype(self):
     data = self.export(dtype=jnp.bfloat16)
-    self.assertEqual(data.spec('h/0').dtype, 'bfloat16')
-    got = data.read('h/0')
+    self.assertEqual(data.spec('h').dtype, 'bfloat16')
+    got = data.read('h')
     self.assertEqual(got.dtype, ml_dtypes.bfloat16)
     np.testing.assert_array_equal(
         got, (self.x * 3).astype(ml_dtypes.bfloat16))
-    self.assertEqual(data.array('h/0').spec().to_json()['dtype'], 'bfloat16')
+    self.assertEqual(data.array('h').spec().to_json()['dtype'], 'bfloat16')
 
   def test_norm_and_top_k_equal_numpy(self):
     data = self.export(statistics=['norm'], top_k=1, values=False)
     self.assertNotIn('values', [a.output for a in data.layout.arrays])
     y = self.x * 3
-    sow_testing.assert_close(data.read('h/0', 'norm'),
+    sow_testing.assert_close(data.read('h', 'norm'),
                              np.sqrt((y.astype(np.float64) ** 2).sum(-1)))
-    np.testing.assert_array_equal(data.read('h/0', 'top_k_values'),
+    np.testing.assert_array_equal(data.read('h', 'top_k_values'),
                                   y.max(-1, keepdims=True))
-    np.testing.assert_array_equal(data.read('h/0', 'top_k_indices'),
+    np.testing.assert_array_equal(data.read('h', 'top_k_indices'),
                                   y.argmax(-1)[..., None])
 
   def test_statistics_equal_numpy_over_every_row(self):
     data = self.export(statistics=['mean', 'var'], values=False)
     flat = (self.x * 3).astype(np.float64).reshape(-1, 2)
-    stats = data.statistics('h/0')
+    stats = data.statistics('h')
     self.assertEqual(stats.count, len(flat))
     # float32 means and sums of squares of 36 rows of |x| < 20, combined in
     # float64: a relative error of a few float32 ulps.
@@ -214,7 +214,7 @@ class ReductionsTest(parameterized.TestCase):
     np.testing.assert_allclose(stats.var, flat.var(0), rtol=1e-5)
 
   def test_mean_without_var_has_no_var(self):
-    stats = self.export(statistics='mean').statistics('h/0')
+    stats = self.export(statistics='mean').statistics('h')
     self.assertIsNone(stats.var)
 
 
@@ -235,18 +235,18 @@ class ResumeTest(absltest.TestCase):
     # The first two batches were skipped, not run again.
     self.assertEqual(executed[2:], [float(b[0, 0, 0]) for b in batches[2:]])
     self.assertEqual(data.complete_batches, 5)
-    np.testing.assert_array_equal(data.read('h/0'),
+    np.testing.assert_array_equal(data.read('h'),
                                   np.concatenate(batches) * 2)
     # The arrays are trimmed to the complete batches, for any zarr reader.
-    self.assertEqual(data.array('h/0').shape[0], 5 * EXAMPLES)
+    self.assertEqual(data.array('h').shape[0], 5 * EXAMPLES)
     self.assertEqual(
-        store_lib.Store.open(path).arrays['h/0/values'].shape[0],
+        store_lib.Store.open(path).arrays['h/values'].shape[0],
         5 * EXAMPLES)
     with open(os.path.join(path, '.zattrs')) as f:
       attrs = json.load(f)
     self.assertEqual((attrs['complete_batches'], attrs['examples']),
                      (5, 5 * EXAMPLES))
-    self.assertEqual(attrs[store_lib.ATTRIBUTE]['sites']['h/0']['name'], 'h')
+    self.assertEqual(attrs[store_lib.ATTRIBUTE]['sites']['h']['name'], 'h')
 
   def test_a_second_export_reads_the_function_anew(self):
     # Re-exporting at successive checkpoints: the weights of a model the
@@ -261,7 +261,7 @@ class ResumeTest(absltest.TestCase):
     for checkpoint in range(3):
       data = activations.export(f, inputs(2), tmp_path(self), progress=False)
       want = np.concatenate([f(x) for x in inputs(2)])
-      sow_testing.assert_close(data.read('h/0'), want)
+      sow_testing.assert_close(data.read('h'), want)
       model.kernel[...] = model.kernel[...] + 1.0
       scale['by'] = 20.0 * (checkpoint + 1)
     self.assertEqual(scale['by'], 60.0)
@@ -279,7 +279,7 @@ class ResumeTest(absltest.TestCase):
         data = activations.export(program(), inputs(n, seed=4),
                                   tmp_path(self), progress=False)
       counts.append(len(compiles))
-      np.testing.assert_array_equal(data.read('h/0'),
+      np.testing.assert_array_equal(data.read('h'),
                                     np.concatenate(inputs(n, seed=4)) * 2)
     # As many programs for 4 batches as for 1: the step is compiled once.
     self.assertEqual(counts[0], counts[1])
@@ -293,7 +293,7 @@ class ResumeTest(absltest.TestCase):
     f = tap(lambda m, x: m(x), 'blocks.*', inputs=False)
     small, large = Model(nnx.Rngs(0)), Model(nnx.Rngs(1))
     large.blocks.append(Block(nnx.Rngs(2)))
-    sites = lambda n: tuple(f'blocks.{i}.__call__.output/0' for i in range(n))
+    sites = lambda n: tuple(f'blocks.{i}.__call__.output' for i in range(n))
     for model, n in ((small, 2), (large, 3)):
       data = activations.export(f, inputs(1), tmp_path(self), args=(model,),
                                 names='blocks.*.__call__.output',
@@ -331,7 +331,7 @@ class ResumeTest(absltest.TestCase):
     batches = inputs(2)
     data = activations.export(Probe(3.0).run, batches, tmp_path(self),
                               progress=False)
-    np.testing.assert_array_equal(data.read('h/0'),
+    np.testing.assert_array_equal(data.read('h'),
                                   np.concatenate(batches) * 3.0)
 
   def test_a_rerun_with_nothing_new_writes_nothing(self):

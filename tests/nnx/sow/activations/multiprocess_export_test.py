@@ -48,7 +48,7 @@ _AXIS_TYPES = ('Auto', 'Explicit')
 _RUNS = ('plain', 'resumed', 'stats', 'top_k', 'read_while_written')
 _EXPECTED = frozenset(f'{a}/{r}' for a in _AXIS_TYPES for r in _RUNS)
 _BATCH = 8  # examples per batch
-_FEATURES = {'x/0': 4, 'h/0': 8, 't/0': 3}
+_FEATURES = {'x': 4, 'h': 8, 't': 3}
 # The batches each run writes: the resumed run only those after the first's.
 _WRITTEN = {'plain': range(0, 3), 'resumed': range(3, 5),
             'stats': range(0, 5), 'top_k': range(0, 2),
@@ -64,8 +64,8 @@ _BATCH_OUTPUTS = {'plain': (), 'resumed': (), 'stats': ('mean', 'm2'),
 _TOP_K = 2
 # The sites sharded over 'data' (each process holds its half of the rows) and
 # the one replicated on every device.
-_DATA_SHARDED = ('x/0', 'h/0')
-_REPLICATED = 't/0'
+_DATA_SHARDED = ('x', 'h')
+_REPLICATED = 't'
 _ITEMSIZE = 4  # float32 and int32 (the top-k indices)
 
 # About 40 s on 2 busy cores; the deadline only turns a hang into a failure.

@@ -273,6 +273,27 @@ def small(x):
   return h
 
 
+class CachedBlock(nnx.Module):
+  """A decoder layer's shape: ``x -> (cache, x)``."""
+
+  def __init__(self, rngs):
+    self.linear = nnx.Linear(4, 4, rngs=rngs)
+
+  def __call__(self, x):
+    return jnp.zeros((16, 4)) + jnp.sum(x), jnp.tanh(self.linear(x))
+
+
+class CachedDecoder(nnx.Module):
+
+  def __init__(self, rngs):
+    self.layers = nnx.List([CachedBlock(rngs) for _ in range(2)])
+
+  def __call__(self, x):
+    for layer in self.layers:
+      _, x = layer(x)
+    return x
+
+
 class SitesTest(absltest.TestCase):
   """The table: indexing, its text, its HTML and treescope renderings."""
 
@@ -306,6 +327,52 @@ class SitesTest(absltest.TestCase):
                      '.'.join(name))
     self.assertIn('56 B', text)  # short columns are never folded
     self.assertLen(str(sites).splitlines(), 3)  # not a terminal: a line
+
+  def test_bytes_kept_per_decode_step_at_80_columns(self):
+    # A decoder layer returns (cache, x); tapped whole, each decode step
+    # keeps its cache, tapped with outputs=1 its x alone. Oracle: the bytes
+    # of one step of what capture keeps, run.
+    model = CachedDecoder(nnx.Rngs(0))
+
+    def generate(model, x):
+      def body(carry):
+        i, x = carry
+        return i + 1, model(x)
+      return lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+    x = jnp.ones((2, 4))
+    for kept, outputs in (('x', 1), ('both', True)):
+      tapped = tap(generate, 'layers.*', inputs=False, outputs=outputs)
+      sites = discover(tapped, max_steps=5)(model, x)
+      _, collected = capture(tapped, max_steps=5)(model, x)
+      for row in sites:
+        (run,) = collected[row.name]
+        one_step = sum(np.asarray(leaf)[0].nbytes
+                       for leaf in jax.tree_util.tree_leaves(run.values))
+        self.assertEqual(row.step_nbytes, one_step, (outputs, row.name))
+        self.assertEqual(row.nbytes, 5 * one_step + run.count.nbytes)
+      per_step = [row.step_nbytes for row in sites]
+      if kept == 'x':
+        # x alone: (2, 4) float32.
+        self.assertEqual(per_step, [32, 32])
+        self.assertEqual(sites[0].values, ('5 steps of f32[2,4]',))
+      else:
+        # x and the (16, 4) cache.
+        self.assertEqual(per_step, [32 + 256, 32 + 256])
+        self.assertEqual(sites[0].values,
+                         ('5 steps of 0: f32[16,4], 1: f32[2,4]',))
+      text = sites.text(width=80)
+      lines = text.splitlines()
+      self.assertTrue(all(len(line) <= 80 for line in lines), text)
+      header = lines[1]
+      self.assertIn('per step', header)
+      column = header.index('per step')
+      cells = [line[column:].split('  ')[0].strip() for line in lines[2:]]
+      self.assertEqual(
+          [c for c in cells if c],
+          ['32 B' if kept == 'x' else '288 B'] * 2, text)
+    # Without a loop there is no such column.
+    self.assertNotIn('per step', discover(small)(X).text(width=80))
 
   def test_indexing(self):
     sites = discover(small)(X)

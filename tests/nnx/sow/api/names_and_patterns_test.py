@@ -14,13 +14,15 @@
 """Names by spelling and pattern in ``capture``, ``plant`` and what capture
 returns; selections that select nothing are errors."""
 
+import re
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax.nnx.sow import capture, plant, sow
+from flax.nnx.sow import capture, plant, sow, tap
 import sow_testing
 
 LAYERS = 4
@@ -324,6 +326,27 @@ class BadNamesAndValuesTest(absltest.TestCase):
         run(X, 1)
     # A Python int makes a static name.
     self.assertEqual(list(capture(f)(X, 1)[1]), ['h1'])
+
+  def test_a_traced_name_anywhere_a_name_is_taken(self):
+    static = r'a name must be static, known while tracing'
+    calls = {
+        'sow': lambda i: sow(X, name=('h', i)),
+        'capture': lambda i: capture(model, names=[('layers', i, 'h')])(X),
+        'capture(names=one)': lambda i: capture(model, names=i)(X),
+        'tap': lambda i: tap(model, ('layers', i))(X),
+        'Collected': lambda i: capture(model)(X)[1][('layers', i, 'h')],
+        'Collected(one)': lambda i: capture(model)(X)[1][i],
+    }
+    for where, call in calls.items():
+      with self.subTest(where):
+        with self.assertRaisesRegex(
+            TypeError, rf'^{re.escape(where.split("(")[0])}.*{static}.*'
+            'which holds a traced value'):
+          jax.jit(call)(1)
+    # The same calls with a Python int are served.
+    self.assertEqual(
+        list(capture(model, names=[('layers', 1, 'h')])(X)[1]),
+        [('layers', 1, 'h')])
 
   def test_a_numpy_string_array(self):
     with self.assertRaisesRegex(

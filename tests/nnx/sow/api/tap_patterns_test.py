@@ -15,6 +15,8 @@
 negative-index patterns, containers without the method, one argument as the
 input, and taps inside a ``while_loop``."""
 
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -245,6 +247,47 @@ class OutputItemTest(parameterized.TestCase):
     steered = wrap(plant(tapped, {'layers.1.__call__.output': (planted,)}))(
         model, X)
     np.testing.assert_array_equal(steered, planted)
+
+  def test_the_item_one_and_the_whole_output_are_two_taps(self):
+    # `1 == True` in Python: the taps outputs=1 and outputs=True (and
+    # inputs=0 and inputs=False) must not share a trace of a jit inside
+    # the call, in either order, nor be taken for one another when nested.
+    model = Decoder(nnx.Rngs(0))
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def run(graphdef, state, x):
+      return nnx.merge(graphdef, state)(x)
+
+    def split_and_run(model, x):
+      return run(*nnx.split(model), x)
+
+    _, per_layer = self.by_hand(model)
+    cache = jnp.ones((8, 4))  # zeros + 1 from the first layer
+    for item in (1, True, 1, True):
+      tapped = tap(split_and_run, 'layers.*', inputs=False, outputs=item)
+      _, collected = capture(tapped)(model, X)
+      (value,) = collected['layers.0.__call__.output']
+      if item is True:
+        sow_testing.assert_close(value[0], cache)
+        sow_testing.assert_close(value[1], per_layer[0])
+      else:
+        sow_testing.assert_close(value, per_layer[0])
+    both = tap(tap(split_and_run, 'layers.0', inputs=False, outputs=True),
+               'layers.0', inputs=False, outputs=1)
+    _, collected = capture(both)(model, X)
+    entries = collected['layers.0.__call__.output']
+    self.assertLen(entries, 2)
+    self.assertCountEqual([jax.tree.structure(e).num_leaves for e in entries],
+                          [1, 2])
+    # Two taps of two layers: each layer's copy sows what its own tap asks,
+    # once (the other tap's sow of the copy is dropped when it is named).
+    apart = tap(tap(split_and_run, 'layers.0', inputs=False, outputs=True),
+                'layers.1', inputs=False, outputs=1)
+    _, collected = capture(apart)(model, X)
+    (first,) = collected['layers.0.__call__.output']
+    (second,) = collected['layers.1.__call__.output']
+    sow_testing.assert_close(first[1], per_layer[0])
+    sow_testing.assert_close(second, per_layer[1])
 
   def test_an_item_of_an_output_that_has_none(self):
     model = Model(nnx.Rngs(0))

@@ -190,13 +190,15 @@ def _while(scope: Scope, eqn, invals):
       if s.mode == 'append' and bound is None
   ]
   if unbounded:
+    call = scope.request.bounds.where
     raise NotImplementedError(
-        f'capture: a while_loop (at {where(eqn)}) sows'
+        f'{call}: a while_loop (at {where(eqn)}) sows'
         f' {describe_names(unbounded)} with mode=\'append\'; its'
         ' trip count is only known at run time, so appended values need a'
-        ' bound: max_steps=N (or {name or pattern: N}) of capture or'
-        ' discover keeps N steps of each, with the count of steps run. Or use mode=\'clobber\' (keeps'
-        ' the last value), lax.scan or a fori_loop with static bounds.'
+        f' bound: {call}(f, max_steps=N) (or max_steps={{name or pattern:'
+        ' N}) keeps N steps of each, with the count of steps run. Or use'
+        " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
+        ' with static bounds.'
     )
   planted = _planted_steps(scope, eqn, t.planted_sites)
   stacked = [leaf for values, _, _ in planted for leaf in values]
