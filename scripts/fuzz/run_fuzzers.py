@@ -20,7 +20,10 @@ random inputs until the budget is spent:
   eager oracle (``tests/nnx/sow/differential_fuzz_test.py``);
 * ``nnx``: random NNX models through ``nnx.capture`` against Flax 0.12.8's
   own, and their taps against its ``method_outputs``
-  (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``).
+  (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``);
+* ``stacks``: stacks of JAX transforms around and inside loops against the
+  loop stepped in Python (``tests/nnx/sow/api/transform_stacks_test.py``;
+  not run by default: ``--fuzzers stacks``).
 
 Each runs in processes of its own (``--fuzzers programs nnx`` runs both side
 by side: one core each), in rounds of ``--round`` examples, each round with
@@ -83,6 +86,7 @@ class Report:
 def _import_paths(tests: str) -> None:
   """What the suite's conftest.py does: the helpers and this tree."""
   sys.path.insert(0, os.path.join(tests, 'nnx', 'sow'))
+  sys.path.insert(0, os.path.join(tests, 'nnx', 'sow', 'api'))
   sys.path.insert(0, os.path.join(tests, 'nnx', 'capture_compat'))
   if os.path.exists(os.path.join(ROOT, '_worktree.py')):
     sys.path.insert(0, ROOT)
@@ -93,6 +97,24 @@ def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
   """(strategy, check) of ``fuzzer``: the suite's property tests' own."""
   # pylint: disable=g-import-not-at-top
   import hypothesis.strategies as st
+  if fuzzer == 'stacks':
+    import transform_stacks as ts
+    import transform_stacks_test as test
+
+    def check_case(case):
+      outcome = ts.check(case)
+      if outcome.kind == 'failure' and not test.known_failure(case, outcome):
+        raise AssertionError(f'{case}: {outcome.detail}')
+
+    stack = st.lists(st.sampled_from(ts.TRANSFORMS), min_size=1, max_size=4)
+    cases = st.builds(
+        lambda stack, split, loop, site, jit: ts.Case(
+            outer=tuple(stack[:split % (len(stack) + 1)]),
+            inner=tuple(stack[split % (len(stack) + 1):]),
+            loop=loop, site=site, jit=jit),
+        stack, st.integers(0, 4), st.sampled_from(ts.LOOPS),
+        st.sampled_from(ts.SITES), st.booleans())
+    return cases, check_case
   if fuzzer == 'programs':
     import differential_fuzz_test as test
     import sow_fuzz_programs as fp
@@ -228,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--minutes', type=float, required=True,
                       help='wall-clock budget of each fuzzer')
   parser.add_argument('--fuzzers', nargs='+', default=['programs', 'nnx'],
-                      choices=['programs', 'nnx'],
+                      choices=['programs', 'nnx', 'stacks'],
                       help='which fuzzers to run, each in its own process')
   parser.add_argument('--seed', type=int, default=None,
                       help='seed of the rounds\' seeds (default: random,'
