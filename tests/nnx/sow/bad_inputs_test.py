@@ -69,6 +69,13 @@ def _h(x):
   return sow(jnp.sin(x), name='h') + 1.0
 
 
+def _vmapped_grad_step(c, _):
+  def per_row(y):
+    return jnp.sum(jax.vmap(lambda z: jax.jvp(
+        lambda w: jnp.sin(perturb(w, name='p')), (z,), (z,))[1])(y))
+  return jax.vmap(jax.grad(per_row))(c), None
+
+
 def h(x):
   """``_h`` under the guide's name: a message names the function."""
   return _h(x)
@@ -371,6 +378,14 @@ CASES = {
         'NotImplementedError: capture: the condition of a while_loop (at'
         ' <location>) sows; move the sows into the body or out of the'
         ' loop.'),
+    'loop_axis_ambiguous': (
+        lambda: capture(lambda c: lax.scan(_vmapped_grad_step, c, None,
+                                           length=2)[0])(jnp.stack([X, -X])),
+        "NotImplementedError: capture: cannot tell where a loop puts its axis"
+        " in the values of sow 'p': 2 vmap(s) batch it, and the transforms it"
+        ' was staged under, vmap(transpose(jvp(vmap(jvp())))), read as more'
+        ' than one count of them applied inside the loop. Capture inside the'
+        ' loop body (or around the vmaps) instead.'),
     'unsupported_primitive': (
         lambda: capture(lambda b: lax.custom_linear_solve(
             lambda v: sow(v * 2.0, name='mv'), b, lambda mv, r: r / 2.0,
