@@ -79,6 +79,7 @@ CORE_TESTS = (
     'tests/nnx/sow/transform/rules/rules_coverage_test.py',
     'tests/nnx/sow/bad_inputs_test.py',
     'tests/nnx/sow/concurrency_and_leaks_test.py',
+    'tests/nnx/sow/api/transform_stacks_test.py',
     'tests/nnx/sow/transform/rules/rules_shard_map_test.py',
     'tests/nnx/sow/api/capture_graph_nodes_test.py',
     'tests/nnx/sow/docstrings_test.py',
@@ -304,10 +305,6 @@ MUTANTS: tuple[Mutant, ...] = (
        '  return [c if isinstance(c, ad.Zero) else jax.numpy.zeros_like(c)\n'
        '          for c in cotangents]',
        'gradients flow through a sow'),
-    _m('primitive-harvesting-not-in-jit-key', 'transform/primitive.py',
-       '    include_in_jit_key=True,\n',
-       '',
-       'a jit compiled outside a capture has its sows seen in an eager one'),
     # -- transform/_jax.py -------------------------------------------------
     _m('jax-any-cond-refused', 'transform/_jax.py',
        "      if local.get('index_dim') is not None:",
@@ -395,6 +392,15 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if not 0 <= outer <= self.vmapped:',
        '    if False:',
        'a vmap count the batching rule contradicts is refused'),
+    _m('sites-ambiguous-stack-guessed', 'transform/sites.py',
+       '      count != inner and count <= vmapped for count in',
+       '      count != inner and count < 0 for count in',
+       'a stack read as two counts of vmaps in a loop is refused, not'
+       ' guessed'),
+    _m('primitive-capture-alone-broadcasts', 'transform/primitive.py',
+       '      not planting.value and all(dim is None for dim in dims))',
+       '      False)',
+       'a sow carried by a loop under jax.jacfwd: JAX needs it unbatched'),
     _m('sites-key-dtype-to-numpy', 'transform/sites.py',
        '  if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):\n'
        '    return dtype\n',
