@@ -41,7 +41,10 @@ these files, ``--tests``)::
 
   python scripts/fuzz/run_fuzzers.py --minutes 60
   python scripts/fuzz/run_fuzzers.py --minutes 5 --fuzzers nnx --seed 7
-  python scripts/fuzz/run_fuzzers.py --minutes 10 --fuzzers codemod --round 5
+  python scripts/fuzz/run_fuzzers.py --minutes 10 --fuzzers codemod --round 1
+
+The budget is checked between rounds: a round of the codemod fuzzer takes
+some 20 to 60 s a project on two shared cores, hence ``--round 1`` there.
 
 Exits 1 if any fuzzer found a failure.
 """
