@@ -41,10 +41,12 @@ these files, ``--tests``)::
 
   python scripts/fuzz/run_fuzzers.py --minutes 60
   python scripts/fuzz/run_fuzzers.py --minutes 5 --fuzzers nnx --seed 7
-  python scripts/fuzz/run_fuzzers.py --minutes 10 --fuzzers codemod --round 1
+  python scripts/fuzz/run_fuzzers.py --minutes 8 --fuzzers codemod --round 5
 
 The budget is checked between rounds: a round of the codemod fuzzer takes
-some 20 to 60 s a project on two shared cores, hence ``--round 1`` there.
+some 20 to 60 s a project on two shared cores, so its last round may end
+minutes after the budget. Not ``--round 1``: hypothesis draws the simplest
+project first, so one-example rounds all try about the same one.
 
 Exits 1 if any fuzzer found a failure.
 """
