@@ -13,7 +13,7 @@
 # limitations under the License.
 """Runs the differential fuzzers for a time budget: the long search.
 
-Two fuzzers, each the property of a test of the suite, run here on fresh
+The fuzzers, each the property of a test of the suite, run here on fresh
 random inputs until the budget is spent:
 
 * ``programs``: random JAX programs through ``capture``/``plant`` against an
@@ -23,7 +23,12 @@ random inputs until the budget is spent:
   (``tests/nnx/capture_compat/compat_differential_fuzz_test.py``);
 * ``stacks``: stacks of JAX transforms around and inside loops against the
   loop stepped in Python (``tests/nnx/sow/api/transform_stacks_test.py``;
-  not run by default: ``--fuzzers stacks``).
+  not run by default: ``--fuzzers stacks``);
+* ``codemod``: random projects of several files through the ``migrate-sow``
+  codemod, each version run in fresh processes
+  (``tests/migrate/migrate_sow_fuzz_test.py``; not run by default: each
+  project takes seconds, and its processes want the cores the other two
+  use). Its report counts projects, sites, rewrites and mismatches.
 
 Each runs in processes of its own (``--fuzzers programs nnx`` runs both side
 by side: one core each), in rounds of ``--round`` examples, each round with
@@ -39,6 +44,12 @@ these files, ``--tests``)::
 
   python scripts/fuzz/run_fuzzers.py --minutes 60
   python scripts/fuzz/run_fuzzers.py --minutes 5 --fuzzers nnx --seed 7
+  python scripts/fuzz/run_fuzzers.py --minutes 8 --fuzzers codemod --round 5
+
+The budget is checked between rounds: a round of the codemod fuzzer takes
+some 20 to 60 s a project on two shared cores, so its last round may end
+minutes after the budget. Not ``--round 1``: hypothesis draws the simplest
+project first, so one-example rounds all try about the same one.
 
 Exits 1 if any fuzzer found a failure.
 """
@@ -71,6 +82,8 @@ class Report:
   seconds: float = 0.0
   rounds: int = 0
   failure: str | None = None
+  # What the codemod fuzzer counted (projects, sites, rewrites, ...).
+  counts: dict[str, int] = dataclasses.field(default_factory=dict)
 
   @property
   def rate(self) -> float:
@@ -79,8 +92,9 @@ class Report:
   def line(self) -> str:
     status = ('no failure' if not self.failure else
               f"FAILED in {self.failure.count('round seed ')} round(s)")
+    counts = ''.join(f'; {k} {v}' for k, v in sorted(self.counts.items()))
     return (f'{self.fuzzer}: {self.examples} examples in {self.seconds:.0f} s'
-            f' ({self.rate:.2f}/s, {self.rounds} rounds): {status}')
+            f' ({self.rate:.2f}/s, {self.rounds} rounds): {status}{counts}')
 
 
 def _import_paths(tests: str) -> None:
@@ -88,6 +102,7 @@ def _import_paths(tests: str) -> None:
   sys.path.insert(0, os.path.join(tests, 'nnx', 'sow'))
   sys.path.insert(0, os.path.join(tests, 'nnx', 'sow', 'api'))
   sys.path.insert(0, os.path.join(tests, 'nnx', 'capture_compat'))
+  sys.path.insert(0, os.path.join(tests, 'migrate'))
   if os.path.exists(os.path.join(ROOT, '_worktree.py')):
     sys.path.insert(0, ROOT)
     import _worktree  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -125,6 +140,11 @@ def _property(fuzzer: str) -> tuple[tp.Any, tp.Callable[[tp.Any], None]]:
       test.check_against_oracle(case, program, shape, jit=jit)
 
     return st.tuples(fp.programs(), st.booleans()), check_program
+  if fuzzer == 'codemod':
+    import migrate_sow_fuzz_test as test
+    if test.hypothesis is None:
+      raise SystemExit('codemod: the fuzzer needs hypothesis')
+    return test.project_fuzz.specs(), test.check
   import compat_differential_fuzz_test as test
   import sow_fuzz_models as fm
   import sow_legacy
@@ -184,6 +204,7 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
       report.failure = '\n\n'.join(failures)
     report.rounds += 1
     report.seconds = time.monotonic() - start
+    report.counts = _counts(fuzzer)
     if time.monotonic() - last_print >= 60 or failed:
       print(report.line(), flush=True)
       if failed:
@@ -191,6 +212,15 @@ def _run(fuzzer: str, seconds: float, seed: int, round_size: int,
       last_print = time.monotonic()
   report.seconds = time.monotonic() - start
   queue.put(dataclasses.asdict(report))
+
+
+def _counts(fuzzer: str) -> dict[str, int]:
+  """What ``fuzzer`` counted in this process (the codemod's: projects,
+  sites, rewrites and flags by target, mismatches)."""
+  if fuzzer != 'codemod':
+    return {}
+  import migrate_sow_fuzz_test as test  # pylint: disable=g-import-not-at-top
+  return {'projects': 0, 'mismatches': 0, **test.STATS}
 
 
 def _chain(context, fuzzer: str, seconds: float, seed: int, args,
@@ -238,6 +268,8 @@ def _chain(context, fuzzer: str, seconds: float, seed: int, args,
     part += 1
     total.examples += report.examples
     total.rounds += report.rounds
+    for key, count in report.counts.items():
+      total.counts[key] = total.counts.get(key, 0) + count
     if report.failure:
       failures.append(report.failure)
   total.seconds = time.monotonic() - start
@@ -250,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--minutes', type=float, required=True,
                       help='wall-clock budget of each fuzzer')
   parser.add_argument('--fuzzers', nargs='+', default=['programs', 'nnx'],
-                      choices=['programs', 'nnx', 'stacks'],
+                      choices=['programs', 'nnx', 'stacks', 'codemod'],
                       help='which fuzzers to run, each in its own process')
   parser.add_argument('--seed', type=int, default=None,
                       help='seed of the rounds\' seeds (default: random,'

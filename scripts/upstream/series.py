@@ -1125,11 +1125,14 @@ second run changing nothing, every reader reported. Tests only.''',
                _MIGRATE_TESTS + 'migrate_sow_projects_test.py',
                _MIGRATE_TESTS + 'migrate_sow_fuzz_test.py',
                *(f'{_MIGRATE_TESTS}testdata/projects/{name}' for name in (
+                   'any_dtype/main.py', 'any_dtype/norm.py',
                    'holder_elsewhere/block.py', 'holder_elsewhere/main.py',
                    'holder_elsewhere/model.py', 'nca_unread/main.py',
                    'nca_unread/nca.py', 'nca_unread/train.py',
                    'passed_in/attn.py', 'passed_in/layer.py',
-                   'passed_in/main.py'))),
+                   'passed_in/main.py', 'sow_through_config/block.py',
+                   'sow_through_config/config.py',
+                   'sow_through_config/main.py'))),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each

@@ -49,8 +49,7 @@ class _Probe:
 
   def __init__(self, wrapper):
     self.metadata = wrapper.resolve_many(
-        [metadata.ParentNodeProvider, metadata.ScopeProvider,
-         metadata.FullyQualifiedNameProvider])
+        [metadata.ParentNodeProvider, metadata.ScopeProvider])
     self.handled = set()
 
   def get_metadata(self, provider, node, default=None):
@@ -60,16 +59,15 @@ class _Probe:
     return self.get_metadata(metadata.ParentNodeProvider, node)
 
   def qnames(self, node):
-    return names.qualified_names(self.metadata, node)
+    return names.qualified_names(
+        self.get_metadata(metadata.ScopeProvider, node), node, 'pkg.mod',
+        'pkg')
 
 
 def _probe(source):
   """(probe, module): ``source`` parsed, its metadata resolved."""
   module = cst.parse_module(textwrap.dedent(source))
-  wrapper = metadata.MetadataWrapper(
-      module, unsafe_skip_copy=True,
-      cache={metadata.FullyQualifiedNameProvider:
-             ModuleNameAndPackage('pkg.mod', 'pkg')})
+  wrapper = metadata.MetadataWrapper(module, unsafe_skip_copy=True)
   return _Probe(wrapper), module
 
 
@@ -95,7 +93,7 @@ def _expression(code):
   return cst.parse_expression(code)
 
 
-class NamesTest(absltest.TestCase):
+class NamesTest(parameterized.TestCase):
 
   def test_canonical_names_of_flax_nnx(self):
     self.assertEqual(names.canonical('flax.nnx.variablelib.Intermediate'),
@@ -121,6 +119,68 @@ class NamesTest(absltest.TestCase):
     values = [s.body[0].value for s in module.body[2:]]
     for value in values:
       self.assertEqual(probe.qnames(value), {names.INTERMEDIATE})
+
+  @parameterized.parameters(('a.b.c.mod', 'a.b.c'), ('a.b.c', 'a.b.c'),
+                            ('a.b.c.d.mod', 'a.b.c.d'))
+  def test_qualified_names_are_libcsts_fully_qualified_names(self, module,
+                                                             package):
+    # The oracle: libcst's FullyQualifiedNameProvider, which resolves every
+    # node of the unit (the codemod asks the scope of the nodes it needs).
+    source = textwrap.dedent('''\
+        import os.path
+        from flax import nnx
+        from . import layers
+        from .layers import Block as B
+        from .. import up
+        from ...top import far
+
+
+        class Local(nnx.Module):
+          pass
+
+
+        def f(x):
+          y = layers.Dense(x) + B(x) + up.g(x) + far.h(x) + Local()
+          return os.path.join(y, len(x), nnx.List)
+        ''')
+    wrapper = metadata.MetadataWrapper(
+        cst.parse_module(source), unsafe_skip_copy=True,
+        cache={metadata.FullyQualifiedNameProvider:
+               ModuleNameAndPackage(module, package)})
+    oracle = wrapper.resolve(metadata.FullyQualifiedNameProvider)
+    scopes = wrapper.resolve(metadata.ScopeProvider)
+    nodes = []
+
+    class Names(cst.CSTVisitor):
+
+      def on_visit(self, node):
+        if isinstance(node, (cst.Name, cst.Attribute, cst.Call)):
+          nodes.append(node)
+        return True
+
+    wrapper.module.visit(Names())
+    self.assertLen(nodes, 52)
+    found = {id(n): names.qualified_names(scopes.get(n), n, module, package)
+             for n in nodes}
+    self.assertIn('flax.nnx.List', set().union(*found.values()))
+    self.assertIn('builtins.len', set().union(*found.values()))
+    self.assertIn(f'{package.rsplit(".", 2)[0]}.top.far.h',
+                  set().union(*found.values()))
+    for node in nodes:
+      self.assertEqual(found[id(node)],
+                       {names.canonical(q.name) for q in oracle[node]},
+                       msg=cst.Module([]).code_for_node(node))
+
+  def test_a_relative_import_above_the_top_package_names_no_class(self):
+    source = 'from ...top import far\nfar\n'
+    module = cst.parse_module(source)
+    wrapper = metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+    node = module.body[1].body[0].value
+    scope = wrapper.resolve(metadata.ScopeProvider)[node]
+    self.assertEqual(names.qualified_names(scope, node, 'pkg.mod', 'pkg'),
+                     {'...top.far'})
+    self.assertEqual(names.qualified_names(scope, node, 'a.b.c.mod', 'a.b.c'),
+                     {'a.top.far'})
 
 
 class CallsTest(parameterized.TestCase):

@@ -31,7 +31,6 @@ codemod_testing.require_libcst()
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import libcst as cst
 from libcst import metadata
-from libcst.helpers import ModuleNameAndPackage
 
 facts = codemod_testing.codemod_module('facts')
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -41,10 +40,8 @@ INTERMEDIATE = ('flax.nnx.Intermediate',)
 
 def _collect(source):
   module = cst.parse_module(textwrap.dedent(source))
-  wrapper = metadata.MetadataWrapper(
-      module, cache={metadata.FullyQualifiedNameProvider:
-                     ModuleNameAndPackage('pkg.m', 'pkg')})
-  return facts.collect(wrapper, 'm.py', 0, '', 1)
+  wrapper = metadata.MetadataWrapper(module)
+  return facts.collect(wrapper, 'm.py', 0, '', 1, module=('pkg.m', 'pkg'))
 
 
 def _codes(reasons):

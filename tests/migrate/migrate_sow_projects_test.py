@@ -199,6 +199,105 @@ class ProjectTest(absltest.TestCase):
                        [(code, 'the popped object is a ComplexSystem, which '
                          'the')])
 
+  def _migrates_with_the_same_values(self, name: str) -> str:
+    """Migrates the project ``name`` for Flax 0.12.8's nnx.capture: its pop
+    becomes a capture, which returns bitwise what the pop did (the oracle:
+    the original project, run before). Returns the migrated main.py."""
+    directory = self._copy(name)
+    before = project_testing.execute(directory)
+    self.assertFalse([k for k in before if k.endswith('raised')], before)
+    summary, err = self._migrate(directory, target='capture',
+                                 nnx_capture='legacy')
+    self.assertNotIn('capture-hazard', err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    main = project_testing.read(directory)['main.py']
+    self.assertIn('y, states = nnx.capture(model, nnx.Intermediate)(x)', main)
+    after = project_testing.execute(directory)
+    self.assertEmpty(project_testing.differences(before, after))
+    self.assertTrue([k for k in after if k.startswith("run['states']")])
+    return main
+
+  def test_self_passed_to_a_method_that_only_sows_is_no_hazard(self):
+    # Flax's examples/gemma: `self.sow_config.maybe_sow_*(x, self)`, the
+    # method only calling `module.sow(...)`; the model holds an nnx.List.
+    self._migrates_with_the_same_values('sow_through_config')
+
+  def test_an_any_attribute_with_a_value_default_is_no_module(self):
+    # Flax's examples/gemma: `dtype: Any = jnp.float32` kept as an
+    # attribute, and `self.bias = None`; another class of the project holds
+    # an nnx.List under jax.vmap, which the model was taken to hold.
+    self._migrates_with_the_same_values('any_dtype')
+
+  def test_self_passed_to_a_method_that_flattens_it_stays_a_hazard(self):
+    directory = os.path.join(self.enter_context(tempfile.TemporaryDirectory()),
+                             'flattens')
+    source = cli.textwrap.dedent('''\
+        import dataclasses
+
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Config:
+
+          def total(self, module):
+            return sum(jnp.sum(v) for v in jax.tree.leaves(nnx.state(module)))
+
+
+        class Model(nnx.Module):
+
+          def __init__(self, rngs):
+            self.blocks = nnx.List([nnx.Linear(2, 2, rngs=rngs)
+                                    for _ in range(2)])
+            self.config = Config()
+
+          def __call__(self, x):
+            for block in self.blocks:
+              x = block(x)
+            self.sow(nnx.Intermediate, 'total', self.config.total(self))
+            return x
+
+
+        def build():
+          return Model(nnx.Rngs(0)), jnp.ones((3, 2))
+
+
+        def run():
+          model = Model(nnx.Rngs(0))
+          x = jnp.ones((3, 2))
+          y = model(x)
+          states = nnx.pop(model, nnx.Intermediate)
+          return {'y': y, 'states': states}
+        ''')
+    migrated, flags = ms.migrate_source(source, target='capture',
+                                        nnx_capture='legacy', path='main.py')
+    self.assertEqual(migrated, source)
+    self.assertIn(('capture-hazard', 'Model holds an nnx.List and the model '
+                   'runs under a function it passes self to'),
+                  [(f.code, f.detail.split(':')[0]) for f in flags])
+    # The refusal is right: the capture written by hand raises there.
+    by_hand = source.replace(
+        '  y = model(x)\n  states = nnx.pop(model, nnx.Intermediate)\n',
+        '  y, states = nnx.capture(model, nnx.Intermediate)(x)\n')
+    self.assertNotEqual(by_hand, source)
+    for text, raised in ((source, False), (by_hand, True)):
+      project_testing.write(directory, {'main.py': text})
+      observed = project_testing.execute(directory)
+      self.assertEqual('run/raised' in observed, raised, observed)
+    self.assertIn('Comparator raised exception', observed['run/raised'])
+
+  def test_an_any_attribute_without_a_default_may_hold_a_module(self):
+    source = cli.read(os.path.join(PROJECTS, 'any_dtype', 'norm.py')).replace(
+        'dtype: Any = jnp.float32', 'dtype: Any')
+    source += cli.read(os.path.join(PROJECTS, 'any_dtype', 'main.py')).replace(
+        'from norm import Norm\n', '').replace('Norm(2)', 'Norm(2, dtype=0)')
+    migrated, flags = ms.migrate_source(source, target='capture',
+                                        nnx_capture='legacy', path='main.py')
+    self.assertEqual(migrated, source)
+    self.assertIn('capture-hazard', [f.code for f in flags])
+
   def test_a_computed_getattr_in_a_file_without_the_apis_is_reported(self):
     # Found by the fuzzer: a file naming none of the APIs was read only for
     # attribute reads of sown names, so getattr(model.a, name) was silent.

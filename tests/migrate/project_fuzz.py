@@ -20,9 +20,10 @@ or a subclass, a literal name or a class constant, and at times
 class that holds them (attributes, an ``nnx.List`` made in a loop, an
 ``nnx.Dict``, a module passed in, one instance held twice) and may sow
 itself; and a ``main.py`` whose ``run()`` reads the sown values the ways the
-codemod knows: a call then ``nnx.pop``, ``nnx.capture``, an attribute read
-(direct or through the list), ``getattr`` with a literal or a computed name,
-``nnx.state(..., nnx.Intermediate)``, or nothing. ``Spec.readers`` are the
+codemod knows: a call then ``nnx.pop`` (the call plain, or under
+``nnx.vmap`` or ``nnx.scan`` with ``nnx.StateAxes``), ``nnx.capture``, an
+attribute read (direct or through the list), ``getattr`` with a literal or a
+computed name, ``nnx.state(..., nnx.Intermediate)``, or nothing. ``Spec.readers`` are the
 lines of the readers the codemod must report when it does not rewrite them.
 The blocks may be a library's (``Spec.library``), which the project
 imports.
@@ -187,7 +188,8 @@ def _reader(draw, blocks, holding: str, model_sows: bool):
   """(the body of run(), the lines of its readers that are no sites)."""
   names = [n for _, ns, _ in blocks for n in ns]
   kind = draw(st.sampled_from(['pop', 'pop', 'capture', 'capture',
-                               'attribute', 'getattr', 'state', 'none']))
+                               'attribute', 'getattr', 'state', 'none',
+                               'vmap', 'scan']))
   name = draw(st.sampled_from(names))
   part = {'attributes': 'model.b0', 'list': 'model.layers[0]',
           'dict': "model.parts['k0']", 'passed_in': 'model.inner',
@@ -202,6 +204,20 @@ def _reader(draw, blocks, holding: str, model_sows: bool):
                                    else ['s']))
     return ('  y, s = nnx.capture(model, nnx.Intermediate)(x)\n'
             f'  return y, {consume}\n'), []
+  if kind in ('vmap', 'scan'):
+    # The call under a transform, the sown values given an axis of their
+    # own by nnx.StateAxes (as CAX runs its systems), then nnx.pop.
+    rest = 'None' if kind == 'vmap' else 'nnx.Carry'
+    axes = (f'  axes = nnx.StateAxes({{nnx.Intermediate: 0, ...: {rest}}})'
+            '\n')
+    if kind == 'vmap':
+      call = ('  y = nnx.vmap(lambda m, x: m(x), in_axes=(axes, 0))'
+              '(model, x)\n')
+    else:
+      call = ('  y = nnx.scan(lambda m, c: m(c), in_axes=(axes, nnx.Carry),'
+              ' out_axes=nnx.Carry, length=2)(model, x)\n')
+    return (axes + call + '  s = nnx.pop(model, nnx.Intermediate)\n'
+            '  return y, s\n'), []
   if kind == 'attribute':
     # Only a sown name is read: a block that perturbs it has no Intermediate
     # of that name (reading it raises, which the fuzzer's oracle would see).

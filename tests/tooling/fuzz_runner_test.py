@@ -51,6 +51,28 @@ class RunFuzzersTest(absltest.TestCase):
       self.assertIn(f"{report['fuzzer']}: {report['examples']} examples",
                     done.stdout)
 
+  def test_the_codemod_fuzzer_runs_and_reports_its_counts(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      out = os.path.join(tmp, 'reports.json')
+      done = _run('--minutes', '0.01', '--round', '1', '--seed', '3',
+                  '--fuzzers', 'codemod', '--json', out)
+      self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+      with open(out, encoding='utf-8') as f:
+        (report,) = json.load(f)['reports']
+    self.assertEqual(report['fuzzer'], 'codemod')
+    self.assertEqual(report['rounds'], 1)
+    self.assertIsNone(report['failure'])
+    counts = report['counts']
+    self.assertEqual(counts['mismatches'], 0)
+    # Each example is a project migrated and run, or one Flax 0.12.8 cannot
+    # run (not a project to migrate, and hypothesis draws another).
+    self.assertGreaterEqual(counts['projects'], 1)
+    self.assertEqual(counts['projects'] + counts.get(
+        'projects not run by Flax 0.12.8', 0), report['examples'])
+    self.assertGreater(counts['sites'], 0)
+    self.assertIn(f"codemod: {report['examples']} examples", done.stdout)
+    self.assertIn(f"projects {counts['projects']}", done.stdout)
+
   def test_a_fuzzer_that_cannot_start_is_a_failure(self):
     # The runner imports the helpers from --tests: a folder without them.
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -375,6 +376,107 @@ class TunixAllHiddenStatesTest(absltest.TestCase):
     _assert_bitwise(self, scores[0], scores[1])
     _assert_bitwise(self, scores[0], scores[2])
     self.assertEqual(scores[0].shape, (2, 6, 1))
+
+
+# A legacy reader of the sown values of Flax's examples/gemma (every kind of
+# value its SowConfig can sow), written into the copy the test migrates.
+_GEMMA_READER = '''\
+"""A legacy reader of Gemma's sown intermediates."""
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType
+from flax import nnx
+
+import modules
+import sow_lib
+import transformer as transformer_lib
+
+
+def intermediates():
+  mesh = jax.make_mesh((1, 1, 1), ('data', 'fsdp', 'tensor'),
+                       (AxisType.Auto,) * 3)
+  config = transformer_lib.TransformerConfig(
+      num_layers=2, num_embed=4, embed_dim=48, hidden_dim=12, num_heads=1,
+      head_dim=4, num_kv_heads=1, final_logit_softcap=None,
+      use_post_attn_norm=False, use_post_ffw_norm=False,
+      attention_types=[modules.AttentionType.GLOBAL] * 2)
+  sow_config = sow_lib.SowConfig(embeddings=True, rs_after_attention=True,
+                                 rs_after_ffw=True, attn_logits_topk=5,
+                                 mlp_hidden_topk=11)
+  tokens = jnp.tile(jnp.arange(7) % 4, (3, 1))
+  positions = jnp.tile(jnp.arange(7), (3, 1))
+  mask = jnp.ones((3, 7, 7), dtype=jnp.bool)
+  with jax.set_mesh(mesh):
+    model = transformer_lib.Transformer(
+        config=config, rngs=nnx.Rngs(params=0), sow_config=sow_config)
+    y = model(tokens, positions, None, mask)
+    intms = nnx.pop(model, nnx.Intermediate)
+  return y, intms
+'''
+
+# Runs the reader in a fresh process on the installed Flax (0.12.8, whose
+# nnx.capture is its own: asserted) and saves every value by its path.
+_GEMMA_RUN = '''\
+import sys
+import warnings
+warnings.simplefilter('ignore', DeprecationWarning)
+import jax
+import numpy as np
+from flax import nnx
+assert nnx.capture.__module__ == 'flax.nnx.module', nnx.capture.__module__
+import reader
+y, intms = reader.intermediates()
+leaves = jax.tree_util.tree_leaves_with_path((y, nnx.to_pure_dict(intms)))
+np.savez(sys.argv[1], **{jax.tree_util.keystr(k): np.asarray(v)
+                         for k, v in leaves})
+'''
+
+
+class GemmaCaptureTest(absltest.TestCase):
+
+  def test_legacy_reader_migrates_to_flax_capture_with_the_same_values(self):
+    # Flax's examples/gemma sows through SowConfig.maybe_sow_*(x, self) and
+    # keeps `dtype: Any = jnp.float32` and `self.post_ffw_norm = None`; a
+    # reader `y = model(...)` + `nnx.pop` was refused as a capture-hazard.
+    # Flax 0.12.8's own nnx.capture runs the rewritten reader: the oracle is
+    # the original code, run before the rewrite. The two run the same
+    # operations, so the values must be bitwise equal (no tolerance).
+    gemma = os.path.join(_repo('flax'), 'examples', 'gemma')
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    copies = {}
+    for side in ('before', 'after'):
+      copies[side] = os.path.join(scratch, side)
+      shutil.copytree(gemma, copies[side])
+      with open(os.path.join(copies[side], 'reader.py'), 'w') as f:
+        f.write(_GEMMA_READER)
+      with open(os.path.join(copies[side], 'run_reader.py'), 'w') as f:
+        f.write(_GEMMA_RUN)
+    after = copies['after']
+    code, summary, err = _migrate(after, [after], 'capture')
+    self.assertEqual(code, 0, msg=err)
+    self.assertNotIn('capture-hazard', err)
+    self.assertEqual(summary.rewritten['pop'], 1, msg=err)
+    with open(os.path.join(after, 'reader.py'), encoding='utf-8') as f:
+      migrated = f.read()
+    self.assertIn('y, intms = nnx.capture(model, nnx.Intermediate)(tokens, '
+                  'positions, None, mask)', migrated)
+    self.assertNotIn('nnx.pop', migrated)
+
+    values = {}
+    for side, directory in copies.items():
+      out = os.path.join(scratch, f'{side}.npz')
+      done = subprocess.run([sys.executable, 'run_reader.py', out],
+                            cwd=directory, capture_output=True, text=True,
+                            check=False)
+      self.assertEqual(done.returncode, 0, msg=done.stderr[-3000:])
+      with np.load(out) as loaded:
+        values[side] = dict(loaded)
+    self.assertEqual(sorted(values['before']), sorted(values['after']))
+    # The logits, the embeddings, and 6 sown values in each of 2 layers.
+    self.assertLen(values['before'], 14)
+    for key, value in values['before'].items():
+      self.assertFalse(np.isnan(value).any(), msg=key)
+      np.testing.assert_array_equal(value, values['after'][key], err_msg=key)
 
 
 if __name__ == '__main__':

@@ -116,13 +116,12 @@ def analyse(path: str, data: bytes, root: str,
     if doc.kind != 'py':
       unit_names = ModuleNameAndPackage(f'{names.name}.unit{index}',
                                         names.package)
-    wrapper = metadata.MetadataWrapper(
-        module, unsafe_skip_copy=True,
-        cache={metadata.FullyQualifiedNameProvider: unit_names})
+    wrapper = metadata.MetadataWrapper(module, unsafe_skip_copy=True)
     unit_facts = facts_lib.collect(wrapper, path, index, unit.label,
                                    unit.first_line,
                                    space.shared(index) if space else {},
-                                   alone=False)
+                                   alone=False, module=(unit_names.name,
+                                                        unit_names.package))
     scopes = wrapper.resolve(metadata.ScopeProvider)
     global_scope = scopes.get(module)
     global_names = frozenset(a.name for a in global_scope.assignments) if (

@@ -34,7 +34,10 @@ def passed_in_types(collector, node: cst.CSTNode) -> set[str]:
   """What ``self.x = node`` may hold: the names in the annotation of the
   parameter ``node`` (``size: int``, ``fn: Callable | None``);
   ``'unannotated'`` or ``'unknown'`` when the codemod cannot tell (decide
-  knows which of them may be modules)."""
+  knows which of them may be modules); nothing for ``None``; ``'value'``
+  for ``Any`` with a default that is no module."""
+  if isinstance(node, cst.Name) and node.value in _CONSTANTS:
+    return set()  # self.norm = None: holds nothing (yet)
   if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
     # rule_params.weight: a field of a parameter, judged by its type.
     node = node.value
@@ -72,4 +75,30 @@ def passed_in_types(collector, node: cst.CSTNode) -> set[str]:
   for name in names:
     qualified = collector.qnames(name)
     found |= qualified or {'unknown'}
+  if found and found <= _ANYTHING and _no_module(collector,
+                                                 assignments[0].node.default):
+    # `dtype: Any = jnp.float32`: `Any` says nothing, the default says what
+    # the parameter is for (a value of a package that makes no modules).
+    return {'value'}
   return found or {'unknown'}
+
+
+_CONSTANTS = frozenset({'None', 'True', 'False'})
+_ANYTHING = frozenset({'typing.Any', 'builtins.object'})
+
+
+def _no_module(collector, default: cst.BaseExpression | None) -> bool:
+  """Whether the default value ``default`` is evidently no module: a
+  literal, or a name of a package that makes none (``jnp.float32``)."""
+  from . import hazards  # pylint: disable=g-import-not-at-top
+  if default is None:
+    return False
+  if isinstance(default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+      isinstance(default, cst.Name) and default.value in _CONSTANTS):
+    return True
+  if not isinstance(default, (cst.Name, cst.Attribute)):
+    return False
+  names = collector.qnames(default)
+  return bool(names) and all(
+      n.split('.', 1)[0] != 'flax' and hazards.not_modules(n.split('.', 1)[0])
+      for n in names)

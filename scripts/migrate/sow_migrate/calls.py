@@ -199,6 +199,31 @@ def attributes_of(function: cst.FunctionDef, me: str) -> frozenset[str]:
   return frozenset(found)
 
 
+def sow_only_params(function: cst.FunctionDef) -> frozenset[str]:
+  """The parameters of ``function`` used only to sow on: every use of the
+  name is ``p.sow(...)`` or ``p.perturb(...)`` (nothing can flatten or keep
+  what is passed there, so passing a module there is as calling its sow)."""
+  params = function.params
+  names = {p.name.value for p in (*params.posonly_params, *params.params,
+                                  *params.kwonly_params)}
+  spoiled, receivers = set(), set()
+
+  class Uses(cst.CSTVisitor):
+
+    def visit_Call(self, node: cst.Call) -> None:
+      func = node.func
+      if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+          and func.attr.value in ('sow', 'perturb')):
+        receivers.add(id(func.value))
+
+    def visit_Name(self, node: cst.Name) -> None:
+      if node.value in names and id(node) not in receivers:
+        spoiled.add(node.value)
+
+  function.body.visit(Uses())
+  return frozenset(names - spoiled)
+
+
 def truthy_names(test: cst.CSTNode) -> frozenset[str]:
   """The names that must be truthy for ``test`` to be: ``if a:``,
   ``if a and b:``."""

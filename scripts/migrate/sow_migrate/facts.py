@@ -16,8 +16,9 @@
 One visitor per code unit records every sow/perturb call, every
 ``nnx.capture``/``nnx.pop`` (a reader), every other use of
 ``nnx.Intermediate`` and the classes with what they instantiate. Names are
-resolved with ``FullyQualifiedNameProvider``: a class is known by its fully
-qualified name, so two classes ``Foo`` in two files are two classes.
+resolved to fully qualified names (``names.qualified_names``): a class is
+known by its fully qualified name, so two classes ``Foo`` in two files are
+two classes.
 """
 
 from __future__ import annotations
@@ -142,16 +143,25 @@ def string_value(node: cst.CSTNode) -> str | None:
 class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
   """Records the facts of one code unit."""
 
+  # Parents are recorded while visiting (on_visit), not by
+  # ParentNodeProvider: that provider's own pass over the unit cost about an
+  # eighth of a run over Flax's repository.
   METADATA_DEPENDENCIES = (
       metadata.PositionProvider,
-      metadata.ParentNodeProvider,
-      metadata.FullyQualifiedNameProvider,
       metadata.ScopeProvider,
   )
 
   def __init__(self, path: str, unit: int, unit_label: str, first_line: int,
-               shared: dict[str, str] | None = None):
+               shared: dict[str, str] | None = None,
+               module: tuple[str, str] = ('', '')):
     super().__init__()
+    # The unit's module name and package, for names.qualified_names.
+    self._module, self._package = module
+    self._qnames: dict[int, set[str]] = {}
+    # The parent of every node visited so far, and the nodes being visited.
+    self._parents: dict[int, cst.CSTNode | None] = {}
+    self._path: list[cst.CSTNode] = []
+    self._wrapper: metadata.MetadataWrapper | None = None  # set by collect
     self.shared = shared or {}
     self.called: set[str] = set()
     self.path, self.unit, self.unit_label = path, unit, unit_label
@@ -165,7 +175,12 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
   # Helpers -----------------------------------------------------------------
 
   def qnames(self, node: cst.CSTNode) -> set[str]:
-    found = nm.qualified_names(self.metadata, node)
+    found = self._qnames.get(id(node))
+    if found is None:
+      found = self._qnames[id(node)] = nm.qualified_names(
+          self.get_metadata(metadata.ScopeProvider, node, None), node,
+          self._module, self._package)
+    found = set(found)  # the caller's to change
     if found or not self.shared:
       return found
     # A name imported in another cell of the notebook.
@@ -185,8 +200,21 @@ class Collector(other_uses.OtherUses, methods_lib.Methods, cst.CSTVisitor):
     start = self.get_metadata(metadata.PositionProvider, node).start
     return start.line + self.first_line - 1, start.column + 1
 
+  def on_visit(self, node: cst.CSTNode) -> bool:
+    self._parents[id(node)] = self._path[-1] if self._path else None
+    self._path.append(node)
+    return super().on_visit(node)
+
+  def on_leave(self, original_node: cst.CSTNode) -> None:
+    super().on_leave(original_node)
+    self._path.pop()
+
   def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-    return self.get_metadata(metadata.ParentNodeProvider, node, None)
+    if id(node) in self._parents:
+      return self._parents[id(node)]
+    # A node not visited yet (an assignment further down, found through its
+    # scope): the whole unit's parents, once.
+    return self._wrapper.resolve(metadata.ParentNodeProvider).get(node)
 
   def owner(self) -> str | None:
     return self._classes[-1].qualified if self._classes else None
@@ -530,10 +558,13 @@ def _root_name(node: cst.CSTNode) -> str | None:
 def collect(wrapper: metadata.MetadataWrapper, path: str, unit: int,
             unit_label: str, first_line: int,
             shared: dict[str, str] | None = None,
-            alone: bool = True) -> UnitFacts:
+            alone: bool = True,
+            module: tuple[str, str] = ('', '')) -> UnitFacts:
   """The facts of one unit; ``alone=False``: one of several units sharing
-  their objects (``keep_attribute_reads`` is then called on all)."""
-  collector = Collector(path, unit, unit_label, first_line, shared)
+  their objects (``keep_attribute_reads`` is then called on all);
+  ``module``: the unit's module name and package."""
+  collector = Collector(path, unit, unit_label, first_line, shared, module)
+  collector._wrapper = wrapper  # pylint: disable=protected-access
   wrapper.visit(collector)
   collector.facts.called = collector.called
   if not alone:

@@ -121,7 +121,8 @@ def _unread(project, classes) -> list[str]:
 def _transforms(project, classes) -> list[str]:
   """The flattening transforms the methods of ``classes`` (and of their
   bases) use, and 'self passed on' when a method passes the module to a
-  function the codemod does not follow."""
+  function the codemod does not follow (a method that only sows on it is
+  followed: methods.passes_self_only_to_sow)."""
   from . import methods  # pylint: disable=g-import-not-at-top
   seen, found = set(), set()
   for name in classes:
@@ -132,7 +133,8 @@ def _transforms(project, classes) -> list[str]:
       fact = project.classes.get(cls)
       for method in (fact.methods.values() if fact else ()):
         found |= method.transforms
-        if method.passes_self:
+        if method.passes_self and not methods.passes_self_only_to_sow(
+            project, method):
           found.add('~a function it passes self to')  # sorted last
   return [f.lstrip('~') for f in sorted(found)]
 

@@ -36,6 +36,7 @@ import re
 import sys
 
 from . import analysis as analysis_lib
+from . import hazards
 from . import reexports
 
 _NNX_RE = re.compile(rb'\bflax\b|\bnnx\b')
@@ -124,8 +125,13 @@ def files(wanted_names, tops, looked, search_path, aliases, read):
       continue
     if path.endswith('__init__.py'):  # a package re-exports what it defines
       aliases.update(reexports.file_aliases(module, content))
-    if may_define_modules(content) and defines_class(content,
-                                                     wanted_names[module]):
+    # A file naming no flax defines no module, but its classes are read
+    # too (cheaply: no sow there): a class of a library that was found is
+    # then known to hold no nnx.List, where one not read would count as a
+    # hazard (tunix's MockVocab, a sentencepiece SentencePieceProcessor).
+    if defines_class(content, wanted_names[module]) and (
+        may_define_modules(content) or not hazards.not_modules(
+            module.split('.', 1)[0])):
       found.append((path, entry, content))
   return found
 

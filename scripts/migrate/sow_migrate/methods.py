@@ -54,6 +54,11 @@ FLATTENING = frozenset({
                            'tree_util.tree_flatten')),
 })
 _PARTIAL = frozenset({'functools.partial'})
+# Built-ins that look at an object without flattening it (`hasattr(self,
+# 'qkv_einsum')` in Gemma's Attention).
+_INSPECTING = frozenset(f'builtins.{n}' for n in (
+    'hasattr', 'getattr', 'isinstance', 'type', 'id', 'callable', 'repr',
+    'str', 'vars', 'dir'))
 # Transforms that only call the function they wrap (with the object passed
 # to them): a call of ``self`` through them is a call of the lambda's method.
 _TRANSFORM_ROOTS = ('flax.nnx.', 'jax.')
@@ -68,6 +73,12 @@ class MethodFact:
   sow_guards: list[frozenset[str]] = dataclasses.field(default_factory=list)
   escapes: bool = False  # passes self on, or calls super()
   passes_self: bool = False  # to a function (not through a transform)
+  # Where it passes self to a method (`self.cfg.maybe_sow(x, self)`): the
+  # method's name and the argument's place (its index, or its keyword).
+  self_passed_to: list[tuple[str, int | str]] = dataclasses.field(
+      default_factory=list)
+  # Its parameters (self too) used only to sow on (calls.sow_only_params).
+  sow_only: frozenset[str] = frozenset()
   calls: list[CallArgs] = dataclasses.field(default_factory=list)  # self.f()
   attribute_calls: bool = False  # self.sub(...), self.sub.f(...)
   params: tuple[str, ...] = ()  # positional, after self
@@ -105,6 +116,7 @@ class Methods:
           calls_lib.params_of(node))
       self._method.assigned = calls_lib.assigned_in(node)
       self._method.self_reads = calls_lib.attributes_of(node, self._self_name)
+      self._method.sow_only = calls_lib.sow_only_params(node)
       for decorator in node.decorators:
         self._record_transform(decorator.decorator)
 
@@ -129,6 +141,10 @@ class Methods:
       through = self._through_transform(call, me)
       if through is None:
         fact.escapes = fact.passes_self = True
+        names = self.qnames(func)
+        fact.self_passed_to.append(
+            ('', 'builtin') if names and names <= _INSPECTING else
+            _slot(call, me))
       else:
         fact.calls.append(through)
     root, depth = func, 0
@@ -199,6 +215,42 @@ class Methods:
                                           for n in names) for f in funcs):
       return None
     return calls_lib.through_lambda(call)
+
+
+def _slot(call: cst.Call, me: str) -> tuple[str, int | str]:
+  """Where ``call`` passes ``me``: (the method's name, or '' when it is no
+  ``obj.method(...)`` call; the argument's index, or its keyword)."""
+  name = call.func.attr.value if isinstance(call.func, cst.Attribute) else ''
+  index = 0
+  for arg in call.args:
+    if arg.star:
+      return '', 0  # f(*args, self): the place is not known
+    if isinstance(arg.value, cst.Name) and arg.value.value == me:
+      return (name, arg.keyword.value) if arg.keyword else (name, index)
+    if arg.keyword is None:
+      index += 1
+  return '', 0
+
+
+def passes_self_only_to_sow(project, fact: MethodFact) -> bool:
+  """Whether every function ``fact`` passes self to is a method of the
+  project (of any class: the receiver's class is not known, so every method
+  of that name) that only sows on the parameter self lands in
+  (``SowConfig.maybe_sow_embeddings(x, module)`` of Flax's Gemma example):
+  then nothing there flattens the module or keeps it."""
+  for name, place in fact.self_passed_to:
+    if place == 'builtin':
+      continue
+    found = [m for c in project.classes.values()
+             for n, m in c.methods.items() if n == name] if name else []
+    if not found:
+      return False
+    for method in found:
+      param = (place if isinstance(place, str) else
+               method.params[place] if place < len(method.params) else None)
+      if param is None or param not in method.sow_only:
+        return False
+  return True
 
 
 def _find(project, cls: str, name: str, depth: int = 0):
