@@ -22,49 +22,127 @@ serves (as of JAX 0.10.2).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import types
 import typing as tp
 
-# pylint: disable=g-bad-import-order,protected-access
-from jax._src import ad_util
-from jax._src import config
-from jax._src import core
-from jax._src import custom_batching
-from jax._src import effects
-from jax._src import pjit
-from jax._src import shard_map
-from jax._src import sharding_impls
-from jax._src import source_info_util
-from jax._src import tree_util
-from jax._src import util
-from jax._src.interpreters import ad
-from jax._src.interpreters import batching
-from jax._src.interpreters import partial_eval as pe
-from jax._src.lax import eval_jaxpr as eval_jaxpr_lib
-from jax._src.lax.control_flow import conditionals
+import jax
+
+
+class MissingJaxFeature(NotImplementedError):
+  """The installed JAX lacks a private name ``flax.nnx.sow`` relies on."""
+
+
+class Missing:
+  """Stands for a private JAX name that the installed JAX does not have.
+
+  Importing ``flax.nnx`` (hence this module) must work on every JAX that
+  Flax accepts, so a name that is absent is not an import error: any use of
+  it (a call, an attribute, an item, an ``isinstance``) raises
+  :class:`MissingJaxFeature` naming the JAX version and the feature.
+  """
+
+  def __init__(self, feature: str, places: tp.Sequence[str]):
+    self._feature = feature
+    self._places = tuple(places)
+
+  def error(self) -> MissingJaxFeature:
+    return MissingJaxFeature(
+        f'flax.nnx.sow needs {self._feature} from JAX (looked for'
+        f' {", ".join(self._places)}), which JAX {jax.__version__} does not'
+        ' have; install a JAX release this version of flax.nnx.sow supports'
+        ' (see tests/nnx/sow/transform/jax_contract_test.py).'
+    )
+
+  def __repr__(self):
+    return f'<missing from JAX {jax.__version__}: {self._feature}>'
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    raise self.error()
+
+  def __call__(self, *args, **kwargs):
+    raise self.error()
+
+  def __getitem__(self, key):
+    raise self.error()
+
+  def __setitem__(self, key, value):
+    raise self.error()
+
+  def __iter__(self):
+    raise self.error()
+
+  def __instancecheck__(self, instance):
+    raise self.error()
+
+
+def _find(feature: str, *places: str) -> tp.Any:
+  """The first of ``places`` (``'module:attribute'``) that JAX has, else a
+  :class:`Missing` that raises on use, naming ``feature``."""
+  for place in places:
+    module_name, _, attribute = place.partition(':')
+    try:
+      module = importlib.import_module(module_name)
+    except ImportError:
+      continue
+    if hasattr(module, attribute):
+      return getattr(module, attribute)
+  return Missing(feature, places)
+
+
+def is_missing(value: tp.Any) -> bool:
+  """Whether ``value`` is a name this JAX lacks (see :class:`Missing`)."""
+  return type(value) is Missing
+
+
+def _module(feature: str, name: str) -> tp.Any:
+  """The private module ``name``, else a :class:`Missing` for ``feature``."""
+  try:
+    return importlib.import_module(name)
+  except ImportError:
+    return Missing(feature, [name])
+
+
+# pylint: disable=protected-access
+core = _module('its core (traces, tracers)', 'jax._src.core')
+pe = _module('its staging trace', 'jax._src.interpreters.partial_eval')
+pjit = _module('its jit implementation', 'jax._src.pjit')
+conditionals = _module(
+    'its cond implementation', 'jax._src.lax.control_flow.conditionals'
+)
 
 # -- Configuration -----------------------------------------------------------
 # `jax.config` only reads and updates existing options; defining one that is
 # part of the trace context (so that it keys JAX's caches) has no public API.
-bool_state = config.bool_state
+bool_state = _find(
+    'a trace-context configuration option', 'jax._src.config:bool_state'
+)
 
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
 # JAX only offers `find_top_trace` over given values and debug-only probes.
-trace_ctx = core.trace_ctx
+trace_ctx = _find('the current trace', 'jax._src.core:trace_ctx')
 # JAX's eval trace, the parent of an eager interpretation at the top level:
 # a bind handed to it runs at once, as at the top level (`eager.EagerTrace`
 # hands it every primitive without a sow). Public JAX has no handle on it.
-eval_trace = core.eval_trace
+eval_trace = _find('its eval trace', 'jax._src.core:eval_trace')
 # The type of the staging (`jit`) trace, to emit equations into it directly;
 # `jax.interpreters.partial_eval` exports its tracer, not the trace.
-DynamicJaxprTrace = pe.DynamicJaxprTrace
+DynamicJaxprTrace = _find(
+    'its staging trace type',
+    'jax._src.interpreters.partial_eval:DynamicJaxprTrace',
+)
 # Per-primitive hooks of that trace: the rule receives the trace itself, so a
 # capture can take the sows staged into its own trace without emitting them
 # (see `staged_sows`). Only partial_eval has the table.
-custom_staging_rules = pe.custom_staging_rules
+custom_staging_rules = _find(
+    'per-primitive staging rules',
+    'jax._src.interpreters.partial_eval:custom_staging_rules',
+)
 
 
 def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
@@ -79,55 +157,95 @@ def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
   return trace.frame.tracing_eqns
 
 
-TracingEqn = pe.TracingEqn
+TracingEqn = _find(
+    'the staged equation type', 'jax._src.interpreters.partial_eval:TracingEqn'
+)
 
 # -- Effects -----------------------------------------------------------------
 # JAX's allow-lists of effects that may appear inside a lowering, control
 # flow, custom derivatives, remat, and that partial evaluation keeps: there is
 # no public way to register an effect type with them.
-lowerable_effects = effects.lowerable_effects
-control_flow_allowed_effects = effects.control_flow_allowed_effects
-custom_derivatives_allowed_effects = effects.custom_derivatives_allowed_effects
-remat_allowed_effects = effects.remat_allowed_effects
-partial_eval_kept_effects = effects.partial_eval_kept_effects
+lowerable_effects = _find(
+    'the lowerable effects allow-list', 'jax._src.effects:lowerable_effects'
+)
+control_flow_allowed_effects = _find(
+    'the control-flow effects allow-list',
+    'jax._src.effects:control_flow_allowed_effects',
+)
+custom_derivatives_allowed_effects = _find(
+    'the custom-derivatives effects allow-list',
+    'jax._src.effects:custom_derivatives_allowed_effects',
+)
+remat_allowed_effects = _find(
+    'the remat effects allow-list', 'jax._src.effects:remat_allowed_effects'
+)
+partial_eval_kept_effects = _find(
+    'the partial-eval kept effects list',
+    'jax._src.effects:partial_eval_kept_effects',
+)
 # Effects that refer to jaxpr inputs by position (state effects): a rewritten
 # jaxpr that moves its inputs must not copy them; the type is not public.
-JaxprInputEffect = effects.JaxprInputEffect
+JaxprInputEffect = _find(
+    'the jaxpr input effect type', 'jax._src.effects:JaxprInputEffect'
+)
 
 # -- Primitives --------------------------------------------------------------
 # Higher-order primitives with a capture rule that `jax.extend.core.primitives`
 # does not list: bound by `jax.custom_batching.custom_vmap`, and by
 # `jax.shard_map` (and `jax.pmap`).
-custom_vmap_p = custom_batching.custom_vmap_p
-shard_map_p = shard_map.shard_map_p
+custom_vmap_p = _find(
+    'the custom_vmap primitive', 'jax._src.custom_batching:custom_vmap_p'
+)
+shard_map_p = _find('the shard_map primitive', 'jax._src.shard_map:shard_map_p')
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
-# stages as `closed_call`); an eager interpretation meets it as it is.
-eval_jaxpr_p = eval_jaxpr_lib.eval_jaxpr_p
+# stages as `closed_call`); an eager interpretation meets it as it is. JAX
+# 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
+# Contract: jax_contract_test.test_eval_jaxpr_p.
+eval_jaxpr_p = _find(
+    'the eval_jaxpr primitive',
+    'jax._src.lax.eval_jaxpr:eval_jaxpr_p',
+    'jax._src.lax.control_flow.loops:eval_jaxpr_p',
+)
 # `jit` parameters use this sentinel for a sharding left to the compiler.
-UNSPECIFIED = sharding_impls.UNSPECIFIED
+UNSPECIFIED = _find(
+    'the unspecified sharding sentinel', 'jax._src.sharding_impls:UNSPECIFIED'
+)
 # `shard_map_p.bind(subfuns=...)` expects its body to return a FlatTree with
 # the output specs as aux data; `jax.tree_util` has no FlatTree.
-FlatTree = tree_util.FlatTree
+FlatTree = _find('the FlatTree type', 'jax._src.tree_util:FlatTree')
 # Zeros of an abstract value with its sharding and varying manual axes, as a
 # scan carry must be typed inside `shard_map`; `jnp.zeros` drops both.
-zeros_like_aval = ad_util.zeros_like_aval
+zeros_like_aval = _find(
+    'zeros of an abstract value', 'jax._src.ad_util:zeros_like_aval'
+)
 # The name-stack entry a transformation (`vmap`, `jvp`, ...) leaves on the
 # equations it emits; `jax.extend.source_info_util` exports the stack only.
-Transform = source_info_util.Transform
+Transform = _find(
+    'the name-stack transform entry', 'jax._src.source_info_util:Transform'
+)
 # The frames of an equation's traceback outside JAX, so that an error names
 # the user's line rather than our own wrapper around `sow_p.bind`;
 # `jax.extend.source_info_util.summarize` gives only the first of them.
-user_frames = source_info_util.user_frames
+user_frames = _find(
+    'the user frames of a traceback', 'jax._src.source_info_util:user_frames'
+)
 
 # -- Jaxprs and caches -------------------------------------------------------
 # Closes (and cached: the same open jaxpr gives the same closed one, which
 # keys our caches) and converts constants to inputs as JAX's own rules do;
 # neither is in `jax.interpreters.partial_eval`.
-close_jaxpr = pe.close_jaxpr
-convert_constvars_jaxpr = pe.convert_constvars_jaxpr
+close_jaxpr = _find(
+    'cached jaxpr closing', 'jax._src.interpreters.partial_eval:close_jaxpr'
+)
+convert_constvars_jaxpr = _find(
+    'constants-to-inputs conversion',
+    'jax._src.interpreters.partial_eval:convert_constvars_jaxpr',
+)
 # An LRU cache keyed weakly by its first argument (a jaxpr) and, optionally,
 # by the trace context: `functools.lru_cache` would keep every jaxpr alive.
-weakref_lru_cache = util.weakref_lru_cache
+weakref_lru_cache = _find(
+    'the weak-keyed LRU cache', 'jax._src.util:weakref_lru_cache'
+)
 
 # -- Tracers ------------------------------------------------------------------
 # What a JVP or linearize tracer stands for (its primal) and a batch tracer's
@@ -135,14 +253,20 @@ weakref_lru_cache = util.weakref_lru_cache
 # trace that is not current (a module closed over by a custom_vjp's forward
 # under grad) finds the caller's array through them. Public JAX has no
 # accessor for either.
-_PRIMAL_TRACERS = (ad.JVPTracer, ad.LinearizeTracer)
+JVPTracer = _find('the JVP tracer', 'jax._src.interpreters.ad:JVPTracer')
+LinearizeTracer = _find(
+    'the linearize tracer', 'jax._src.interpreters.ad:LinearizeTracer'
+)
+BatchTracer = _find(
+    'the batch tracer', 'jax._src.interpreters.batching:BatchTracer'
+)
 
 
 def traced_value(tracer: tp.Any) -> tp.Any | None:
   """The value ``tracer`` stands for in its parent trace, or ``None``."""
-  if isinstance(tracer, _PRIMAL_TRACERS):
+  if isinstance(tracer, (JVPTracer, LinearizeTracer)):
     return tracer.primal
-  if isinstance(tracer, batching.BatchTracer):
+  if isinstance(tracer, BatchTracer):
     return tracer.val
   return None
 
