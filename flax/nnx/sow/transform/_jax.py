@@ -27,6 +27,7 @@ import inspect
 import sys
 import types
 import typing as tp
+import weakref
 
 import jax
 
@@ -148,13 +149,30 @@ custom_staging_rules = _find(
 def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
   """The list the staging ``trace`` appends its equations to, in order.
 
-  Equations it may drop as dead are held by weak reference, the others
-  (those with effects) as ``TracingEqn`` objects; positions never move, so
-  a position read while tracing still orders the equations with effects
-  in the jaxpr the trace returns. Public JAX has no view of the equations
-  staged so far.
+  Its entries are opaque (read them with :func:`kept_eqn`); positions never
+  move, so a position read while tracing still orders the equations with
+  effects in the jaxpr the trace returns. Public JAX has no view of the
+  equations staged so far. Contract:
+  jax_contract_test.test_staged_eqns_keep_effects_at_their_position.
   """
   return trace.frame.tracing_eqns
+
+
+def kept_eqn(entry: tp.Any) -> tp.Any | None:
+  """The equation an entry of :func:`staged_eqns` holds for good, or None.
+
+  The trace holds an equation it may drop as dead (one without effects)
+  by weak reference, and the others, those with effects, for good: as the
+  ``TracingEqn`` itself on JAX 0.10.2, as a closure returning it on 0.10.0
+  and 0.10.1. Reading only ``TracingEqn`` entries found no equation with
+  the sow effect on those releases, so a capture took its jaxpr for one
+  without sows inside (a ``cond``'s were never interpreted).
+  """
+  if isinstance(entry, weakref.ReferenceType):
+    return None
+  if type(entry) is not TracingEqn and callable(entry):
+    entry = entry()
+  return entry if type(entry) is TracingEqn else None
 
 
 TracingEqn = _find(
