@@ -215,6 +215,23 @@ custom_vmap_p = _find(
     'the custom_vmap primitive', 'jax._src.custom_batching:custom_vmap_p'
 )
 shard_map_p = _find('the shard_map primitive', 'jax._src.shard_map:shard_map_p')
+
+
+def shard_map_manual_axes_key(params: tp.Mapping[str, tp.Any]) -> str:
+  """The parameter of a ``shard_map_p`` equation naming the mesh axes it
+  makes manual: ``newly_manual_axes`` from JAX 0.10.2, ``manual_axes``
+  before (the same set for a ``shard_map`` not nested in another; JAX
+  0.10.2 leaves out axes an outer one made manual). ``bind`` takes the
+  same name. Contract: jax_contract_test.PrimitivesTest.test_shard_map_p*.
+  """
+  for key in ('newly_manual_axes', 'manual_axes'):
+    if key in params:
+      return key
+  raise MissingJaxFeature(
+      f'flax.nnx.sow: a shard_map equation of JAX {jax.__version__} has'
+      f' neither newly_manual_axes nor manual_axes: {sorted(params)}'
+  )
+
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
 # stages as `closed_call`); an eager interpretation meets it as it is. JAX
 # 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
