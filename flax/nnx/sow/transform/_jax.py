@@ -17,7 +17,11 @@ The rest of the package (and ``flax.nnx.capture_compat``) imports JAX only
 through public modules (``jax``, ``jax.core``, ``jax.extend``,
 ``jax.interpreters``, ``jax.tree_util``) and through this module, so that a
 JAX upgrade has one file to check. Each name says why no public module
-serves (as of JAX 0.10.2).
+serves (as of JAX 0.10.2); where JAX 0.10.0 and 0.10.1 differ, the funnel
+detects what this JAX has. A name is looked up, never imported, so that a
+JAX without it still imports ``flax.nnx``: its use raises
+:class:`MissingJaxFeature`. ``tests/nnx/sow/transform/jax_contract_test.py``
+states, one test per name, what each is expected to be.
 """
 
 from __future__ import annotations
@@ -109,16 +113,16 @@ def _module(feature: str, name: str) -> tp.Any:
 
 
 # pylint: disable=protected-access
+# Modules read at use (their names are checked by the contract's tests).
 core = _module('its core (traces, tracers)', 'jax._src.core')
 pe = _module('its staging trace', 'jax._src.interpreters.partial_eval')
 pjit = _module('its jit implementation', 'jax._src.pjit')
-conditionals = _module(
-    'its cond implementation', 'jax._src.lax.control_flow.conditionals'
-)
 
 # -- Configuration -----------------------------------------------------------
 # `jax.config` only reads and updates existing options; defining one that is
 # part of the trace context (so that it keys JAX's caches) has no public API.
+# Contract: jax_contract_test.ConfigurationTest (drop with issue 46's
+# harvesting).
 bool_state = _find(
     'a trace-context configuration option', 'jax._src.config:bool_state'
 )
@@ -126,6 +130,7 @@ bool_state = _find(
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
 # JAX only offers `find_top_trace` over given values and debug-only probes.
+# Contract: jax_contract_test.TracesTest.test_trace_ctx_and_eval_trace.
 trace_ctx = _find('the current trace', 'jax._src.core:trace_ctx')
 # JAX's eval trace, the parent of an eager interpretation at the top level:
 # a bind handed to it runs at once, as at the top level (`eager.EagerTrace`
@@ -140,6 +145,7 @@ DynamicJaxprTrace = _find(
 # Per-primitive hooks of that trace: the rule receives the trace itself, so a
 # capture can take the sows staged into its own trace without emitting them
 # (see `staged_sows`). Only partial_eval has the table.
+# Contract: jax_contract_test.TracesTest.test_custom_staging_rules_*.
 custom_staging_rules = _find(
     'per-primitive staging rules',
     'jax._src.interpreters.partial_eval:custom_staging_rules',
@@ -175,6 +181,7 @@ def kept_eqn(entry: tp.Any) -> tp.Any | None:
   return entry if type(entry) is TracingEqn else None
 
 
+# Contract: jax_contract_test.TracesTest.test_staged_eqns_*.
 TracingEqn = _find(
     'the staged equation type', 'jax._src.interpreters.partial_eval:TracingEqn'
 )
@@ -183,6 +190,7 @@ TracingEqn = _find(
 # JAX's allow-lists of effects that may appear inside a lowering, control
 # flow, custom derivatives, remat, and that partial evaluation keeps: there is
 # no public way to register an effect type with them.
+# Contract: jax_contract_test.EffectsTest.test_the_allow_list_*.
 lowerable_effects = _find(
     'the lowerable effects allow-list', 'jax._src.effects:lowerable_effects'
 )
@@ -203,6 +211,7 @@ partial_eval_kept_effects = _find(
 )
 # Effects that refer to jaxpr inputs by position (state effects): a rewritten
 # jaxpr that moves its inputs must not copy them; the type is not public.
+# Contract: jax_contract_test.EffectsTest.test_jaxpr_input_effect_*.
 JaxprInputEffect = _find(
     'the jaxpr input effect type', 'jax._src.effects:JaxprInputEffect'
 )
@@ -211,6 +220,8 @@ JaxprInputEffect = _find(
 # Higher-order primitives with a capture rule that `jax.extend.core.primitives`
 # does not list: bound by `jax.custom_batching.custom_vmap`, and by
 # `jax.shard_map` (and `jax.pmap`).
+# Contract: jax_contract_test.PrimitivesTest.test_custom_vmap_p_* and
+# test_shard_map_p_*; their parameters: RuleShapesTest.
 custom_vmap_p = _find(
     'the custom_vmap primitive', 'jax._src.custom_batching:custom_vmap_p'
 )
@@ -235,32 +246,37 @@ def shard_map_manual_axes_key(params: tp.Mapping[str, tp.Any]) -> str:
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
 # stages as `closed_call`); an eager interpretation meets it as it is. JAX
 # 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
-# Contract: jax_contract_test.test_eval_jaxpr_p.
+# Contract: jax_contract_test.PrimitivesTest.test_eval_jaxpr_p.
 eval_jaxpr_p = _find(
     'the eval_jaxpr primitive',
     'jax._src.lax.eval_jaxpr:eval_jaxpr_p',
     'jax._src.lax.control_flow.loops:eval_jaxpr_p',
 )
 # `jit` parameters use this sentinel for a sharding left to the compiler.
+# Contract: jax_contract_test.PrimitivesTest.test_unspecified_*.
 UNSPECIFIED = _find(
     'the unspecified sharding sentinel', 'jax._src.sharding_impls:UNSPECIFIED'
 )
 # `shard_map_p.bind(subfuns=...)` expects its body to return a FlatTree with
 # the output specs as aux data; `jax.tree_util` has no FlatTree.
+# Contract: jax_contract_test.PrimitivesTest.test_flat_tree_*.
 FlatTree = _find('the FlatTree type', 'jax._src.tree_util:FlatTree')
 # Zeros of an abstract value with its sharding and varying manual axes, as a
 # scan carry must be typed inside `shard_map`; `jnp.zeros` drops both.
+# Contract: jax_contract_test.PrimitivesTest.test_zeros_like_aval.
 zeros_like_aval = _find(
     'zeros of an abstract value', 'jax._src.ad_util:zeros_like_aval'
 )
 # The name-stack entry a transformation (`vmap`, `jvp`, ...) leaves on the
 # equations it emits; `jax.extend.source_info_util` exports the stack only.
+# Contract: jax_contract_test.NameStackTest.test_vmap_and_jvp_*.
 Transform = _find(
     'the name-stack transform entry', 'jax._src.source_info_util:Transform'
 )
 # The frames of an equation's traceback outside JAX, so that an error names
 # the user's line rather than our own wrapper around `sow_p.bind`;
 # `jax.extend.source_info_util.summarize` gives only the first of them.
+# Contract: jax_contract_test.NameStackTest.test_user_frames_skip_jax.
 user_frames = _find(
     'the user frames of a traceback', 'jax._src.source_info_util:user_frames'
 )
@@ -269,6 +285,8 @@ user_frames = _find(
 # Closes (and cached: the same open jaxpr gives the same closed one, which
 # keys our caches) and converts constants to inputs as JAX's own rules do;
 # neither is in `jax.interpreters.partial_eval`.
+# Contract: jax_contract_test.JaxprsTest.test_close_jaxpr_* and
+# test_convert_constvars_*.
 close_jaxpr = _find(
     'cached jaxpr closing', 'jax._src.interpreters.partial_eval:close_jaxpr'
 )
@@ -278,6 +296,7 @@ convert_constvars_jaxpr = _find(
 )
 # An LRU cache keyed weakly by its first argument (a jaxpr) and, optionally,
 # by the trace context: `functools.lru_cache` would keep every jaxpr alive.
+# Contract: jax_contract_test.JaxprsTest.test_weakref_lru_cache.
 weakref_lru_cache = _find(
     'the weak-keyed LRU cache', 'jax._src.util:weakref_lru_cache'
 )
@@ -288,6 +307,7 @@ weakref_lru_cache = _find(
 # trace that is not current (a module closed over by a custom_vjp's forward
 # under grad) finds the caller's array through them. Public JAX has no
 # accessor for either.
+# Contract: jax_contract_test.TracersTest.test_traced_values.
 JVPTracer = _find('the JVP tracer', 'jax._src.interpreters.ad:JVPTracer')
 LinearizeTracer = _find(
     'the linearize tracer', 'jax._src.interpreters.ad:LinearizeTracer'
@@ -310,6 +330,7 @@ def traced_value(tracer: tp.Any) -> tp.Any | None:
 # The options a `jax.jit` function was made with (static and donated
 # arguments, compiler options), which an eager `capture(jax.jit(f))` compiles
 # with: `jax.jit` keeps them only as the function's private `_jit_info`.
+# Contract: jax_contract_test.JitTest.test_jit_info_holds_the_options.
 def jit_info(f: tp.Any) -> tp.Any:
   """The ``PjitInfo`` of a ``jax.jit`` function (its options)."""
   return f._jit_info
@@ -332,6 +353,7 @@ def jit_info(f: tp.Any) -> tp.Any:
 # would need"); `_run_python_pjit` is the one place where the trace a cache
 # miss runs under can be chosen, knowing the traced program, and its result
 # says whether a fast path is recorded (its compiled executable, or None).
+# Contract: jax_contract_test.JitTest.test_the_fast_path_hook.
 _RUN_PYTHON_JIT = getattr(pjit, '_run_python_pjit', None)
 _RUN_PYTHON_JIT_PARAMETERS = ['p', 'args_flat', 'fun', 'args', 'kwargs']
 # Where the compiled executable is in its result (of 8 values).
@@ -416,7 +438,12 @@ def jit_dispatch_is_set() -> bool:
 # every example and selecting the outputs, with no hook for an effect to
 # refuse that (it refuses state and IO effects by name). The rule is reached
 # here to recognise its frame; only this private module defines it.
-_COND_BATCHING_CODE = conditionals._cond_batching_rule.__code__
+# Contract: jax_contract_test.CondBatchingTest (drop with the frame walk).
+_COND_BATCHING_RULE = _find(
+    'the cond batching rule',
+    'jax._src.lax.control_flow.conditionals:_cond_batching_rule',
+)
+_COND_BATCHING_CODE = getattr(_COND_BATCHING_RULE, '__code__', None)
 
 
 def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
@@ -429,6 +456,8 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   ``index_dim`` to ``None`` (its index is the platform, never batched), so it
   is not reported.
   """
+  if _COND_BATCHING_CODE is None:
+    raise _COND_BATCHING_RULE.error()
   frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:
