@@ -214,11 +214,11 @@ it (next commit):
 - `deferred.py`: sows whose name is found where the program is bound, from
   the origins of the anchors they carry (a `Module.sow` on a copy that a
   transformation made: the lift names it by its Variables); nothing else
-  sees one, and one no capture names is refused.''',
+  sees one, and one no capture names is refused; its tests, which use
+  requests, come with them (next commit).''',
         files=(T + 'names.py', T + 'selection.py', T + 'sites.py',
                T + 'deferred.py', N + 'transform/names_test.py',
-               N + 'transform/sites_test.py',
-               N + 'transform/deferred_test.py'),
+               N + 'transform/sites_test.py'),
     ),
     Commit(
         'model',
@@ -239,6 +239,7 @@ What an interpretation of a jaxpr does, before the interpreter that does it
   checked here; the `while_loop` rule uses it).''',
         files=(T + 'request.py', T + 'planting.py', T + 'scope.py',
                T + 'steps.py', N + 'transform/selection_test.py',
+               N + 'transform/deferred_test.py',
                N + 'transform/scope_test.py', N + 'transform/planting_test.py',
                N + 'transform/steps_test.py'),
     ),
@@ -279,8 +280,15 @@ the weak reference by which NNX knows the trace it runs under, so the
 function updates the caller's modules in place, as a direct call does. A
 `jax.jit` whose program holds no sow runs its first call as at the top
 level, so JAX records its compiled fast path (`jax.numpy`'s own functions
-among them), and later calls never reach Python.''',
-        files=(T + 'eager.py', N + 'transform/eager_trace_test.py'),
+among them), and later calls never reach Python.
+
+With the last of the funnel's users in place,
+`tests/nnx/sow/transform/jax_contract_test.py` states, one test per private
+JAX name or behaviour the funnel `transform/_jax.py` relies on, what it
+expects, so that the first JAX release that changes one fails there, by
+name; a name a JAX lacks raises at use, never at `import flax.nnx`.''',
+        files=(T + 'eager.py', N + 'transform/eager_trace_test.py',
+               N + 'transform/jax_contract_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The lift to NNX
