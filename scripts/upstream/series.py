@@ -215,7 +215,7 @@ it (next commit):
   the origins of the anchors they carry (a `Module.sow` on a copy that a
   transformation made: the lift names it by its Variables); nothing else
   sees one, and one no capture names is refused; its tests, which use
-  requests, come with them (next commit).''',
+  requests, come two commits on.''',
         files=(T + 'names.py', T + 'selection.py', T + 'sites.py',
                T + 'deferred.py', N + 'transform/names_test.py',
                N + 'transform/sites_test.py'),
@@ -239,7 +239,6 @@ What an interpretation of a jaxpr does, before the interpreter that does it
   checked here; the `while_loop` rule uses it).''',
         files=(T + 'request.py', T + 'planting.py', T + 'scope.py',
                T + 'steps.py', N + 'transform/selection_test.py',
-               N + 'transform/deferred_test.py',
                N + 'transform/scope_test.py', N + 'transform/planting_test.py',
                N + 'transform/steps_test.py'),
     ),
@@ -264,7 +263,8 @@ the sown values as extra outputs and staged as one `closed_call`
 taken as they are staged, needing no equation (`staged_sows.py`, which puts
 them back in program order among those that stay).''',
         files=(T + 'rewrite.py', T + 'staged_sows.py', T + 'interpreter.py',
-               R + '__init__.py', N + 'transform/interpreter_test.py'),
+               R + '__init__.py', N + 'transform/interpreter_test.py',
+               N + 'transform/deferred_test.py'),
     ),
     Commit(
         'eager',
@@ -316,8 +316,7 @@ that uses it (two commits on):
   module, for its duration).''',
         files=(L + '__init__.py', L + 'graph_nodes.py', L + 'write_back.py',
                L + 'class_hooks.py', L + 'module_paths.py',
-               N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py',
-               N + 'lift/module_paths_test.py'),
+               N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py'),
     ),
     Commit(
         'taps',
@@ -334,7 +333,9 @@ Nothing is written onto a module, and outside any staging `tap(f)` just
 calls `f`. Tested here in a frame set up by hand; `capture` (next
 commit) sets it up, and `plant` can then replace a submodule's inputs or
 output.''',
-        files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py'),
+        files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py',
+               # Of the lift commit, which it would put over budget.
+               N + 'lift/module_paths_test.py'),
     ),
     Commit(
         'graph_calls',
@@ -384,8 +385,7 @@ with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
         files=(S + 'capture.py', T + 'inner_calls.py',
                N + 'sow_pytree_models.py',
-               N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
-               N + 'api/capture_eager_test.py'),
+               N + 'api/capture_test.py'),
     ),
     Commit(
         'capture-graph-nodes',
@@ -403,7 +403,10 @@ jit options kept). Tests only: of the two commits before, which could not
 take them without going over budget.''',
         files=(N + 'api/capture_graph_nodes_test.py',
                N + 'api/capture_repr_test.py',
-               N + 'api/capture_staging_test.py'),
+               N + 'api/capture_staging_test.py',
+               # Of the capture commit, which they would put over budget.
+               N + 'api/capture_composition_test.py',
+               N + 'api/capture_eager_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -484,8 +487,7 @@ executions in the order they run (traced inside loops): activation
 patching, steering and ablations, under `jit`, `vmap`, `grad`, loops, conds
 and custom derivatives. Planting into a sow whose result the program never
 reads is an error, and so is a clobber site.''',
-        files=(S + 'plant.py', N + 'api/plant_test.py',
-               N + 'api/plant_functions_test.py'),
+        files=(S + 'plant.py', N + 'api/plant_test.py'),
     ),
     Commit(
         'while-steps',
@@ -502,7 +504,9 @@ example), what happens past the bound, a function plant that steers
 chosen steps, and per-step values planted back (a captured clean run, a
 stack, too few steps). Tests only: of the loops commit, which could not take them
 without going over budget.''',
-        files=(N + 'transform/rules/rules_while_steps_test.py',),
+        files=(N + 'transform/rules/rules_while_steps_test.py',
+               # Of the plant commit, which it would put over budget.
+               N + 'api/plant_functions_test.py'),
     ),
     Commit(
         'perturb',
@@ -602,7 +606,7 @@ processes, with Variable updates and path marks, and against Flax
                COMPAT + '/call.py', COMPAT + '/frames.py',
                COMPAT + '/method_outputs.py', COMPAT + '/module_methods.py',
                COMPAT + '/replaced.py', N + 'compat_testing.py',
-               N + 'sow_legacy.py', C + 'compat_capture_test.py'),
+               C + 'compat_capture_test.py'),
         edits=((flax_integration.MODULE_PATH,
                 flax_integration.delegate_module),
                (flax_integration.INIT_PATH, flax_integration.export_sow)),
@@ -623,7 +627,8 @@ Flax 0.12.8 run on the new implementation before a release carries it
 
 Also the layering test of transform/, lift/, the API and the compat layer:
 imports run down only, with no cycle, read from the source.''',
-        files=(COMPAT + '/overlay.py', C + 'compat_install_test.py',
+        files=(COMPAT + '/overlay.py', N + 'sow_legacy.py',
+               C + 'compat_install_test.py',
                C + 'compat_install_threads_test.py',
                N + 'docstrings_test.py', N + 'layers_test.py'),
     ),
@@ -640,18 +645,16 @@ inputs and outputs, model and classes untouched.
 
 Under `nnx.capture`: what the sown values become (reducers, inits, shared
 submodules, non-array values, modules outside the root), the Variable
-updates a call makes, as after a direct call, and that nothing of a call
-is written onto a module (its graph inside is what it is outside, threads
-share models and jits, a module merged inside is a fresh one).
+updates a call makes, as after a direct call. That nothing of a call is
+written onto a module, and what a capture sees through, are tested with
+the commits after (`discover`, `names-and-patterns`).
 
 Tests only: of the compat commit's `Module.sow` and `nnx.capture`, which
 could not take them without going over budget.''',
         files=(N + 'module_models.py', C + 'module_sow_test.py',
                C + 'module_taps_test.py',
                C + 'compat_sow_values_test.py',
-               C + 'compat_variable_updates_test.py',
-               C + 'nothing_on_modules_test.py',
-               N + 'api/capture_see_through_test.py'),
+               C + 'compat_variable_updates_test.py'),
     ),
     Commit(
         'discover',
@@ -665,8 +668,15 @@ dtypes; stacked under `scan`, a `Steps` under `while_loop`), their bytes
 and the user's source lines, printed as a table (HTML in a notebook). The
 researcher's `model.hook_dict` (TransformerLens) or `scan` (nnsight). Tested
 against `capture` itself, on functions, `Module.sow` sites, taps, loops,
-`vmap` and `jit`, with nothing run, compiled or updated.''',
-        files=(S + 'discover.py', N + 'api/discover_test.py'),
+`vmap` and `jit`, with nothing run, compiled or updated.
+
+With it, the test of `nnx.capture` and `Module.sow` that nothing of a call
+is written onto a module (its graph inside is what it is outside, threads
+share models and jits, a module merged inside is a fresh one), which the
+commit adding them could not take within its budget.''',
+        files=(S + 'discover.py', N + 'api/discover_test.py',
+               # Of the compat-module-sow commit (over budget with it).
+               C + 'nothing_on_modules_test.py'),
     ),
     Commit(
         'names-and-patterns',
@@ -679,9 +689,12 @@ patterns with one function `fn(value, index, name)` per selected sow (a
 sweep over layers as one batched program, against the model ablated by
 hand), and `tap` patterns: spelled, `'**'`, negative indices, a container
 without the method refused, one argument as the input, `mode='clobber'` in
-a `while_loop`.''',
+a `while_loop`; and what a capture sees through (of the `Module.sow`
+commit, over budget with it).''',
         files=(N + 'api/names_and_patterns_test.py',
-               N + 'api/tap_patterns_test.py'),
+               N + 'api/tap_patterns_test.py',
+               # Of the compat-module-sow commit (over budget with it).
+               N + 'api/capture_see_through_test.py'),
     ),
     Commit(
         'capture-grads',
@@ -967,8 +980,7 @@ basic rewrites of each target; the commits after this one add theirs.''',
         files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
                _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
                *_pairs('functional', 'sow_basic.py', 'perturb.py',
-                       'clobber.py', 'capture_assigned.py'),
-               *_pairs('capture', 'pop_to_capture.py')),
+                       'clobber.py', 'capture_assigned.py')),
     ),
     Commit(
         'codemod-reading',
@@ -984,7 +996,9 @@ spawned workers, the largest files first, and returns them in the order of
 the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
 where stderr is a terminal, and nothing elsewhere.''',
         files=(*_migrate('reading', 'holders', 'parallel', 'progress'),
-               _MIGRATE_TESTS + 'migrate_sow_reading_test.py'),
+               _MIGRATE_TESTS + 'migrate_sow_reading_test.py',
+               # A case of the rewrite commit (over budget with it).
+               *_pairs('capture', 'pop_to_capture.py')),
     ),
     Commit(
         'codemod',
