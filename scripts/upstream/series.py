@@ -319,25 +319,6 @@ that uses it (two commits on):
                N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py'),
     ),
     Commit(
-        'taps',
-        'nnx.sow: tap: sow the inputs and outputs of submodule calls by path',
-        '''\
-`tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
-`f` with the calls of the modules at `patterns` (module paths, `'*'` for
-one component) sown: for the duration of the call, each matching module's
-class holds a hook (`lift/class_hooks.py`) on the tapped methods, which
-sows `(*path, method, 'inputs')` and `(*path, method, 'output')` for the
-modules the call's taps match and calls the method for every other; the
-taps are in JAX's jit key, so that a jit inside traces anew for them.
-Nothing is written onto a module, and outside any staging `tap(f)` just
-calls `f`. Tested here in a frame set up by hand; `capture` (next
-commit) sets it up, and `plant` can then replace a submodule's inputs or
-output.''',
-        files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py',
-               # Of the lift commit, which it would put over budget.
-               N + 'lift/module_paths_test.py'),
-    ),
-    Commit(
         'graph_calls',
         'nnx.sow: a call over graph nodes, staged on copies and written back',
         '''\
@@ -350,9 +331,15 @@ the jaxpr and are written into the caller's objects once it was evaluated
 (nothing is written if it fails), as `nnx.jit` does. `call_directly` runs
 `f` on the caller's own objects, in a frame, for the eager interpretation.
 The sows staged straight into the trace can be taken there. Tested here by
-evaluating the jaxpr with JAX itself; `capture` (next commit) evaluates it
-with the interpreter.''',
-        files=(L + 'graph_calls.py', N + 'lift/graph_calls_test.py'),
+evaluating the jaxpr with JAX itself; `capture` (two commits on) evaluates
+it with the interpreter.
+
+`lift/taps.py` is what `tap` (a commit after `plant`) stands on: a tapped
+function is run in a frame whose taps the hooks on the matched modules'
+classes (`lift/class_hooks.py`) read, and the taps are in JAX's jit key, so
+that a jit inside traces anew for them.''',
+        files=(L + 'graph_calls.py', L + 'taps.py',
+               N + 'lift/graph_calls_test.py'),
     ),
     Commit(
         'render',
@@ -488,6 +475,26 @@ patching, steering and ablations, under `jit`, `vmap`, `grad`, loops, conds
 and custom derivatives. Planting into a sow whose result the program never
 reads is an error, and so is a clobber site.''',
         files=(S + 'plant.py', N + 'api/plant_test.py'),
+    ),
+    Commit(
+        'taps',
+        'nnx.sow: tap: sow the inputs and outputs of submodule calls by path',
+        '''\
+`tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
+`f` with the calls of the modules at `patterns` (module paths, `'*'` for
+one component) sown: for the duration of the call, each matching module's
+class holds a hook (`lift/class_hooks.py`) on the tapped methods, which
+sows `(*path, method, 'inputs')` and `(*path, method, 'output')` for the
+modules the call's taps match and calls the method for every other; the
+taps are in JAX's jit key, so that a jit inside traces anew for them.
+Nothing is written onto a module, and outside any staging `tap(f)` just
+calls `f`. The hooks and the taps' frame (`lift/taps.py`) came with the
+call over graph nodes; this commit adds the function, after `capture` and
+`plant`, which its example uses (`plant` replaces a submodule's inputs or
+output).''',
+        files=(S + 'tap.py', N + 'lift/taps_test.py',
+               # Of the lift commit, which it would put over budget.
+               N + 'lift/module_paths_test.py'),
     ),
     Commit(
         'while-steps',
