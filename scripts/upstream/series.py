@@ -1001,9 +1001,14 @@ or in the libraries it imports, and those whose Module classes may hold a
 class that sows (`holders.py`: every other file parsed once with `ast`). `parallel.Pool` runs the analyses in N
 spawned workers, the largest files first, and returns them in the order of
 the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
-where stderr is a terminal, and nothing elsewhere.''',
+where stderr is a terminal, and nothing elsewhere. Its tests read a
+library's classes from the search path: testdata/library/nca_lib, shaped
+as CAX's.''',
         files=(*_migrate('reading', 'holders', 'parallel', 'progress'),
                _MIGRATE_TESTS + 'migrate_sow_reading_test.py',
+               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
+                 for name in ('__init__.py', 'core/__init__.py',
+                              'core/system.py', 'core/update.py')),
                # A case of the rewrite commit (over budget with it).
                *_pairs('capture', 'pop_to_capture.py')),
     ),
@@ -1054,6 +1059,32 @@ through `nnx.vmap`). Tests only: of the previous commits together.''',
                        'pop_through_vmap.py')),
     ),
     Commit(
+        'codemod-wrong-rewrites',
+        'scripts/migrate: tests of rewrites that must not happen, of the '
+        'readers reported and of the command as a tool',
+        '''\
+Two wrong rewrites found on real code, as fixtures that run before and
+after: a growing NCA built on a library's modules
+(testdata/library/nca_lib, of the reading commit, shaped as CAX: an
+`nnx.List` under `nnx.vmap` and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
+codemod reads the library's classes; the refused rewrite raises there, and
+returns bitwise the same values on `capture_compat`'s); and an attention
+module in each block of an `nnx.List`, whose values a free `sow` would
+merge into one tuple (instances are counted through their holders; the
+default target keeps `Module.sow` and its capture returns bitwise what the
+pop did). The readers of sown values that are no pop are reported where
+they are (an attribute, `getattr`, `nnx.state`, `__captures__`), and run to
+show they read a sown value. The command as a tool: its diffs apply with
+`git apply` and `patch -p1`, its notes name paths relative to the project,
+its progress bar is drawn on a terminal only, every option has help, and
+without libcst it says what to install. Tests only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_other_readers_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_tool_test.py',
+               *_pairs('capture', 'flag_library_hazard.py'),
+               *_pairs('functional', 'flag_multi_instance_nested.py')),
+    ),
+    Commit(
         'codemod-flags',
         'scripts/migrate: a case of every flag, annotated',
         '''\
@@ -1097,35 +1128,6 @@ original program: both run, and their values must be bitwise equal. Tests
 only.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_readers_test.py',
                *_pairs('capture', 'pop_after_flag_off_calls.py')),
-    ),
-    Commit(
-        'codemod-wrong-rewrites',
-        'scripts/migrate: tests of rewrites that must not happen, of the '
-        'readers reported and of the command as a tool',
-        '''\
-Two wrong rewrites found on real code, as fixtures that run before and
-after: a growing NCA built on a library's modules
-(testdata/library/nca_lib, shaped as CAX: an `nnx.List` under `nnx.vmap`
-and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
-codemod reads the library's classes; the refused rewrite raises there, and
-returns bitwise the same values on `capture_compat`'s); and an attention
-module in each block of an `nnx.List`, whose values a free `sow` would
-merge into one tuple (instances are counted through their holders; the
-default target keeps `Module.sow` and its capture returns bitwise what the
-pop did). The readers of sown values that are no pop are reported where
-they are (an attribute, `getattr`, `nnx.state`, `__captures__`), and run to
-show they read a sown value. The command as a tool: its diffs apply with
-`git apply` and `patch -p1`, its notes name paths relative to the project,
-its progress bar is drawn on a terminal only, every option has help, and
-without libcst it says what to install. Tests only.''',
-        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
-               _MIGRATE_TESTS + 'migrate_sow_other_readers_test.py',
-               _MIGRATE_TESTS + 'migrate_sow_tool_test.py',
-               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
-                 for name in ('__init__.py', 'core/__init__.py',
-                              'core/system.py', 'core/update.py')),
-               *_pairs('capture', 'flag_library_hazard.py'),
-               *_pairs('functional', 'flag_multi_instance_nested.py')),
     ),
     Commit(
         'codemod-projects',
