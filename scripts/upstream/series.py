@@ -391,9 +391,8 @@ take them without going over budget.''',
         files=(N + 'api/capture_graph_nodes_test.py',
                N + 'api/capture_repr_test.py',
                N + 'api/capture_staging_test.py',
-               # Of the capture commit, which they would put over budget.
-               N + 'api/capture_composition_test.py',
-               N + 'api/capture_eager_test.py'),
+               # Of the capture commit, which it would put over budget.
+               N + 'api/capture_composition_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -422,9 +421,12 @@ A custom-derivative call holding a handled sow is re-bound with its body's
 sows threaded out and its custom rules kept: the derivative rules run on a
 body whose selected sows are removed, so that they neither record nor leak
 them, and an enclosing capture sees the others once
-(`rules/custom_derivatives.py`).''',
+(`rules/custom_derivatives.py`). With it and the jit rule before it,
+the tests of `capture`'s eager interpretation, which meets both.''',
         files=(R + 'custom_derivatives.py',
-               N + 'transform/rules/rules_custom_derivatives_test.py'),
+               N + 'transform/rules/rules_custom_derivatives_test.py',
+               # Capture's eager tests, which meet jits and custom_jvps.
+               N + 'api/capture_eager_test.py'),
     ),
     Commit(
         'loops',
