@@ -115,7 +115,6 @@ def _module(feature: str, name: str) -> tp.Any:
 # pylint: disable=protected-access
 # Modules read at use (their names are checked by the contract's tests).
 core = _module('its core (traces, tracers)', 'jax._src.core')
-pe = _module('its staging trace', 'jax._src.interpreters.partial_eval')
 pjit = _module('its jit implementation', 'jax._src.pjit')
 
 # -- Configuration -----------------------------------------------------------

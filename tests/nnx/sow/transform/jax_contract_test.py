@@ -54,7 +54,7 @@ FUNNEL_NAMES = (
     'custom_vmap_p', 'shard_map_p', 'eval_jaxpr_p', 'UNSPECIFIED',
     'FlatTree', 'zeros_like_aval', 'Transform', 'user_frames', 'close_jaxpr',
     'convert_constvars_jaxpr', 'weakref_lru_cache', 'JVPTracer',
-    'LinearizeTracer', 'BatchTracer', 'core', 'pe', 'pjit',
+    'LinearizeTracer', 'BatchTracer', 'core', 'pjit',
 )
 
 
