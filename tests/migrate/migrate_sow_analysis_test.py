@@ -219,8 +219,8 @@ class PopsWithTheirCallsTest(absltest.TestCase):
         ''')
     plain, vmapped = result.sites
     self.assertEqual((plain.pop_reasons, plain.pop_through), ([], False))
-    self.assertEqual(facts_test.cst.Module([]).code_for_node(plain.pop_call).strip(),
-                     'y = model(x)')
+    code = facts_test.cst.Module([]).code_for_node(plain.pop_call)
+    self.assertEqual(code.strip(), 'y = model(x)')
     self.assertEqual(plain.consumer.names, {'h'})
     self.assertEqual((vmapped.pop_reasons, vmapped.pop_through), ([], True))
     self.assertEqual(vmapped.consumer.reason[0], 'to-pure-dict')
