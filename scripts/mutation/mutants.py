@@ -782,10 +782,8 @@ MUTANTS: tuple[Mutant, ...] = (
        'a cond branch that does not sow a name leaves its index unchanged'),
     # -- transform/rules/shard_map.py --------------------------------------
     _m('rules-shard-map-axes-reversed', 'transform/rules/shard_map.py',
-       "  axes = tuple(a for a in mesh.axis_names if a in"
-       " p['newly_manual_axes'])",
-       "  axes = tuple(a for a in mesh.axis_names if a in"
-       " p['newly_manual_axes'])[::-1]",
+       "  axes = tuple(a for a in mesh.axis_names if a in p[manual])",
+       "  axes = tuple(a for a in mesh.axis_names if a in p[manual])[::-1]",
        'per-shard values are stacked along the mesh axes in mesh order'),
     # -- lift/graph_nodes.py -----------------------------------------------
     _m('graph-nodes-holds-nothing', 'lift/graph_nodes.py',

@@ -29,12 +29,18 @@ already done:
   examples and other test folders use (``EXCLUDED``), and jax pinned as
   this project pins it.
 * ``commits``: each commit of the series alone (a reviewer may stop after
-  any), in a clone of it: its tree imports ``flax.nnx`` and ``flax.nnx.sow``,
-  pytest collects all our tests in it, and its tests pass with Flax's CI
-  settings: the test files it adds and the first test of each earlier one
-  (``--commit-tests=own``, the default), or every test file of ours
-  (``--commit-tests=all``). The doctests of our modules there are counted,
-  not decisive: some examples use what a later commit adds.
+  any, or bisect), in a clone of it: its tree imports ``flax.nnx`` and
+  ``flax.nnx.sow``, pytest collects all our tests in it, its tests pass with
+  Flax's CI settings: the test files it adds and the first test of each
+  earlier one (``--commit-tests=own``, the default), or every test file of
+  ours (``--commit-tests=all``); and the doctests of our modules there pass
+  (an example may use only what its commit and those before add).
+  ``--commits KEY,...`` checks only those commits (the others' test files
+  still count as earlier ones).
+* ``--jax VERSION`` makes the venvs with that JAX (every release Flax
+  accepts, ``JAX_RELEASES``; the default work directory then ends in
+  ``-jaxVERSION``), so the series is checked on the oldest as on the
+  newest.
 * ``tests``: ``pytest -n 2 tests/nnx`` in each tree with Flax's CI settings
   (``XLA_FLAGS=--xla_force_host_platform_device_count=4``,
   ``JAX_NUMPY_RANK_PROMOTION=raise``, ``FLAX_PROFILE=1``;
@@ -117,8 +123,11 @@ EXCLUDED = frozenset({
     'pytest-cov',
 })
 # What our tests and the notebook runs need besides Flax's extras; jax as
-# this project pins it.
-EXTRA = ('jax==0.10.2', 'jaxlib==0.10.2', 'nbclient', 'nbformat', 'ipykernel')
+# this project pins it, or as `--jax` asks (every release Flax accepts:
+# `JAX_RELEASES`, the oldest first).
+JAX_PINNED = '0.10.2'
+JAX_RELEASES = ('0.10.0', '0.10.1', '0.10.2')
+EXTRA = ('nbclient', 'nbformat', 'ipykernel')
 # Flax's docs extra pins jupytext; the guides are paired with that version.
 DOCS_PINNED = ('jupytext',)
 GUIDE = 'docs_nnx/guides/extracting_intermediates.ipynb'
@@ -163,16 +172,17 @@ def _requirement_name(requirement: str) -> str:
   return re.sub(r'[-_.]+', '-', name).lower()
 
 
-def test_requirements(tree: pathlib.Path) -> list[str]:
-  """Flax's testing extra less ``EXCLUDED``, plus ``EXTRA`` and the docs
-  extra's pins of ``DOCS_PINNED``."""
+def test_requirements(tree: pathlib.Path,
+                      jax: str = JAX_PINNED) -> list[str]:
+  """Flax's testing extra less ``EXCLUDED``, plus jax and jaxlib ``jax``,
+  ``EXTRA`` and the docs extra's pins of ``DOCS_PINNED``."""
   with open(tree / 'pyproject.toml', 'rb') as f:
     extras = tomllib.load(f)['project']['optional-dependencies']
   kept = [r for r in extras['testing']
           if _requirement_name(r) not in EXCLUDED
           and _requirement_name(r) not in ('jax', 'jaxlib')]
   pinned = [r for r in extras['docs'] if _requirement_name(r) in DOCS_PINNED]
-  return kept + list(EXTRA) + pinned
+  return kept + [f'jax=={jax}', f'jaxlib=={jax}', *EXTRA] + pinned
 
 
 def venv_python(venv: pathlib.Path) -> pathlib.Path:
@@ -180,13 +190,13 @@ def venv_python(venv: pathlib.Path) -> pathlib.Path:
 
 
 def make_venv(venv: pathlib.Path, tree: pathlib.Path, python: str,
-              log: pathlib.Path) -> list[str]:
+              log: pathlib.Path, jax: str = JAX_PINNED) -> list[str]:
   if venv.exists():
     shutil.rmtree(venv)
   run([python, '-m', 'venv', venv], log=log)
   pip = [venv_python(venv), '-m', 'pip', 'install', '-q']
   run([*pip, '--upgrade', 'pip'], log=log)
-  requirements = test_requirements(tree)
+  requirements = test_requirements(tree, jax)
   run([*pip, '-e', tree, *requirements], log=log)
   return requirements
 
@@ -217,9 +227,10 @@ def part_apply(args, work: pathlib.Path) -> dict[str, tp.Any]:
   changed = make_patchset.git(
       work / 'patched', 'diff', '--name-only', base, 'HEAD').split()
   log = work / 'logs' / 'venv.log'
-  requirements = {name: test_requirements(work / name) for name in TREES}
+  requirements = {name: test_requirements(work / name, args.jax)
+                  for name in TREES}
   for name in trees:
-    make_venv(work / f'venv-{name}', work / name, args.python, log)
+    make_venv(work / f'venv-{name}', work / name, args.python, log, args.jax)
   versions = {}
   for name in TREES:
     out = subprocess.run(
@@ -262,8 +273,8 @@ def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
   ``--commit-tests=all`` every test file of ours in the tree; with ``own``
   (the default) the test files the commit adds, and a smoke of the others:
   the first test of each test file of the commits before. The doctests of
-  our modules in the tree are run too, and counted, but do not decide:
-  some modules' examples use what later commits add.
+  our modules in the tree must pass too. With ``--commits``, only those
+  commits are checked.
   """
   import run_flax_nnx_tests  # pylint: disable=g-import-not-at-top
 
@@ -277,7 +288,13 @@ def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
   python = venv_python(work / 'venv-patched')
   records = []
   earlier: list[str] = []
+  unknown = set(args.commits or ()) - {e['key'] for e in manifest}
+  if unknown:
+    raise CheckError(f'--commits: no commit {sorted(unknown)} in the series')
   for (sha, subject), entry in zip(shas, manifest):
+    if args.commits and entry['key'] not in args.commits:
+      earlier += entry['tests']
+      continue
     start = time.monotonic()
     tree = work / 'commit-tree'
     if tree.exists():
@@ -330,6 +347,7 @@ def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
     tail = [line for line in listing.strip().splitlines()[-1:]] or ['']
     records.append({
         'commit': sha, 'subject': subject, 'key': entry['key'],
+        'index': manifest.index(entry) + 1,
         'added': entry['added'], 'import': imported, 'collect': collected,
         'collected': tail[0], 'own': own, 'smoke': len(targets) - len(own)
         if args.commit_tests != 'all' else 0,
@@ -338,20 +356,25 @@ def part_commits(args, work: pathlib.Path) -> dict[str, tp.Any]:
         'doctests_failing': sorted(_failing(doctests)),
         'seconds': round(time.monotonic() - start),
     })
-    print(f"commit {len(records)} {entry['key']}: {_counts(outcomes)};"
+    print(f"commit {records[-1]['index']} {entry['key']}:"
+          f" {_counts(outcomes)};"
           f" doctests {_counts(doctests)} ({records[-1]['seconds']}s)",
           flush=True)
     earlier += own
   shutil.rmtree(work / 'commit-tree', ignore_errors=True)
   return {'commits': records, 'mode': args.commit_tests,
+          'selected': sorted(args.commits or ()), 'of': len(manifest),
+          'jax': applied['versions']['patched'][1],
           'green': all(_commit_green(r) for r in records)}
 
 
 def _commit_green(record: dict[str, tp.Any]) -> bool:
-  """It imports, collects, and its tests ran and passed."""
+  """It imports, collects, its tests ran and passed, and so did the
+  doctests of our modules in its tree."""
   ran = record['own'] or record['smoke'] or record['tests']
   return (record['import'] == 0 and record['collect'] == 0
           and not record['failing']
+          and not record.get('doctests_failing')
           and (not ran or record['tests'].get('passed', 0) > 0))
 
 
@@ -862,7 +885,8 @@ def _commit_rows(commits: dict[str, tp.Any]) -> list[tuple[str, ...]]:
     if doctests.get('failed'):
       notes += (f"; doctests: {doctests['failed']} failing"
                 f" ({', '.join(m.split('::')[0].rsplit('/', 1)[-1] for m in r['doctests_failing'])})")
-    rows.append((f"commit {i} `{r['key']}` (+{r['added']} lines)", '-',
+    rows.append((f"commit {r.get('index', i)} `{r['key']}`"
+                 f" (+{r['added']} lines)", '-',
                  result, notes))
   return rows
 
@@ -966,6 +990,12 @@ def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
       '--commit-tests', choices=('own', 'all'), default='own',
       help="at each commit, run the test files it adds and the first test"
       " of each earlier one (own), or every test file of ours (all)")
+  parser.add_argument(
+      '--commits', default='',
+      help='comma-separated keys of the commits to check (default: all)')
+  parser.add_argument(
+      '--jax', default=JAX_PINNED, choices=JAX_RELEASES,
+      help=f'the jax (and jaxlib) release of the venvs (default {JAX_PINNED})')
   parser.add_argument('--python', default=sys.executable,
                       help='the interpreter of the fresh venvs')
   parser.add_argument(
@@ -981,6 +1011,7 @@ def parse_args(argv: tp.Sequence[str] | None) -> argparse.Namespace:
                       help="check_static.py's kept copy (pytype's cache)")
   args = parser.parse_args(argv)
   args.parts = [p.strip() for p in args.parts.split(',') if p.strip()]
+  args.commits = [c.strip() for c in args.commits.split(',') if c.strip()]
   unknown = set(args.parts) - set(PARTS)
   if unknown:
     parser.error(f'unknown parts: {sorted(unknown)}')
@@ -995,7 +1026,8 @@ def main(argv: tp.Sequence[str] | None = None) -> int:
   except make_patchset.PatchsetError as e:
     print(f'check_patchset: error: {e}', file=sys.stderr)
     return 2
-  work = (args.work or REPO / 'build' / 'patchset' / base[:12]).resolve()
+  default = base[:12] + ('' if args.jax == JAX_PINNED else f'-jax{args.jax}')
+  work = (args.work or REPO / 'build' / 'patchset' / default).resolve()
   (work / 'results').mkdir(parents=True, exist_ok=True)
   (work / 'logs').mkdir(parents=True, exist_ok=True)
   results = {}

@@ -214,11 +214,11 @@ it (next commit):
 - `deferred.py`: sows whose name is found where the program is bound, from
   the origins of the anchors they carry (a `Module.sow` on a copy that a
   transformation made: the lift names it by its Variables); nothing else
-  sees one, and one no capture names is refused.''',
+  sees one, and one no capture names is refused; its tests, which use
+  requests, come two commits on.''',
         files=(T + 'names.py', T + 'selection.py', T + 'sites.py',
                T + 'deferred.py', N + 'transform/names_test.py',
-               N + 'transform/sites_test.py',
-               N + 'transform/deferred_test.py'),
+               N + 'transform/sites_test.py'),
     ),
     Commit(
         'model',
@@ -263,7 +263,8 @@ the sown values as extra outputs and staged as one `closed_call`
 taken as they are staged, needing no equation (`staged_sows.py`, which puts
 them back in program order among those that stay).''',
         files=(T + 'rewrite.py', T + 'staged_sows.py', T + 'interpreter.py',
-               R + '__init__.py', N + 'transform/interpreter_test.py'),
+               R + '__init__.py', N + 'transform/interpreter_test.py',
+               N + 'transform/deferred_test.py'),
     ),
     Commit(
         'eager',
@@ -279,8 +280,15 @@ the weak reference by which NNX knows the trace it runs under, so the
 function updates the caller's modules in place, as a direct call does. A
 `jax.jit` whose program holds no sow runs its first call as at the top
 level, so JAX records its compiled fast path (`jax.numpy`'s own functions
-among them), and later calls never reach Python.''',
-        files=(T + 'eager.py', N + 'transform/eager_trace_test.py'),
+among them), and later calls never reach Python.
+
+With the last of the funnel's users in place,
+`tests/nnx/sow/transform/jax_contract_test.py` states, one test per private
+JAX name or behaviour the funnel `transform/_jax.py` relies on, what it
+expects, so that the first JAX release that changes one fails there, by
+name; a name a JAX lacks raises at use, never at `import flax.nnx`.''',
+        files=(T + 'eager.py', N + 'transform/eager_trace_test.py',
+               N + 'transform/jax_contract_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The lift to NNX
@@ -308,25 +316,7 @@ that uses it (two commits on):
   module, for its duration).''',
         files=(L + '__init__.py', L + 'graph_nodes.py', L + 'write_back.py',
                L + 'class_hooks.py', L + 'module_paths.py',
-               N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py',
-               N + 'lift/module_paths_test.py'),
-    ),
-    Commit(
-        'taps',
-        'nnx.sow: tap: sow the inputs and outputs of submodule calls by path',
-        '''\
-`tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
-`f` with the calls of the modules at `patterns` (module paths, `'*'` for
-one component) sown: for the duration of the call, each matching module's
-class holds a hook (`lift/class_hooks.py`) on the tapped methods, which
-sows `(*path, method, 'inputs')` and `(*path, method, 'output')` for the
-modules the call's taps match and calls the method for every other; the
-taps are in JAX's jit key, so that a jit inside traces anew for them.
-Nothing is written onto a module, and outside any staging `tap(f)` just
-calls `f`. Tested here in a frame set up by hand; `capture` (next
-commit) sets it up, and `plant` can then replace a submodule's inputs or
-output.''',
-        files=(L + 'taps.py', S + 'tap.py', N + 'lift/taps_test.py'),
+               N + 'lift/graph_nodes_test.py', N + 'lift/write_back_test.py'),
     ),
     Commit(
         'graph_calls',
@@ -341,9 +331,15 @@ the jaxpr and are written into the caller's objects once it was evaluated
 (nothing is written if it fails), as `nnx.jit` does. `call_directly` runs
 `f` on the caller's own objects, in a frame, for the eager interpretation.
 The sows staged straight into the trace can be taken there. Tested here by
-evaluating the jaxpr with JAX itself; `capture` (next commit) evaluates it
-with the interpreter.''',
-        files=(L + 'graph_calls.py', N + 'lift/graph_calls_test.py'),
+evaluating the jaxpr with JAX itself; `capture` (two commits on) evaluates
+it with the interpreter.
+
+`lift/taps.py` is what `tap` (a commit after `plant`) stands on: a tapped
+function is run in a frame whose taps the hooks on the matched modules'
+classes (`lift/class_hooks.py`) read, and the taps are in JAX's jit key, so
+that a jit inside traces anew for them.''',
+        files=(L + 'graph_calls.py', L + 'taps.py',
+               N + 'lift/graph_calls_test.py'),
     ),
     Commit(
         'render',
@@ -376,8 +372,7 @@ with their rules). `capture(jax.jit(f))` keeps `f`'s compiled program; its
 tests go with the rule of `jit`.''',
         files=(S + 'capture.py', T + 'inner_calls.py',
                N + 'sow_pytree_models.py',
-               N + 'api/capture_test.py', N + 'api/capture_composition_test.py',
-               N + 'api/capture_eager_test.py'),
+               N + 'api/capture_test.py'),
     ),
     Commit(
         'capture-graph-nodes',
@@ -395,7 +390,9 @@ jit options kept). Tests only: of the two commits before, which could not
 take them without going over budget.''',
         files=(N + 'api/capture_graph_nodes_test.py',
                N + 'api/capture_repr_test.py',
-               N + 'api/capture_staging_test.py'),
+               N + 'api/capture_staging_test.py',
+               # Of the capture commit, which it would put over budget.
+               N + 'api/capture_composition_test.py'),
     ),
     # -----------------------------------------------------------------------
     # The rules of higher-order primitives, a family each
@@ -424,9 +421,12 @@ A custom-derivative call holding a handled sow is re-bound with its body's
 sows threaded out and its custom rules kept: the derivative rules run on a
 body whose selected sows are removed, so that they neither record nor leak
 them, and an enclosing capture sees the others once
-(`rules/custom_derivatives.py`).''',
+(`rules/custom_derivatives.py`). With it and the jit rule before it,
+the tests of `capture`'s eager interpretation, which meets both.''',
         files=(R + 'custom_derivatives.py',
-               N + 'transform/rules/rules_custom_derivatives_test.py'),
+               N + 'transform/rules/rules_custom_derivatives_test.py',
+               # Capture's eager tests, which meet jits and custom_jvps.
+               N + 'api/capture_eager_test.py'),
     ),
     Commit(
         'loops',
@@ -476,8 +476,27 @@ executions in the order they run (traced inside loops): activation
 patching, steering and ablations, under `jit`, `vmap`, `grad`, loops, conds
 and custom derivatives. Planting into a sow whose result the program never
 reads is an error, and so is a clobber site.''',
-        files=(S + 'plant.py', N + 'api/plant_test.py',
-               N + 'api/plant_functions_test.py'),
+        files=(S + 'plant.py', N + 'api/plant_test.py'),
+    ),
+    Commit(
+        'taps',
+        'nnx.sow: tap: sow the inputs and outputs of submodule calls by path',
+        '''\
+`tap(f, *patterns, methods=..., inputs=..., outputs=..., tag=...)` returns
+`f` with the calls of the modules at `patterns` (module paths, `'*'` for
+one component) sown: for the duration of the call, each matching module's
+class holds a hook (`lift/class_hooks.py`) on the tapped methods, which
+sows `(*path, method, 'inputs')` and `(*path, method, 'output')` for the
+modules the call's taps match and calls the method for every other; the
+taps are in JAX's jit key, so that a jit inside traces anew for them.
+Nothing is written onto a module, and outside any staging `tap(f)` just
+calls `f`. The hooks and the taps' frame (`lift/taps.py`) came with the
+call over graph nodes; this commit adds the function, after `capture` and
+`plant`, which its example uses (`plant` replaces a submodule's inputs or
+output).''',
+        files=(S + 'tap.py', N + 'lift/taps_test.py',
+               # Of the lift commit, which it would put over budget.
+               N + 'lift/module_paths_test.py'),
     ),
     Commit(
         'while-steps',
@@ -494,7 +513,9 @@ example), what happens past the bound, a function plant that steers
 chosen steps, and per-step values planted back (a captured clean run, a
 stack, too few steps). Tests only: of the loops commit, which could not take them
 without going over budget.''',
-        files=(N + 'transform/rules/rules_while_steps_test.py',),
+        files=(N + 'transform/rules/rules_while_steps_test.py',
+               # Of the plant commit, which it would put over budget.
+               N + 'api/plant_functions_test.py'),
     ),
     Commit(
         'perturb',
@@ -586,25 +607,8 @@ caller). The helpers only the old `capture` used are removed.
 
 `nnx.sow` exports the transform's package (`nnx.sow.sow`,
 `nnx.sow.capture`, `nnx.sow.perturb`, `nnx.sow.plant`); `nnx.capture`
-stays the Module-level API. The tests here: its forms and results against
-Flax 0.12.8's own (where that runs: on a released Flax, with the overlay of
-the next commit; here those comparisons skip, saying so); the commits
-after the next test it under NNX transforms, eagerly, across threads and
-processes, with Variable updates and path marks, and against Flax
-0.12.8.''',
-        files=(COMPAT + '/__init__.py', COMPAT + '/capture.py',
-               COMPAT + '/call.py', COMPAT + '/frames.py',
-               COMPAT + '/method_outputs.py', COMPAT + '/module_methods.py',
-               COMPAT + '/replaced.py', N + 'compat_testing.py',
-               N + 'sow_legacy.py', C + 'compat_capture_test.py'),
-        edits=((flax_integration.MODULE_PATH,
-                flax_integration.delegate_module),
-               (flax_integration.INIT_PATH, flax_integration.export_sow)),
-    ),
-    Commit(
-        'compat-install',
-        'nnx: capture_compat.install(), the overlay on a released Flax',
-        '''\
+stays the Module-level API.
+
 `capture_compat.install()` points a released Flax's `nnx.capture`,
 `flax.nnx.module.capture`, `Module.sow` and `Module.perturb` at the
 package's functions, and `uninstall()` points them back, for the process
@@ -612,14 +616,43 @@ or, as context managers, for a block, coherently across threads: blocks in
 several threads keep one state until the last exits, and a request another
 thread's block opposes is refused. Here, where `module.py` calls the
 package itself, there is nothing to point; it is what lets code written for
-Flax 0.12.8 run on the new implementation before a release carries it
-(and the docstring examples of both packages, tested here, use it).
+Flax 0.12.8 run on the new implementation before a release carries it, and
+the docstring examples of the package use it: `docstrings_test.py` runs
+every example of both packages here. The other tests come with the next
+commit.''',
+        files=(COMPAT + '/__init__.py', COMPAT + '/capture.py',
+               COMPAT + '/call.py', COMPAT + '/frames.py',
+               COMPAT + '/method_outputs.py', COMPAT + '/module_methods.py',
+               COMPAT + '/replaced.py', COMPAT + '/overlay.py',
+               N + 'docstrings_test.py'),
+        oversize=(
+            'the compat layer comes with install(), which the docstring'
+            ' examples of its modules use (with the overlay a commit later,'
+            ' those examples failed at this one), and with the test that'
+            ' runs them; its other tests, 1,200 lines, come in the next'
+            ' commit.'
+        ),
+        edits=((flax_integration.MODULE_PATH,
+                flax_integration.delegate_module),
+               (flax_integration.INIT_PATH, flax_integration.export_sow)),
+    ),
+    Commit(
+        'compat-install',
+        'nnx: tests of nnx.capture on flax.nnx.sow and of the overlay',
+        '''\
+The tests of the previous commit: `nnx.capture`'s forms and results
+against Flax 0.12.8's own (where that runs: on a released Flax, with the
+overlay; here those comparisons skip, saying so), and
+`capture_compat.install()`/`uninstall()`, for the process, for a block,
+and across threads. The commits after this one test `nnx.capture` under
+NNX transforms, eagerly, across threads and processes, with Variable
+updates and path marks, and against Flax 0.12.8.
 
 Also the layering test of transform/, lift/, the API and the compat layer:
 imports run down only, with no cycle, read from the source.''',
-        files=(COMPAT + '/overlay.py', C + 'compat_install_test.py',
-               C + 'compat_install_threads_test.py',
-               N + 'docstrings_test.py', N + 'layers_test.py'),
+        files=(N + 'compat_testing.py', C + 'compat_capture_test.py',
+               N + 'sow_legacy.py', C + 'compat_install_test.py',
+               C + 'compat_install_threads_test.py', N + 'layers_test.py'),
     ),
     Commit(
         'compat-module-sow',
@@ -634,18 +667,16 @@ inputs and outputs, model and classes untouched.
 
 Under `nnx.capture`: what the sown values become (reducers, inits, shared
 submodules, non-array values, modules outside the root), the Variable
-updates a call makes, as after a direct call, and that nothing of a call
-is written onto a module (its graph inside is what it is outside, threads
-share models and jits, a module merged inside is a fresh one).
+updates a call makes, as after a direct call. That nothing of a call is
+written onto a module, and what a capture sees through, are tested with
+the commits after (`discover`, `names-and-patterns`).
 
 Tests only: of the compat commit's `Module.sow` and `nnx.capture`, which
 could not take them without going over budget.''',
         files=(N + 'module_models.py', C + 'module_sow_test.py',
                C + 'module_taps_test.py',
                C + 'compat_sow_values_test.py',
-               C + 'compat_variable_updates_test.py',
-               C + 'nothing_on_modules_test.py',
-               N + 'api/capture_see_through_test.py'),
+               C + 'compat_variable_updates_test.py'),
     ),
     Commit(
         'discover',
@@ -659,8 +690,15 @@ dtypes; stacked under `scan`, a `Steps` under `while_loop`), their bytes
 and the user's source lines, printed as a table (HTML in a notebook). The
 researcher's `model.hook_dict` (TransformerLens) or `scan` (nnsight). Tested
 against `capture` itself, on functions, `Module.sow` sites, taps, loops,
-`vmap` and `jit`, with nothing run, compiled or updated.''',
-        files=(S + 'discover.py', N + 'api/discover_test.py'),
+`vmap` and `jit`, with nothing run, compiled or updated.
+
+With it, the test of `nnx.capture` and `Module.sow` that nothing of a call
+is written onto a module (its graph inside is what it is outside, threads
+share models and jits, a module merged inside is a fresh one), which the
+commit adding them could not take within its budget.''',
+        files=(S + 'discover.py', N + 'api/discover_test.py',
+               # Of the compat-module-sow commit (over budget with it).
+               C + 'nothing_on_modules_test.py'),
     ),
     Commit(
         'names-and-patterns',
@@ -673,9 +711,12 @@ patterns with one function `fn(value, index, name)` per selected sow (a
 sweep over layers as one batched program, against the model ablated by
 hand), and `tap` patterns: spelled, `'**'`, negative indices, a container
 without the method refused, one argument as the input, `mode='clobber'` in
-a `while_loop`.''',
+a `while_loop`; and what a capture sees through (of the `Module.sow`
+commit, over budget with it).''',
         files=(N + 'api/names_and_patterns_test.py',
-               N + 'api/tap_patterns_test.py'),
+               N + 'api/tap_patterns_test.py',
+               # Of the compat-module-sow commit (over budget with it).
+               N + 'api/capture_see_through_test.py'),
     ),
     Commit(
         'capture-grads',
@@ -966,8 +1007,7 @@ basic rewrites of each target; the commits after this one add theirs.''',
         files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
                _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
                *_pairs('functional', 'sow_basic.py', 'perturb.py',
-                       'clobber.py', 'capture_assigned.py'),
-               *_pairs('capture', 'pop_to_capture.py')),
+                       'clobber.py', 'capture_assigned.py')),
     ),
     Commit(
         'codemod-reading',
@@ -981,9 +1021,16 @@ or in the libraries it imports, and those whose Module classes may hold a
 class that sows (`holders.py`: every other file parsed once with `ast`). `parallel.Pool` runs the analyses in N
 spawned workers, the largest files first, and returns them in the order of
 the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
-where stderr is a terminal, and nothing elsewhere.''',
+where stderr is a terminal, and nothing elsewhere. Its tests read a
+library's classes from the search path: testdata/library/nca_lib, shaped
+as CAX's.''',
         files=(*_migrate('reading', 'holders', 'parallel', 'progress'),
-               _MIGRATE_TESTS + 'migrate_sow_reading_test.py'),
+               _MIGRATE_TESTS + 'migrate_sow_reading_test.py',
+               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
+                 for name in ('__init__.py', 'core/__init__.py',
+                              'core/system.py', 'core/update.py')),
+               # A case of the rewrite commit (over budget with it).
+               *_pairs('capture', 'pop_to_capture.py')),
     ),
     Commit(
         'codemod',
@@ -1032,6 +1079,32 @@ through `nnx.vmap`). Tests only: of the previous commits together.''',
                        'pop_through_vmap.py')),
     ),
     Commit(
+        'codemod-wrong-rewrites',
+        'scripts/migrate: tests of rewrites that must not happen, of the '
+        'readers reported and of the command as a tool',
+        '''\
+Two wrong rewrites found on real code, as fixtures that run before and
+after: a growing NCA built on a library's modules
+(testdata/library/nca_lib, of the reading commit, shaped as CAX: an
+`nnx.List` under `nnx.vmap` and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
+codemod reads the library's classes; the refused rewrite raises there, and
+returns bitwise the same values on `capture_compat`'s); and an attention
+module in each block of an `nnx.List`, whose values a free `sow` would
+merge into one tuple (instances are counted through their holders; the
+default target keeps `Module.sow` and its capture returns bitwise what the
+pop did). The readers of sown values that are no pop are reported where
+they are (an attribute, `getattr`, `nnx.state`, `__captures__`), and run to
+show they read a sown value. The command as a tool: its diffs apply with
+`git apply` and `patch -p1`, its notes name paths relative to the project,
+its progress bar is drawn on a terminal only, every option has help, and
+without libcst it says what to install. Tests only.''',
+        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_other_readers_test.py',
+               _MIGRATE_TESTS + 'migrate_sow_tool_test.py',
+               *_pairs('capture', 'flag_library_hazard.py'),
+               *_pairs('functional', 'flag_multi_instance_nested.py')),
+    ),
+    Commit(
         'codemod-flags',
         'scripts/migrate: a case of every flag, annotated',
         '''\
@@ -1075,35 +1148,6 @@ original program: both run, and their values must be bitwise equal. Tests
 only.''',
         files=(_MIGRATE_TESTS + 'migrate_sow_readers_test.py',
                *_pairs('capture', 'pop_after_flag_off_calls.py')),
-    ),
-    Commit(
-        'codemod-wrong-rewrites',
-        'scripts/migrate: tests of rewrites that must not happen, of the '
-        'readers reported and of the command as a tool',
-        '''\
-Two wrong rewrites found on real code, as fixtures that run before and
-after: a growing NCA built on a library's modules
-(testdata/library/nca_lib, shaped as CAX: an `nnx.List` under `nnx.vmap`
-and `nnx.scan`), whose pop Flax 0.12.8's `nnx.capture` cannot replace (the
-codemod reads the library's classes; the refused rewrite raises there, and
-returns bitwise the same values on `capture_compat`'s); and an attention
-module in each block of an `nnx.List`, whose values a free `sow` would
-merge into one tuple (instances are counted through their holders; the
-default target keeps `Module.sow` and its capture returns bitwise what the
-pop did). The readers of sown values that are no pop are reported where
-they are (an attribute, `getattr`, `nnx.state`, `__captures__`), and run to
-show they read a sown value. The command as a tool: its diffs apply with
-`git apply` and `patch -p1`, its notes name paths relative to the project,
-its progress bar is drawn on a terminal only, every option has help, and
-without libcst it says what to install. Tests only.''',
-        files=(_MIGRATE_TESTS + 'migrate_sow_wrong_rewrites_test.py',
-               _MIGRATE_TESTS + 'migrate_sow_other_readers_test.py',
-               _MIGRATE_TESTS + 'migrate_sow_tool_test.py',
-               *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
-                 for name in ('__init__.py', 'core/__init__.py',
-                              'core/system.py', 'core/update.py')),
-               *_pairs('capture', 'flag_library_hazard.py'),
-               *_pairs('functional', 'flag_multi_instance_nested.py')),
     ),
     Commit(
         'codemod-projects',

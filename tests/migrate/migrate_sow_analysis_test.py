@@ -25,6 +25,7 @@ import textwrap
 
 import codemod_testing
 from absl.testing import absltest
+import sow_layout
 
 codemod_testing.require_libcst()
 
@@ -32,6 +33,9 @@ codemod_testing.require_libcst()
 analysis = codemod_testing.codemod_module('analysis')
 documents = codemod_testing.codemod_module('documents')
 reexports = codemod_testing.codemod_module('reexports')
+# Its helpers: these tests of a module's facts need `earlier.py`, which
+# comes with the analysis.
+facts_test = sow_layout.test_module('migrate_sow_facts_test')
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -194,6 +198,59 @@ class ReexportsTest(absltest.TestCase):
                      'cax.core.cs.ComplexSystem.step')
     self.assertEqual(resolve('other.X'), 'other.X')
     self.assertIsNone(resolve(None))
+
+
+class PopsWithTheirCallsTest(absltest.TestCase):
+  """A pop's call and the calls of its object before it (`earlier.py`)."""
+
+  def test_a_pop_pairs_with_the_call_right_before_it(self):
+    result = facts_test._collect('''\
+        from flax import nnx
+
+        def pop(model, x):
+          y = model(x)
+          state = nnx.pop(model, nnx.Intermediate)
+          return state['h'][0]
+
+        def through(model, x):
+          y = nnx.vmap(lambda m, x: m(x))(model, x)
+          state = nnx.pop(model, nnx.Intermediate)
+          return state.to_pure_dict()
+        ''')
+    plain, vmapped = result.sites
+    self.assertEqual((plain.pop_reasons, plain.pop_through), ([], False))
+    code = facts_test.cst.Module([]).code_for_node(plain.pop_call)
+    self.assertEqual(code.strip(), 'y = model(x)')
+    self.assertEqual(plain.consumer.names, {'h'})
+    self.assertEqual((vmapped.pop_reasons, vmapped.pop_through), ([], True))
+    self.assertEqual(vmapped.consumer.reason[0], 'to-pure-dict')
+    self.assertEqual(result.state_names, {'state'})
+
+  def test_the_calls_of_the_popped_object_before_its_call(self):
+    result = facts_test._collect('''\
+        from flax import nnx
+
+        class Block(nnx.Module):
+          def __call__(self, x):
+            return x
+
+        def run(x):
+          model = Block()
+          model.render(x)
+          show(model)
+          y = model(x)
+          return nnx.pop(model, nnx.Intermediate)
+        ''')
+    (site,) = result.sites
+    self.assertEqual(site.root, 'pkg.m.Block')
+    # Nearest first, back to where `model` is made.
+    self.assertEqual([(what, method, where)
+                      for what, method, where, _ in site.earlier],
+                     [('model passed to show()', 'function:show:0',
+                       'at line 10'),
+                      ('model.render(...)', 'render', 'at line 9')])
+    self.assertEqual(site.earlier[1][3].positional, ('name:x',))
+    self.assertTrue(site.earlier_closed)
 
 
 if __name__ == '__main__':

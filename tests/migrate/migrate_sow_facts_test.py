@@ -16,9 +16,10 @@
 ``facts.collect`` on one parsed module (phase 1 of the codemod, before any
 decision): every ``Module.sow``/``perturb``, ``nnx.capture`` and
 ``nnx.pop`` call with what it names and how its State is read; for a pop,
-the call it belongs to or why there is none (``pops``), and the calls of
-the popped object before it (``earlier``); the classes with their methods;
-the uses of ``nnx.Intermediate`` outside those calls (``other_uses``).
+why it has no call (``pops``; the call it belongs to and the calls of the
+popped object before it, which need ``earlier``, are tested with the
+analysis); the classes with their methods; the uses of ``nnx.Intermediate``
+outside those calls (``other_uses``).
 """
 
 import textwrap
@@ -129,29 +130,6 @@ class ReadersTest(absltest.TestCase):
     self.assertEqual(site.consumer.names, {'g', 'h'})
     self.assertIsNone(site.consumer.reason)
 
-  def test_a_pop_pairs_with_the_call_right_before_it(self):
-    result = _collect('''\
-        from flax import nnx
-
-        def pop(model, x):
-          y = model(x)
-          state = nnx.pop(model, nnx.Intermediate)
-          return state['h'][0]
-
-        def through(model, x):
-          y = nnx.vmap(lambda m, x: m(x))(model, x)
-          state = nnx.pop(model, nnx.Intermediate)
-          return state.to_pure_dict()
-        ''')
-    plain, vmapped = result.sites
-    self.assertEqual((plain.pop_reasons, plain.pop_through), ([], False))
-    self.assertEqual(cst.Module([]).code_for_node(plain.pop_call).strip(),
-                     'y = model(x)')
-    self.assertEqual(plain.consumer.names, {'h'})
-    self.assertEqual((vmapped.pop_reasons, vmapped.pop_through), ([], True))
-    self.assertEqual(vmapped.consumer.reason[0], 'to-pure-dict')
-    self.assertEqual(result.state_names, {'state'})
-
   def test_why_a_pop_has_no_call(self):
     result = _collect('''\
         from flax import nnx
@@ -168,33 +146,6 @@ class ReadersTest(absltest.TestCase):
     self.assertIn('1 statement between', far.pop_reasons[0][1])
     self.assertIsNone(far.pop_call)
     self.assertEqual(_codes(discarded.pop_reasons), ['pop-discarded'])
-
-  def test_the_calls_of_the_popped_object_before_its_call(self):
-    result = _collect('''\
-        from flax import nnx
-
-        class Block(nnx.Module):
-          def __call__(self, x):
-            return x
-
-        def run(x):
-          model = Block()
-          model.render(x)
-          show(model)
-          y = model(x)
-          return nnx.pop(model, nnx.Intermediate)
-        ''')
-    (site,) = result.sites
-    self.assertEqual(site.root, 'pkg.m.Block')
-    # Nearest first, back to where `model` is made.
-    self.assertEqual([(what, method, where)
-                      for what, method, where, _ in site.earlier],
-                     [('model passed to show()', 'function:show:0',
-                       'at line 10'),
-                      ('model.render(...)', 'render', 'at line 9')])
-    self.assertEqual(site.earlier[1][3].positional, ('name:x',))
-    self.assertTrue(site.earlier_closed)
-
 
 class OtherUsesTest(absltest.TestCase):
 

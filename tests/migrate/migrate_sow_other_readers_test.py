@@ -27,6 +27,7 @@ import warnings
 import numpy as np
 import codemod_testing
 import sow_layout
+import sow_legacy
 from absl.testing import absltest
 from flax import nnx
 
@@ -100,7 +101,14 @@ class OtherReadersTest(absltest.TestCase):
       for name in ('by_getattr', 'by_state', 'by_attribute'):
         model = namespace['Model']()
         np.testing.assert_array_equal(namespace[name](model, x), 2 * x)
-      # Inside Flax 0.12.8's nnx.capture, __captures__ holds what it keeps.
+
+  def test_captures_holds_what_flax_0_12_8s_capture_keeps(self):
+    namespace = {}
+    x = np.arange(3.0, dtype=np.float32)
+    # Skips in Flax's tree with the series, whose nnx.capture is not 0.12.8's.
+    with sow_legacy.flax_methods(), warnings.catch_warnings():
+      warnings.simplefilter('ignore', DeprecationWarning)
+      exec(compile(READERS, 'readers.py', 'exec'), namespace)  # pylint: disable=exec-used
       model = namespace['Model']()
       captured = nnx.capture(namespace['by_captures'], nnx.Intermediate)
       kept, _ = captured(model, x)

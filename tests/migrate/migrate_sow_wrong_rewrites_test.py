@@ -38,6 +38,7 @@ import jax
 import numpy as np
 import codemod_testing
 import sow_layout
+import sow_legacy
 from absl.testing import absltest
 from flax import nnx
 from flax.nnx import capture_compat
@@ -152,9 +153,10 @@ class LibraryHazardTest(absltest.TestCase):
     migrated, _ = ms.migrate_source(
         self.source, target='capture', nnx_capture='transform',
         path='nca.py', search_path=[LIBRARY])
-    self.assertFalse(capture_compat.is_installed())
-    with self.assertRaisesRegex(ValueError, 'Comparator raised exception'):
-      self._rollout(migrated)
+    # Skips in Flax's tree with the series, whose nnx.capture is not 0.12.8's.
+    with sow_legacy.flax_methods():
+      with self.assertRaisesRegex(ValueError, 'Comparator raised exception'):
+        self._rollout(migrated)
 
 
 class NestedInstancesTest(absltest.TestCase):

@@ -392,6 +392,10 @@ class CommitChecksTest(absltest.TestCase):
     self.assertFalse(green(dict(record, failing={'x': '[failed] E'})))
     self.assertFalse(green(dict(record, tests={'skipped': 3})))
     self.assertFalse(green(dict(record, collect=2)))
+    # A doctest of our modules failing at the commit fails it too.
+    self.assertFalse(green(dict(
+        record, doctests_failing=['flax/nnx/sow/capture.py::capture'])))
+    self.assertTrue(green(dict(record, doctests_failing=[])))
 
 
 class SphinxOutputTest(absltest.TestCase):

@@ -296,6 +296,33 @@ def install() -> _Restore:
   >>> capture_compat.is_installed() == before
   True
 
+  With it, ``Module.sow`` under a functional ``capture`` is named by the
+  module's path from the call's arguments
+  (:mod:`flax.nnx.sow.lift.module_paths`): from the first positional
+  argument, and prefixed by its keyword for another:
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> from flax.nnx import capture_compat
+  >>> from flax.nnx.sow import capture
+  >>> class Block(nnx.Module):
+  ...   def __call__(self, x):
+  ...     self.sow(nnx.Intermediate, 'h', 2 * x)
+  ...     return x
+  >>> class Model(nnx.Module):
+  ...   def __init__(self):
+  ...     self.blocks = nnx.List([Block(), Block()])
+  ...   def __call__(self, x):
+  ...     for block in self.blocks:
+  ...       x = block(x)
+  ...     return x
+  >>> def f(model, x, cache):
+  ...   return cache(model(x))
+  >>> with capture_compat.install():  # always so in Flax itself
+  ...   _, collected = capture(f)(Model(), jnp.ones(2), cache=Block())
+  >>> list(collected)
+  [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('cache', 'h')]
+
   Raises:
     RuntimeError: another thread is inside a ``with uninstall():`` block.
   """

@@ -247,8 +247,9 @@ class NothingOnModulesTest(parameterized.TestCase):
     run(lambda m, x: m(x), sim, xs[0])  # traces Step's nnx.jit at the top
     got = run(nnx.vmap(lambda m, x: m(x), in_axes=(None, 0)), sim, xs)
     linear = sim.step.linear
-    first = xs @ linear.kernel[...] + linear.bias[...]
-    second = jnp.tanh(first) @ linear.kernel[...] + linear.bias[...]
+    # The bias broadcast explicitly, as Flax's CI raises on rank promotion.
+    first = xs @ linear.kernel[...] + linear.bias[...][None]
+    second = jnp.tanh(first) @ linear.kernel[...] + linear.bias[...][None]
     self.assertEqual(list(got), [('step', 'h')])
     (h,) = got[('step', 'h')]
     # Per example, the two steps (the scan's axis after the vmap's).

@@ -38,12 +38,13 @@ PUBLIC_MODULES = sorted(
 MODULES_WITH_EXAMPLES = {
     'flax.nnx.capture_compat',
     'flax.nnx.capture_compat.module_methods',
+    # With the example of module paths (it needs `install`).
+    'flax.nnx.capture_compat.overlay',
     'flax.nnx.sow.activations.dataset',
     'flax.nnx.sow.activations.export',
     'flax.nnx.sow.capture',
     'flax.nnx.sow.capture_grads',
     'flax.nnx.sow.discover',
-    'flax.nnx.sow.lift.module_paths',
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.transform.names',
     'flax.nnx.sow.transform.primitive',

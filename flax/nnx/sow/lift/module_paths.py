@@ -59,29 +59,7 @@ positional arguments, or the keyword's name. So
 path: its ``Module.sow`` raises an error that says to pass it as an argument.
 Inside ``nnx.capture``, its own frame is the innermost and wins.
 
-Example::
-
-  >>> import jax.numpy as jnp
-  >>> from flax import nnx
-  >>> from flax.nnx import capture_compat
-  >>> from flax.nnx.sow import capture
-  >>> class Block(nnx.Module):
-  ...   def __call__(self, x):
-  ...     self.sow(nnx.Intermediate, 'h', 2 * x)
-  ...     return x
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.blocks = nnx.List([Block(), Block()])
-  ...   def __call__(self, x):
-  ...     for block in self.blocks:
-  ...       x = block(x)
-  ...     return x
-  >>> def f(model, x, cache):
-  ...   return cache(model(x))
-  >>> with capture_compat.install():  # always so in Flax itself
-  ...   _, collected = capture(f)(Model(), jnp.ones(2), cache=Block())
-  >>> list(collected)
-  [('blocks', 0, 'h'), ('blocks', 1, 'h'), ('cache', 'h')]
+The example of :func:`flax.nnx.capture_compat.install` shows these names.
 """
 
 from __future__ import annotations

@@ -17,111 +17,279 @@ The rest of the package (and ``flax.nnx.capture_compat``) imports JAX only
 through public modules (``jax``, ``jax.core``, ``jax.extend``,
 ``jax.interpreters``, ``jax.tree_util``) and through this module, so that a
 JAX upgrade has one file to check. Each name says why no public module
-serves (as of JAX 0.10.2).
+serves (as of JAX 0.10.2); where JAX 0.10.0 and 0.10.1 differ, the funnel
+detects what this JAX has. A name is looked up, never imported, so that a
+JAX without it still imports ``flax.nnx``: its use raises
+:class:`MissingJaxFeature`. ``tests/nnx/sow/transform/jax_contract_test.py``
+states, one test per name, what each is expected to be.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import types
 import typing as tp
+import weakref
 
-# pylint: disable=g-bad-import-order,protected-access
-from jax._src import ad_util
-from jax._src import core
-from jax._src import custom_batching
-from jax._src import effects
-from jax._src import pjit
-from jax._src import shard_map
-from jax._src import sharding_impls
-from jax._src import source_info_util
-from jax._src import tree_util
-from jax._src import util
-from jax._src.interpreters import ad
-from jax._src.interpreters import batching
-from jax._src.interpreters import partial_eval as pe
-from jax._src.lax import eval_jaxpr as eval_jaxpr_lib
-from jax._src.lax.control_flow import conditionals
+import jax
+
+
+class MissingJaxFeature(NotImplementedError):
+  """The installed JAX lacks a private name ``flax.nnx.sow`` relies on."""
+
+
+class Missing:
+  """Stands for a private JAX name that the installed JAX does not have.
+
+  Importing ``flax.nnx`` (hence this module) must work on every JAX that
+  Flax accepts, so a name that is absent is not an import error: any use of
+  it (a call, an attribute, an item, an ``isinstance``) raises
+  :class:`MissingJaxFeature` naming the JAX version and the feature.
+  """
+
+  def __init__(self, feature: str, places: tp.Sequence[str]):
+    self._feature = feature
+    self._places = tuple(places)
+
+  def error(self) -> MissingJaxFeature:
+    return MissingJaxFeature(
+        f'flax.nnx.sow needs {self._feature} from JAX (looked for'
+        f' {", ".join(self._places)}), which JAX {jax.__version__} does not'
+        ' have; install a JAX release this version of flax.nnx.sow supports'
+        ' (see tests/nnx/sow/transform/jax_contract_test.py).'
+    )
+
+  def __repr__(self):
+    return f'<missing from JAX {jax.__version__}: {self._feature}>'
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    raise self.error()
+
+  def __call__(self, *args, **kwargs):
+    raise self.error()
+
+  def __getitem__(self, key):
+    raise self.error()
+
+  def __setitem__(self, key, value):
+    raise self.error()
+
+  def __iter__(self):
+    raise self.error()
+
+  def __instancecheck__(self, instance):
+    raise self.error()
+
+
+def _find(feature: str, *places: str) -> tp.Any:
+  """The first of ``places`` (``'module:attribute'``) that JAX has, else a
+  :class:`Missing` that raises on use, naming ``feature``."""
+  for place in places:
+    module_name, _, attribute = place.partition(':')
+    try:
+      module = importlib.import_module(module_name)
+    except ImportError:
+      continue
+    if hasattr(module, attribute):
+      return getattr(module, attribute)
+  return Missing(feature, places)
+
+
+def is_missing(value: tp.Any) -> bool:
+  """Whether ``value`` is a name this JAX lacks (see :class:`Missing`)."""
+  return type(value) is Missing
+
+
+def _module(feature: str, name: str) -> tp.Any:
+  """The private module ``name``, else a :class:`Missing` for ``feature``."""
+  try:
+    return importlib.import_module(name)
+  except ImportError:
+    return Missing(feature, [name])
+
+
+# pylint: disable=protected-access
+# Modules read at use (their names are checked by the contract's tests).
+core = _module('its core (traces, tracers)', 'jax._src.core')
+pjit = _module('its jit implementation', 'jax._src.pjit')
 
 # -- Traces ------------------------------------------------------------------
 # The current trace (`trace_ctx.trace`, `trace_ctx.is_top_level()`): public
 # JAX only offers `find_top_trace` over given values and debug-only probes.
-trace_ctx = core.trace_ctx
+# Contract: jax_contract_test.TracesTest.test_trace_ctx_and_eval_trace.
+trace_ctx = _find('the current trace', 'jax._src.core:trace_ctx')
 # JAX's eval trace, the parent of an eager interpretation at the top level:
 # a bind handed to it runs at once, as at the top level (`eager.EagerTrace`
 # hands it every primitive without a sow). Public JAX has no handle on it.
-eval_trace = core.eval_trace
+eval_trace = _find('its eval trace', 'jax._src.core:eval_trace')
 # The type of the staging (`jit`) trace, to emit equations into it directly;
 # `jax.interpreters.partial_eval` exports its tracer, not the trace.
-DynamicJaxprTrace = pe.DynamicJaxprTrace
+DynamicJaxprTrace = _find(
+    'its staging trace type',
+    'jax._src.interpreters.partial_eval:DynamicJaxprTrace',
+)
 # Per-primitive hooks of that trace: the rule receives the trace itself, so a
 # capture can take the sows staged into its own trace without emitting them
 # (see `staged_sows`). Only partial_eval has the table.
-custom_staging_rules = pe.custom_staging_rules
+# Contract: jax_contract_test.TracesTest.test_custom_staging_rules_*.
+custom_staging_rules = _find(
+    'per-primitive staging rules',
+    'jax._src.interpreters.partial_eval:custom_staging_rules',
+)
 
 
 def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
   """The list the staging ``trace`` appends its equations to, in order.
 
-  Equations it may drop as dead are held by weak reference, the others
-  (those with effects) as ``TracingEqn`` objects; positions never move, so
-  a position read while tracing still orders the equations with effects
-  in the jaxpr the trace returns. Public JAX has no view of the equations
-  staged so far.
+  Its entries are opaque (read them with :func:`kept_eqn`); positions never
+  move, so a position read while tracing still orders the equations with
+  effects in the jaxpr the trace returns. Public JAX has no view of the
+  equations staged so far. Contract:
+  jax_contract_test.test_staged_eqns_keep_effects_at_their_position.
   """
   return trace.frame.tracing_eqns
 
 
-TracingEqn = pe.TracingEqn
+def kept_eqn(entry: tp.Any) -> tp.Any | None:
+  """The equation an entry of :func:`staged_eqns` holds for good, or None.
+
+  The trace holds an equation it may drop as dead (one without effects)
+  by weak reference, and the others, those with effects, for good: as the
+  ``TracingEqn`` itself on JAX 0.10.2, as a closure returning it on 0.10.0
+  and 0.10.1. Reading only ``TracingEqn`` entries found no equation with
+  the sow effect on those releases, so a capture took its jaxpr for one
+  without sows inside (a ``cond``'s were never interpreted).
+  """
+  if isinstance(entry, weakref.ReferenceType):
+    return None
+  if type(entry) is not TracingEqn and callable(entry):
+    entry = entry()
+  return entry if type(entry) is TracingEqn else None
+
+
+# Contract: jax_contract_test.TracesTest.test_staged_eqns_*.
+TracingEqn = _find(
+    'the staged equation type', 'jax._src.interpreters.partial_eval:TracingEqn'
+)
 
 # -- Effects -----------------------------------------------------------------
 # JAX's allow-lists of effects that may appear inside a lowering, control
 # flow, custom derivatives, remat, and that partial evaluation keeps: there is
 # no public way to register an effect type with them.
-lowerable_effects = effects.lowerable_effects
-control_flow_allowed_effects = effects.control_flow_allowed_effects
-custom_derivatives_allowed_effects = effects.custom_derivatives_allowed_effects
-remat_allowed_effects = effects.remat_allowed_effects
-partial_eval_kept_effects = effects.partial_eval_kept_effects
+# Contract: jax_contract_test.EffectsTest.test_the_allow_list_*.
+lowerable_effects = _find(
+    'the lowerable effects allow-list', 'jax._src.effects:lowerable_effects'
+)
+control_flow_allowed_effects = _find(
+    'the control-flow effects allow-list',
+    'jax._src.effects:control_flow_allowed_effects',
+)
+custom_derivatives_allowed_effects = _find(
+    'the custom-derivatives effects allow-list',
+    'jax._src.effects:custom_derivatives_allowed_effects',
+)
+remat_allowed_effects = _find(
+    'the remat effects allow-list', 'jax._src.effects:remat_allowed_effects'
+)
+partial_eval_kept_effects = _find(
+    'the partial-eval kept effects list',
+    'jax._src.effects:partial_eval_kept_effects',
+)
 # Effects that refer to jaxpr inputs by position (state effects): a rewritten
 # jaxpr that moves its inputs must not copy them; the type is not public.
-JaxprInputEffect = effects.JaxprInputEffect
+# Contract: jax_contract_test.EffectsTest.test_jaxpr_input_effect_*.
+JaxprInputEffect = _find(
+    'the jaxpr input effect type', 'jax._src.effects:JaxprInputEffect'
+)
 
 # -- Primitives --------------------------------------------------------------
 # Higher-order primitives with a capture rule that `jax.extend.core.primitives`
 # does not list: bound by `jax.custom_batching.custom_vmap`, and by
 # `jax.shard_map` (and `jax.pmap`).
-custom_vmap_p = custom_batching.custom_vmap_p
-shard_map_p = shard_map.shard_map_p
+# Contract: jax_contract_test.PrimitivesTest.test_custom_vmap_p_* and
+# test_shard_map_p_*; their parameters: RuleShapesTest.
+custom_vmap_p = _find(
+    'the custom_vmap primitive', 'jax._src.custom_batching:custom_vmap_p'
+)
+shard_map_p = _find('the shard_map primitive', 'jax._src.shard_map:shard_map_p')
+
+
+def shard_map_manual_axes_key(params: tp.Mapping[str, tp.Any]) -> str:
+  """The parameter of a ``shard_map_p`` equation naming the mesh axes it
+  makes manual: ``newly_manual_axes`` from JAX 0.10.2, ``manual_axes``
+  before (the same set for a ``shard_map`` not nested in another; JAX
+  0.10.2 leaves out axes an outer one made manual). ``bind`` takes the
+  same name. Contract: jax_contract_test.PrimitivesTest.test_shard_map_p*.
+  """
+  for key in ('newly_manual_axes', 'manual_axes'):
+    if key in params:
+      return key
+  raise MissingJaxFeature(
+      f'flax.nnx.sow: a shard_map equation of JAX {jax.__version__} has'
+      f' neither newly_manual_axes nor manual_axes: {sorted(params)}'
+  )
+
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
-# stages as `closed_call`); an eager interpretation meets it as it is.
-eval_jaxpr_p = eval_jaxpr_lib.eval_jaxpr_p
+# stages as `closed_call`); an eager interpretation meets it as it is. JAX
+# 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
+# Contract: jax_contract_test.PrimitivesTest.test_eval_jaxpr_p.
+eval_jaxpr_p = _find(
+    'the eval_jaxpr primitive',
+    'jax._src.lax.eval_jaxpr:eval_jaxpr_p',
+    'jax._src.lax.control_flow.loops:eval_jaxpr_p',
+)
 # `jit` parameters use this sentinel for a sharding left to the compiler.
-UNSPECIFIED = sharding_impls.UNSPECIFIED
+# Contract: jax_contract_test.PrimitivesTest.test_unspecified_*.
+UNSPECIFIED = _find(
+    'the unspecified sharding sentinel', 'jax._src.sharding_impls:UNSPECIFIED'
+)
 # `shard_map_p.bind(subfuns=...)` expects its body to return a FlatTree with
 # the output specs as aux data; `jax.tree_util` has no FlatTree.
-FlatTree = tree_util.FlatTree
+# Contract: jax_contract_test.PrimitivesTest.test_flat_tree_*.
+FlatTree = _find('the FlatTree type', 'jax._src.tree_util:FlatTree')
 # Zeros of an abstract value with its sharding and varying manual axes, as a
 # scan carry must be typed inside `shard_map`; `jnp.zeros` drops both.
-zeros_like_aval = ad_util.zeros_like_aval
+# Contract: jax_contract_test.PrimitivesTest.test_zeros_like_aval.
+zeros_like_aval = _find(
+    'zeros of an abstract value', 'jax._src.ad_util:zeros_like_aval'
+)
 # The name-stack entry a transformation (`vmap`, `jvp`, ...) leaves on the
 # equations it emits; `jax.extend.source_info_util` exports the stack only.
-Transform = source_info_util.Transform
+# Contract: jax_contract_test.NameStackTest.test_vmap_and_jvp_*.
+Transform = _find(
+    'the name-stack transform entry', 'jax._src.source_info_util:Transform'
+)
 # The frames of an equation's traceback outside JAX, so that an error names
 # the user's line rather than our own wrapper around `sow_p.bind`;
 # `jax.extend.source_info_util.summarize` gives only the first of them.
-user_frames = source_info_util.user_frames
+# Contract: jax_contract_test.NameStackTest.test_user_frames_skip_jax.
+user_frames = _find(
+    'the user frames of a traceback', 'jax._src.source_info_util:user_frames'
+)
 
 # -- Jaxprs and caches -------------------------------------------------------
 # Closes (and cached: the same open jaxpr gives the same closed one, which
 # keys our caches) and converts constants to inputs as JAX's own rules do;
 # neither is in `jax.interpreters.partial_eval`.
-close_jaxpr = pe.close_jaxpr
-convert_constvars_jaxpr = pe.convert_constvars_jaxpr
+# Contract: jax_contract_test.JaxprsTest.test_close_jaxpr_* and
+# test_convert_constvars_*.
+close_jaxpr = _find(
+    'cached jaxpr closing', 'jax._src.interpreters.partial_eval:close_jaxpr'
+)
+convert_constvars_jaxpr = _find(
+    'constants-to-inputs conversion',
+    'jax._src.interpreters.partial_eval:convert_constvars_jaxpr',
+)
 # An LRU cache keyed weakly by its first argument (a jaxpr) and, optionally,
 # by the trace context: `functools.lru_cache` would keep every jaxpr alive.
-weakref_lru_cache = util.weakref_lru_cache
+# Contract: jax_contract_test.JaxprsTest.test_weakref_lru_cache.
+weakref_lru_cache = _find(
+    'the weak-keyed LRU cache', 'jax._src.util:weakref_lru_cache'
+)
 
 # -- Tracers ------------------------------------------------------------------
 # What a JVP or linearize tracer stands for (its primal) and a batch tracer's
@@ -129,14 +297,21 @@ weakref_lru_cache = util.weakref_lru_cache
 # trace that is not current (a module closed over by a custom_vjp's forward
 # under grad) finds the caller's array through them. Public JAX has no
 # accessor for either.
-_PRIMAL_TRACERS = (ad.JVPTracer, ad.LinearizeTracer)
+# Contract: jax_contract_test.TracersTest.test_traced_values.
+JVPTracer = _find('the JVP tracer', 'jax._src.interpreters.ad:JVPTracer')
+LinearizeTracer = _find(
+    'the linearize tracer', 'jax._src.interpreters.ad:LinearizeTracer'
+)
+BatchTracer = _find(
+    'the batch tracer', 'jax._src.interpreters.batching:BatchTracer'
+)
 
 
 def traced_value(tracer: tp.Any) -> tp.Any | None:
   """The value ``tracer`` stands for in its parent trace, or ``None``."""
-  if isinstance(tracer, _PRIMAL_TRACERS):
+  if isinstance(tracer, (JVPTracer, LinearizeTracer)):
     return tracer.primal
-  if isinstance(tracer, batching.BatchTracer):
+  if isinstance(tracer, BatchTracer):
     return tracer.val
   return None
 
@@ -145,6 +320,7 @@ def traced_value(tracer: tp.Any) -> tp.Any | None:
 # The options a `jax.jit` function was made with (static and donated
 # arguments, compiler options), which an eager `capture(jax.jit(f))` compiles
 # with: `jax.jit` keeps them only as the function's private `_jit_info`.
+# Contract: jax_contract_test.JitTest.test_jit_info_holds_the_options.
 def jit_info(f: tp.Any) -> tp.Any:
   """The ``PjitInfo`` of a ``jax.jit`` function (its options)."""
   return f._jit_info
@@ -167,6 +343,7 @@ def jit_info(f: tp.Any) -> tp.Any:
 # would need"); `_run_python_pjit` is the one place where the trace a cache
 # miss runs under can be chosen, knowing the traced program, and its result
 # says whether a fast path is recorded (its compiled executable, or None).
+# Contract: jax_contract_test.JitTest.test_the_fast_path_hook.
 _RUN_PYTHON_JIT = getattr(pjit, '_run_python_pjit', None)
 # Reloading this module (a notebook's autoreload) finds the previous module's
 # wrapper installed: wrap what that one wraps, never the wrapper itself.
@@ -257,12 +434,17 @@ def jit_dispatch_is_set() -> bool:
 # every example and selecting the outputs, with no hook for an effect to
 # refuse that (it refuses state and IO effects by name). The rule is reached
 # here to recognise its frame; only this private module defines it.
-_COND_BATCHING_CODE = conditionals._cond_batching_rule.__code__
-# The rule's locals read below (`jax_contract_test` checks them). A JAX whose
+# Contract: jax_contract_test.CondBatchingTest and rules_cond_test.
+_COND_BATCHING_RULE = _find(
+    'the cond batching rule',
+    'jax._src.lax.control_flow.conditionals:_cond_batching_rule',
+)
+_COND_BATCHING_CODE = getattr(_COND_BATCHING_RULE, '__code__', None)
+# The rule's locals read below (`rules_cond_test` checks them). A JAX whose
 # rule names them otherwise still has its frame recognised: every sow under
 # it is then refused, as if its index were batched, rather than recorded.
 COND_BATCHING_LOCALS = ('index_dim', 'branches')
-_COND_LOCALS_READABLE = all(
+_COND_LOCALS_READABLE = _COND_BATCHING_CODE is not None and all(
     name in _COND_BATCHING_CODE.co_varnames for name in COND_BATCHING_LOCALS)
 
 
@@ -277,6 +459,8 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   is not reported. On a JAX whose rule does not name these locals, the
   rule's frame alone answers, with no branches.
   """
+  if _COND_BATCHING_CODE is None:
+    raise _COND_BATCHING_RULE.error()
   frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:

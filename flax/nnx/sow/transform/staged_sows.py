@@ -104,8 +104,8 @@ class _Harvest:
     """The static outcome; reads the trace's equations, so call it inside."""
     marked = [
         i
-        for i, eqn in enumerate(_jax.staged_eqns(self.trace))
-        if type(eqn) is _jax.TracingEqn
+        for i, entry in enumerate(_jax.staged_eqns(self.trace))
+        if (eqn := _jax.kept_eqn(entry)) is not None
         and primitive.sow_effect in eqn.effects
     ]
     sows = tuple(

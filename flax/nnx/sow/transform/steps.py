@@ -50,17 +50,14 @@ class Steps:
       ``on_overflow='truncate'`` it may exceed ``max_steps``: the steps past
       the bound ran but were not kept (see :attr:`truncated`).
 
-  Example::
+  Example: ``capture(decode, max_steps=5)`` of a ``decode`` whose
+  ``while_loop`` sows ``'h'`` (of shape ``(2,)``) at each of its 3 steps
+  gives ``collected['h'] == [steps]`` with::
 
-    >>> import jax, jax.numpy as jnp
-    >>> from flax.nnx.sow import capture, sow
-    >>> def decode(x):
-    ...   def body(c):
-    ...     i, h = c
-    ...     return i + 1, sow(jnp.tanh(h + i), name='h')
-    ...   return jax.lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
-    >>> _, collected = capture(decode, max_steps=5)(jnp.ones(2))
-    >>> steps, = collected['h']
+    >>> import jax.numpy as jnp
+    >>> from flax.nnx.sow import Steps
+    >>> steps = Steps(values=jnp.zeros((5, 2)).at[:3].set(1.0),
+    ...               count=jnp.int32(3))
     >>> steps.values.shape, int(steps.count)
     ((5, 2), 3)
     >>> steps.mask.tolist()

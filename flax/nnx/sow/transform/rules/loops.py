@@ -443,8 +443,16 @@ def _while_jaxprs(closed: core.ClosedJaxpr, cond: core.ClosedJaxpr,
     )
   # The condition reads none of the extra carries.
   extra = new_body.in_avals[n_consts + n_hoisted + n_stacked + n_carry:]
+  # Its argument names are kept, and named '' for the extra carries, as
+  # JAX's own while rules do: `replace` drops them, which JAX 0.10.0 and
+  # 0.10.1 cannot differentiate (their while JVP appends to the names).
+  debug = cond.jaxpr.debug_info
+  names = debug.arg_names
+  if names is None:
+    names = ('',) * len(cond.jaxpr.invars)
   new_cond = cond.jaxpr.replace(
-      invars=[*cond.jaxpr.invars, *map(core.Var, extra)]
+      invars=[*cond.jaxpr.invars, *map(core.Var, extra)],
+      debug_info=debug._replace(arg_names=(*names, *('',) * len(extra))),
   )
   return new_body, core.ClosedJaxpr(new_cond, cond.consts)
 

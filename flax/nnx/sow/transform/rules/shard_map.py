@@ -44,7 +44,8 @@ def _shard_map(scope: Scope, eqn, invals):
     )
   p = eqn.params
   mesh = p['mesh']
-  axes = tuple(a for a in mesh.axis_names if a in p['newly_manual_axes'])
+  manual = _jax.shard_map_manual_axes_key(p)
+  axes = tuple(a for a in mesh.axis_names if a in p[manual])
   leading = tuple(mesh.shape[a] for a in axes)
   spec = PartitionSpec(*axes)
   inner = Scope(scope.request)
@@ -70,7 +71,7 @@ def _shard_map(scope: Scope, eqn, invals):
       mesh=mesh,
       in_specs=p['in_specs'],
       check_vma=p['check_vma'],
-      newly_manual_axes=p['newly_manual_axes'],
+      **{manual: p[manual]},
       debug_info=body.debug_info,
   )
   outs = list(outs)

@@ -27,6 +27,7 @@ import numpy as np
 from flax import nnx
 from flax.nnx.sow import capture
 from flax.nnx.sow import sow
+from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import interpreter
 from flax.nnx.sow.transform import primitive
 from flax.nnx.sow.transform import inner_calls
@@ -72,12 +73,10 @@ X_EAGER = jnp.array([0.5, -1.0, 2.0], jnp.float32)  # the models' dtype, also x6
 
 def in_closed_call(f):
   """``f`` called through a ``closed_call`` (evaluated in place)."""
-  from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
-
   def wrapped(x):
     with primitive.harvesting(True):
       body = jax.make_jaxpr(f)(x)
-    return eval_jaxpr_p.bind(x, jaxpr=body)[0]
+    return _jax.eval_jaxpr_p.bind(x, jaxpr=body)[0]
 
   return wrapped
 
@@ -118,13 +117,11 @@ class CallsTest(parameterized.TestCase):
     np.testing.assert_array_equal(collected['inner'][0], (X + 1) * 2)
 
   def test_closed_call(self):
-    from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
-
     body = harvest_jaxpr(lambda x: sow(x * 5, name='in_call') + 1, X)
     closed = jax.extend.core.ClosedJaxpr(body, ())
 
     def f(x):
-      return eval_jaxpr_p.bind(x, jaxpr=closed)[0]
+      return _jax.eval_jaxpr_p.bind(x, jaxpr=closed)[0]
 
     self.assertIn('closed_call', str(jax.make_jaxpr(f)(X)))
     out, collected = capture(f)(X)
@@ -293,6 +290,11 @@ class EagerCallMemoryTest(parameterized.TestCase):
     self.assertEqual(list(collected), ['middle', 'end'])
     return direct.counts, captured.counts
 
+  @absltest.skipIf(
+      jax.__version_info__ < (0, 10, 1),
+      'JAX 0.10.0 defines no evaluation rule for eval_jaxpr: binding it'
+      ' outside a trace (the direct run compared with) fails in JAX itself',
+  )
   def test_closed_call_body(self):
     direct, captured = self.observe(in_closed_call)
     self.assertLen(direct, 2)

@@ -56,6 +56,26 @@ class CondTest(parameterized.TestCase):
       _, collected = jax.jit(capture(f))(i, X)
       np.testing.assert_array_equal(collected['s'][0]['v'], X + i)
 
+  @parameterized.named_parameters(('true', 1.0), ('false', -1.0))
+  def test_cond_of_constants_after_a_collected_sow_under_jit(self, sign):
+    # A sow staged straight into the capture's trace is collected there,
+    # and the cond then holds the only sow equations; on JAX 0.10.0 and
+    # 0.10.1 the staging trace keeps effectful equations behind closures,
+    # which the capture once failed to read, losing 'kc' (issue 50).
+    def f(x):
+      sow(x, name='a')
+      kc = lax.cond(x[0] > 0, lambda: sow(jnp.full(2, 5.0), name='kc'),
+                    lambda: sow(jnp.full(2, 7.0), name='kc'))
+      return x[:2] + kc
+
+    x = X.at[0].set(sign)
+    out, collected = jax.jit(capture(f))(x)
+    self.assertEqual(sorted(collected), ['a', 'kc'])
+    constant = 5.0 if sign > 0 else 7.0
+    np.testing.assert_array_equal(collected['a'][0], x)
+    np.testing.assert_array_equal(collected['kc'][0], np.full(2, constant))
+    np.testing.assert_array_equal(out, x[:2] + constant)
+
   @parameterized.named_parameters(
       ('names', lambda y: sow(y, name='a'), lambda y: sow(y, name='b')),
       ('missing', lambda y: sow(y, name='a'), lambda y: y),

@@ -54,7 +54,7 @@ class CoverageTest(absltest.TestCase):
     np.testing.assert_array_equal(collected['v'][0], X * 2)
 
   def test_closed_call_and_call(self):
-    from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
+    from flax.nnx.sow.transform._jax import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
     from flax.nnx.sow.transform import primitive  # pylint: disable=g-import-not-at-top
 
     with primitive.harvesting(True):

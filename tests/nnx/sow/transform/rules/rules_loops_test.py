@@ -161,6 +161,34 @@ class LoopsTest(parameterized.TestCase):
     self.assertEqual(outer, {})
 
 
+class SownKeysTest(parameterized.TestCase):
+
+  @parameterized.parameters(False, True)
+  def test_a_sown_prng_key(self, jit):
+    # A key's dtype is one of JAX's extended dtypes, which NumPy cannot
+    # represent (found by the NNX fuzzer, as an internal TypeError); sown
+    # directly and from a scan body.
+    key = jax.random.key(0)
+
+    def f(key):
+      key = sow(jax.random.split(key)[0], name='k')
+      keys = lax.scan(lambda k, _: (k, sow(jax.random.fold_in(k, 1),
+                                            name='ks')), key, None,
+                      length=3)[1]
+      return jax.random.normal(key, (2,)), keys
+
+    run = jax.jit(capture(f)) if jit else capture(f)
+    _, collected = run(key)
+    (k,), (ks,) = collected['k'], collected['ks']
+    self.assertTrue(jax.dtypes.issubdtype(k.dtype, jax.dtypes.prng_key))
+    np.testing.assert_array_equal(
+        jax.random.key_data(k), jax.random.key_data(jax.random.split(key)[0]))
+    self.assertEqual(ks.shape, (3,))
+    np.testing.assert_array_equal(
+        jax.random.key_data(ks),
+        jax.random.key_data(jnp.stack([jax.random.fold_in(k, 1)] * 3)))
+
+
 class LoopModesTest(parameterized.TestCase):
   """The modes of sows inside loops."""
 
