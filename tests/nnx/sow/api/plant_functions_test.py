@@ -514,6 +514,20 @@ class VmapInsideTest(sow_testing.StateAssertions, parameterized.TestCase):
       expected = by_hand(xs[b], lambda v, l: v / jnp.sum(v) + l)
       sow_testing.assert_close(out[b], expected, err_msg=f'example {b}')
 
+  def test_a_plant_under_jax_hessian(self):
+    # jax.hessian's jacfwd vmaps a JVP whose primal output it needs
+    # unbatched; a plant broadcasts what it plants under a vmap, but not a
+    # JVP's primal. Oracle: the Hessian of the function edited by hand.
+    def f(x):
+      return jnp.sum(sow(jnp.sin(x), name='h') ** 3)
+
+    for jit in (False, True):
+      hessian = jax.hessian(plant(f, {'h': lambda v, i: v * 2.0}))
+      if jit:
+        hessian = jax.jit(hessian)
+      sow_testing.assert_close(
+          hessian(X), jax.hessian(lambda x: jnp.sum((2 * jnp.sin(x)) ** 3))(X))
+
 
 class ErrorTest(parameterized.TestCase):
 
