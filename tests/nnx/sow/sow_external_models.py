@@ -187,13 +187,21 @@ _FLAX_DEPRECATIONS_THEY_TRIGGER = (
 )
 
 
+def _placeholder_attribute(attr: str) -> type:
+  # Not a dunder: whoever scans the modules of the process (hypothesis reads
+  # each one's `__file__`) must see an ordinary module without one.
+  if attr.startswith('__') and attr.endswith('__'):
+    raise AttributeError(attr)
+  return type(attr, (), {})
+
+
 def _placeholder_modules(*names: str) -> dict[str, types.ModuleType]:
   """Modules whose every attribute is a new, empty class: enough for code
   that names them in annotations and signatures but never calls them."""
   modules = {}
   for name in names:
     module = types.ModuleType(name)
-    module.__getattr__ = lambda attr: type(attr, (), {})
+    module.__getattr__ = _placeholder_attribute
     modules[name] = module
     parent, _, child = name.rpartition('.')
     if parent:
