@@ -141,21 +141,16 @@ def vmaps_of(eqn: core.JaxprEqn) -> int:
 
 def vmaps_in(source_info: tp.Any) -> int:
   """``vmaps_of`` an equation staged with ``source_info``."""
-  return _vmaps_in_stack(source_info.name_stack.stack)
+  return _readings(source_info.name_stack.stack)[0]
 
 
 # Every executed sow of an eager capture asks; a program has few stacks.
 @functools.lru_cache(maxsize=256)
-def _vmaps_in_stack(stack: tuple[tp.Any, ...]) -> int:
-  return sum(
-      1
-      for part in _without_repeated_contexts(stack)
-      if isinstance(part, _jax.Transform) and part.name == 'vmap'
-  )
-
-
-def _without_repeated_contexts(stack: tuple[tp.Any, ...]) -> list[tp.Any]:
-  """``stack`` without the copies JAX makes of it under ``transpose``.
+def _readings(stack: tuple[tp.Any, ...]) -> tuple[int, frozenset[int]]:
+  """How many vmaps ``stack`` holds without the copies JAX makes of it under
+  ``transpose`` (the reading counted), and every count it reads as when each
+  copy may also be kept (a copy and the user's own repetition of the same
+  transforms look alike).
 
   The backward pass stages a transposed equation under the name stack
   ``context + transpose + recorded``, where ``recorded`` is the stack of the
@@ -176,61 +171,30 @@ def _without_repeated_contexts(stack: tuple[tp.Any, ...]) -> list[tp.Any]:
 
   Each copy is removed, so every vmap counts once.
   """
-  kept = []
-  i = 0
-  while i < len(stack):
-    part = stack[i]
-    kept.append(part)
-    i += 1
-    if not (isinstance(part, _jax.Transform) and part.name == 'transpose'):
-      continue
-    context = tuple(kept[:-1])
-    rest = tuple(stack[i:])
-    if context and rest[: len(context)] == context:
-      i += len(context)  # custom_lin: the context, then the relative stack
-      continue
-    for n in range(len(rest) // 2, 0, -1):
-      relative = rest[:n]
-      copy = context + relative
-      if (_is_jvp(relative[0])
-          and rest[n : n + len(copy)] == copy):
-        # checkpoint: the relative stack, then context + relative again
-        kept.extend(relative)
-        i += n + len(copy)
-        break
-  return kept
 
-
-@functools.lru_cache(maxsize=256)
-def _vmap_counts(stack: tuple[tp.Any, ...]) -> frozenset[int]:
-  """Every count of vmaps ``stack`` reads as, taking or leaving each copy
-  ``_without_repeated_contexts`` removes: the copy a transposition makes
-  and a legitimate repetition of the same transforms look alike."""
-  counts = set()
-
-  def walk(i: int, kept: tuple[tp.Any, ...]) -> None:
+  def readings(i: int, kept: tuple[tp.Any, ...]) -> tp.Iterator[int]:
+    # The counts of every reading of stack[i:] after `kept`, the preferred
+    # first: a copy removed where one is recognised, the longest first.
     if i == len(stack):
-      counts.add(sum(1 for part in kept
-                     if isinstance(part, _jax.Transform)
-                     and part.name == 'vmap'))
+      yield sum(1 for part in kept if _is(part, 'vmap'))
       return
     part = stack[i]
     kept += (part,)
-    walk(i + 1, kept)
-    if not (isinstance(part, _jax.Transform) and part.name == 'transpose'):
-      return
-    context = kept[:-1]
-    rest = stack[i + 1:]
-    if context and rest[: len(context)] == context:
-      walk(i + 1 + len(context), kept)
-    for n in range(len(rest) // 2, 0, -1):
-      relative = rest[:n]
-      copy = context + relative
-      if _is_jvp(relative[0]) and rest[n : n + len(copy)] == copy:
-        walk(i + 1 + n + len(copy), kept + relative)
+    if _is(part, 'transpose'):
+      context, rest = kept[:-1], stack[i + 1:]
+      if context and rest[: len(context)] == context:
+        # custom_lin: the context, then the relative stack
+        yield from readings(i + 1 + len(context), kept)
+      for n in range(len(rest) // 2, 0, -1):
+        relative = rest[:n]
+        copy = context + relative
+        if _is(relative[0], 'jvp') and rest[n : n + len(copy)] == copy:
+          # checkpoint: the relative stack, then context + relative again
+          yield from readings(i + 1 + n + len(copy), kept + relative)
+    yield from readings(i + 1, kept)
 
-  walk(0, ())
-  return frozenset(counts)
+  counts = list(readings(0, ()))
+  return counts[0], frozenset(counts)
 
 
 def _inner_vmaps(params: tp.Mapping[str, tp.Any],
@@ -242,17 +206,16 @@ def _inner_vmaps(params: tp.Mapping[str, tp.Any],
   reading of the stack (a copy kept) agrees with that count too, the site
   is marked ambiguous: a loop around it refuses rather than guesses.
   """
-  stack = source_info.name_stack.stack
-  inner = _vmaps_in_stack(stack)
+  inner, counts = _readings(source_info.name_stack.stack)
   vmapped = params['vmapped']
   if inner > vmapped or any(
-      count != inner and count <= vmapped for count in _vmap_counts(stack)):
+      count != inner and count <= vmapped for count in counts):
     return inner, str(source_info.name_stack) or '(none)'
   return inner, None
 
 
-def _is_jvp(part: tp.Any) -> bool:
-  return isinstance(part, _jax.Transform) and part.name == 'jvp'
+def _is(part: tp.Any, transform: str) -> bool:
+  return isinstance(part, _jax.Transform) and part.name == transform
 
 
 def aval_of(value: tp.Any) -> Aval:

@@ -215,7 +215,7 @@ class PerturbInLoopsTest(parameterized.TestCase):
 
   Its gradient is sown by the backward rule of a ``custom_vjp``, staged
   under name stacks that JAX writes with copies of the vmaps around the
-  ``grad`` (see ``sites._without_repeated_contexts``): the loop axis of its
+  ``grad`` (see ``sites._readings``): the loop axis of its
   values must still come first, before the axis of the vmap inside the loop,
   as for a plain ``sow`` there.
   """
