@@ -26,7 +26,6 @@ interpreted there; the enclosing trace is what JAX caches.
 from __future__ import annotations
 
 import contextlib
-
 import dataclasses
 import typing as tp
 

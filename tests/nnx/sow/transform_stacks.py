@@ -85,7 +85,7 @@ class Outcome(tp.NamedTuple):
 
 
 # -- Building a case ---------------------------------------------------------
-def _wrap(kind: str, g: tp.Callable, name: tp.Any) -> tp.Callable:
+def _wrap(kind: str, g: tp.Callable) -> tp.Callable:
   """``g`` (shape -> same shape) under transform ``kind``: again a function
   of one array to an array of its shape (with a leading axis of ``BATCH``
   for a vmap)."""
@@ -147,7 +147,7 @@ def _site(kind: str, name: tp.Any) -> tp.Callable:
 def _step(case: Case, name: tp.Any) -> tp.Callable:
   g = _site(case.site, name)
   for kind in reversed(case.inner):
-    g = _wrap(kind, g, name)
+    g = _wrap(kind, g)
   return g
 
 
@@ -191,7 +191,7 @@ def _loop(case: Case, unrolled: bool) -> tp.Callable:
 def build(case: Case, unrolled: bool) -> tp.Callable:
   f = _loop(case, unrolled)
   for kind in reversed(case.outer):
-    f = _wrap(kind, f, None)
+    f = _wrap(kind, f)
   return f
 
 

@@ -69,8 +69,9 @@ def export(
   For each ``batch`` of ``batches`` it runs ``capture(f, names=names,
   tag=tag)(*args, batch)`` under ``nnx.jit`` (compiled once per export, on
   its first batch: every batch must have the same shapes; ``f`` and what it
-  closes over are read at this call, as a direct call reads them), reduces each selected site on device, and
-  appends the result along the example axis. A *site* is one array of what
+  closes over are read at this call, as a direct call reads them), reduces
+  each selected site on device, and appends the result along the example
+  axis. A *site* is one array of what
   ``capture`` returns, named as ``capture`` prints it: the name for a name
   sown once as one array (``'h'``), else the name with the entry and leaf
   (``'h[0]'``, ``'h[1]'`` for a name sown twice, ``'kv[0].k'`` for the leaf
