@@ -342,6 +342,17 @@ CASES = {
         " more than the 3 kept of 'step' (max_steps). Raise max_steps, or"
         " pass on_overflow='truncate' to keep the first steps (Steps.count"
         ' says how many ran).'),
+    'while_append_past_max_steps_under_jit': (
+        lambda: jax.jit(capture(_while_append, max_steps=3))(X),
+        'ValueError: capture: a while_loop (at <location>) ran 5 steps,'
+        " more than the 3 kept of 'step' (max_steps). Raise max_steps, or"
+        " pass on_overflow='truncate' to keep the first steps (Steps.count"
+        ' says how many ran).'),
+    'plant_fewer_steps_than_the_loop': (
+        lambda: jax.jit(plant(_while_append,
+                              {'step': (jnp.zeros((3, 3)),)}))(X),
+        'ValueError: plant: a while_loop (at <location>) ran 5 steps, but the'
+        " values planted into 'step' hold 3: plant a value for every step."),
     'max_steps_not_positive': (
         lambda: capture(_while_append, max_steps=0),
         'ValueError: capture: max_steps must be a positive int (the steps'

@@ -233,6 +233,15 @@ def shard_map_manual_axes_key(params: tp.Mapping[str, tp.Any]) -> str:
       f' neither newly_manual_axes nor manual_axes: {sorted(params)}'
   )
 
+# A host callback bound with an effect of the caller's choosing: the public
+# `jax.debug.callback` always binds JAX's own debug effect, by which a
+# `jax.jit` program holding a runtime check of ours cannot be told from one
+# that prints (`runtime_checks`, `set_jit_errors`).
+# Contract: jax_contract_test.PrimitivesTest.test_debug_callback_p.
+debug_callback_p = _find(
+    'the debug callback primitive', 'jax._src.debugging:debug_callback_p'
+)
+
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
 # stages as `closed_call`); an eager interpretation meets it as it is. JAX
 # 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
@@ -372,6 +381,23 @@ def _can_set_jit_dispatch() -> bool:
 
 
 def _run_python_jit(p, args_flat, fun, args, kwargs):
+  if _checked is None or not any(
+      isinstance(effect, _checked) for effect in p.params['jaxpr'].effects):
+    return _dispatched(p, args_flat, fun, args, kwargs)
+  try:
+    result = _dispatched(p, args_flat, fun, args, kwargs)
+  except jax.errors.JaxRuntimeError as error:
+    translated = _translate(error)
+    if translated is None:
+      raise
+    # JAX's error only wraps the text of this one: it adds nothing.
+    raise translated from None
+  result = list(result)
+  result[_EXECUTABLE] = None  # every call comes here (`set_jit_errors`)
+  return tuple(result)
+
+
+def _dispatched(p, args_flat, fun, args, kwargs):
   # A staging trace (the common case of a cache miss) is never asked.
   trace = trace_ctx.trace
   if (
@@ -420,6 +446,42 @@ def set_jit_dispatch(
   if not _can_set_jit_dispatch():
     return False
   _policy, _policy_traces = policy, traces
+  pjit._run_python_pjit = _run_python_jit
+  return True
+
+
+# What `set_jit_errors` set: an effect type, and how a runtime error of a
+# program holding it is translated.
+_checked: type | None = None
+_translate: tp.Callable[[Exception], BaseException | None] | None = None
+
+
+def set_jit_errors(
+    effect_type: type,
+    translate: tp.Callable[[Exception], BaseException | None],
+) -> bool:
+  """Translates the runtime errors of ``jax.jit`` programs with an effect.
+
+  A host callback that raises fails its program; the runtime reports a
+  ``jax.errors.JaxRuntimeError`` that holds only the text of the callback's
+  exception. For a ``jax.jit`` call whose program has an effect of type
+  ``effect_type`` (at any depth: a program's effects hold those of its
+  equations), such an error is passed to ``translate``, and what that
+  returns (unless ``None``) is raised in its place. No compiled fast path is
+  recorded for such a program, so that every call of it is seen here (a
+  fast path raises from C++, where nothing can translate). Calls that do
+  not go through ``jax.jit``'s dispatch (an ahead-of-time compiled
+  function, ``jax.pmap``) raise the runtime's error as it is. Set once, for
+  the process.
+
+  Returns:
+    Whether JAX has the function this relies on (``set_jit_dispatch``); if
+    not, nothing is changed.
+  """
+  global _checked, _translate
+  if not _can_set_jit_dispatch():
+    return False
+  _checked, _translate = effect_type, translate
   pjit._run_python_pjit = _run_python_jit
   return True
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import runtime_checks
 from flax.nnx.sow.transform import selection
 from flax.nnx.sow.transform.request import Request
 from flax.nnx.sow.transform.rules import support
@@ -307,7 +308,7 @@ def _plant(scope: Scope, site: Site) -> list[tp.Any]:
 
 def _check_planted(eqn, count, held, site: Site) -> None:
   """Raises if the loop ran more steps than the planted values hold
-  (``_when_known``)."""
+  (``runtime_checks``)."""
   at = where(eqn)
 
   def check(count, held):
@@ -320,7 +321,7 @@ def _check_planted(eqn, count, held, site: Site) -> None:
           f' {int(np.min(np.asarray(held)))}: plant a value for every step.'
       )
 
-  _when_known(check, count, held)
+  runtime_checks.when_known(check, count, held)
 
 
 def _counts_steps(bounds, planted_sites) -> bool:
@@ -382,7 +383,7 @@ def _steps_site(site: Site, bound: int) -> Site:
 
 def _check_overflow(eqn, count, sites, bounds) -> None:
   """Raises if the loop ran more steps than a site keeps
-  (``_when_known``)."""
+  (``runtime_checks``)."""
   smallest = min(b for b in bounds if b is not None)
   names = [s.name for s, b in zip(sites, bounds) if b == smallest]
   at = where(eqn)
@@ -397,18 +398,7 @@ def _check_overflow(eqn, count, sites, bounds) -> None:
           ' to keep the first steps (Steps.count says how many ran).'
       )
 
-  _when_known(check, count)
-
-
-def _when_known(check: tp.Callable[..., None], *values) -> None:
-  """Runs ``check`` on ``values`` now if they are concrete (eagerly), else
-  when the program runs, from a host callback (under a trace)."""
-  try:
-    concrete = [np.asarray(v) for v in values]
-  except jax.errors.TracerArrayConversionError:
-    jax.debug.callback(check, *values)
-  else:
-    check(*concrete)
+  runtime_checks.when_known(check, count)
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
