@@ -73,6 +73,7 @@ CORE_TESTS = (
     'tests/nnx/sow/transform/rules/rules_custom_derivatives_test.py',
     'tests/nnx/sow/transform/rules/rules_loops_test.py',
     'tests/nnx/sow/transform/rules/rules_while_steps_test.py',
+    'tests/nnx/sow/transform/runtime_checks_test.py',
     'tests/nnx/sow/transform/steps_test.py',
     'tests/nnx/sow/transform/rules/rules_cond_test.py',
     'tests/nnx/sow/api/plant_test.py',
@@ -752,6 +753,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "      scope.request.bounds.on_overflow == 'error'):",
        "  if False:",
        'a loop that runs more steps than max_steps keeps is an error'),
+    # -- transform/runtime_checks.py ---------------------------------------
+    _m('runtime-checks-not-translated', 'transform/runtime_checks.py',
+       '    return _failures.pop(int(numbers[0]), None)',
+       '    return None',
+       "a check failing under jax.jit raises the package's ValueError"),
     # -- transform/steps.py ------------------------------------------------
     _m('steps-mask-inclusive', 'transform/steps.py',
        '    return steps < jnp.expand_dims(count, -1)',

@@ -385,16 +385,13 @@ def _run_python_jit(p, args_flat, fun, args, kwargs):
       isinstance(effect, _checked) for effect in p.params['jaxpr'].effects):
     return _dispatched(p, args_flat, fun, args, kwargs)
   try:
-    result = _dispatched(p, args_flat, fun, args, kwargs)
+    return _dispatched(p, args_flat, fun, args, kwargs)
   except jax.errors.JaxRuntimeError as error:
     translated = _translate(error)
     if translated is None:
       raise
     # JAX's error only wraps the text of this one: it adds nothing.
     raise translated from None
-  result = list(result)
-  result[_EXECUTABLE] = None  # every call comes here (`set_jit_errors`)
-  return tuple(result)
 
 
 def _dispatched(p, args_flat, fun, args, kwargs):
@@ -467,9 +464,11 @@ def set_jit_errors(
   exception. For a ``jax.jit`` call whose program has an effect of type
   ``effect_type`` (at any depth: a program's effects hold those of its
   equations), such an error is passed to ``translate``, and what that
-  returns (unless ``None``) is raised in its place. No compiled fast path is
-  recorded for such a program, so that every call of it is seen here (a
-  fast path raises from C++, where nothing can translate). Calls that do
+  returns (unless ``None``) is raised in its place. JAX records no compiled
+  fast path for a program with effects (a fast path would raise from C++,
+  where nothing can translate), so every call of it is seen here (contract:
+  runtime_checks_test.test_only_a_program_with_a_check_loses_its_fast_path).
+  Calls that do
   not go through ``jax.jit``'s dispatch (an ahead-of-time compiled
   function, ``jax.pmap``) raise the runtime's error as it is. Set once, for
   the process.

@@ -23,8 +23,8 @@ only the text of the exception. So that the caller gets the check's own
 exception instead, each failure is kept under a number that the text
 carries, and a ``jax.jit`` call whose program holds a check (its effects
 say so, at any depth) hands the runtime's error here: the kept exception is
-raised in its place (``_jax.set_jit_errors``). Such a program records no
-compiled fast path, so that every call of it is seen.
+raised in its place (``_jax.set_jit_errors``). JAX records no compiled fast
+path for a program with effects, so every call of it is seen.
 
 What runs a program otherwise (a function compiled ahead of time,
 ``jax.pmap``) raises the runtime's error as it is; its text ends with the

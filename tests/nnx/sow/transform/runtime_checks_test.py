@@ -198,7 +198,9 @@ class RuntimeChecksTest(parameterized.TestCase):
 
   def test_only_a_program_with_a_check_loses_its_fast_path(self):
     # A jit's cache miss goes through the funnel's dispatch; a fast path,
-    # once recorded, does not. A program holding a check records none.
+    # once recorded, does not. JAX records none for a program with effects,
+    # as one holding a check is: what `set_jit_errors` relies on (the JAX
+    # contract of the translation: a JAX that records one fails here).
     misses = []
     dispatched = runtime_checks._jax._dispatched
 
