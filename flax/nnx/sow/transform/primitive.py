@@ -247,6 +247,10 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
     out = sow_p.bind(*moved, *anchors, vmapped=vmapped, **params)
     return out, out_dims + anchor_dims
   moved = mapped_axis_leading(leaves, dims, axis_data.size)
+  if not leaves:
+    # No leaf carries the mapped axis: the sow keeps its size, which a
+    # loop's step count (one per member) needs (`sites.Site.sizes`).
+    params['sizes'] = (axis_data.size, *params.get('sizes', ()))
   # The program goes on with a broadcast value only where a plant may put
   # per-member values there; a capture alone records per member and leaves
   # the program as it is, so that what JAX needs unbatched stays so (the

@@ -289,8 +289,7 @@ def _planted_steps(scope: Scope, eqn, sites):
       shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(entry)]
       length = shapes[0][at] if shapes and len(shapes[0]) > at else 0
       values = _plant(scope, scope.here(site.with_loop_axis(length), eqn))
-      lead = site.avals[0][0][:at] if site.avals else ()
-      held = jnp.full(lead, length, jnp.int32)
+      held = jnp.full(site.lead, length, jnp.int32)
     if length < 1:
       raise ValueError(
           f'plant: the values planted into {site.name!r} in a while_loop (at'
@@ -346,11 +345,7 @@ def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
   each example stops at its own step and the loop keeps its carries, the
   count among them: one count per example.
   """
-  leads = {
-      tuple(shape[:site.outer_vmaps])
-      for site, bound in zip(sites, bounds) if bound is not None
-      for shape, _ in site.avals
-  }
+  leads = {site.lead for site, bound in zip(sites, bounds) if bound is not None}
   if len(leads) > 1:
     raise NotImplementedError(
         f'capture: the sows of a while_loop (at {where(eqn)}) differ in'
@@ -373,7 +368,7 @@ def _steps_site(site: Site, bound: int) -> Site:
   stacked along the loop axis and of the count."""
   stacked = site.with_loop_axis(bound)
   values = jax.tree_util.tree_unflatten(site.tree, [0] * site.num_leaves)
-  lead = stacked.avals[0][0][:site.outer_vmaps] if stacked.avals else ()
+  lead = site.lead
   return dataclasses.replace(
       stacked,
       tree=jax.tree_util.tree_structure(Steps(values, 0)),
