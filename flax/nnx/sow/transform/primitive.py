@@ -58,10 +58,12 @@ import typing as tp
 
 import jax
 import jax.extend.core as jex_core
+from jax.extend.core import primitives as prims
 import numpy as np
 from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
+from jax.interpreters import partial_eval as pe
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import thread_stack
@@ -265,6 +267,40 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
   return out, [0] * len(leaves) + anchor_dims
 
 
+def _sow_partial_eval_custom(saveable, unknowns, instantiated, eqn):
+  """Splits a sow between a known program and a staged one that recomputes
+  what it needs (``jax.checkpoint``, and a ``while_loop``'s body under
+  ``jax.linearize``).
+
+  While capturing, a sow of known values is recorded by the known program,
+  and the staged one gets the values from an identity without the effect:
+  left to JAX, an effectful equation stays in the known program alone and
+  its outputs are saved as residuals, which a ``while_loop`` cannot carry
+  (JAX asserts there). Otherwise a sow is split as JAX splits any equation
+  it recomputes: known values in both programs, unknown ones staged.
+  """
+  del saveable  # an identity: recomputing it saves as much as saving it
+  count = len(eqn.outvars)
+  residuals = [
+      v for v, inst in zip(eqn.invars, instantiated)
+      if isinstance(v, jex_core.Var) and not inst
+  ]
+  if any(unknowns):
+    return None, eqn, [True] * count, [True] * count, residuals
+  staged = eqn
+  if eqn.effects:
+    inner = [jex_core.Var(v.aval) for v in eqn.outvars]
+    identity = jex_core.ClosedJaxpr(
+        jex_core.Jaxpr((), inner, inner, [], debug_info=jex_core.DebugInfo(
+            'sow', 'the identity of a recomputed sow', None, None)),
+        (),
+    )
+    staged = eqn.replace(primitive=prims.closed_call_p,
+                         params={'call_jaxpr': identity},
+                         effects=jex_core.no_effects)
+  return eqn, staged, [False] * count, [True] * count, residuals
+
+
 sow_p.def_impl(_sow_impl)
 sow_p.def_effectful_abstract_eval(_sow_abstract_eval)
 # Not cached: JAX caches a lowering per (primitive, parameters) as a function
@@ -274,6 +310,7 @@ mlir.register_lowering(sow_p, _sow_lowering, cacheable=False)
 ad.primitive_jvps[sow_p] = _sow_jvp
 ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch
+pe.partial_eval_jaxpr_custom_rules[sow_p] = _sow_partial_eval_custom
 
 
 def sow_equations(jaxpr: jex_core.Jaxpr) -> tp.Iterator[jex_core.JaxprEqn]:

@@ -74,6 +74,28 @@ NAMED = {
     # linearize runs a while_loop twice: two entries, each the oracle's.
     'linearize_while_sow': ts.Case(
         outer=('linearize',), inner=(), loop='while', site='sow', jit=False),
+    # linearize(checkpoint(while)): JAX asserted (no residuals in a
+    # while_loop) where the plain function runs; the sow's partial
+    # evaluation now recomputes the identity. Its family: the loop inside
+    # the checkpoint or around it, a traced fori_loop, jit, vmap outside.
+    'linearize_checkpoint_while_sow': ts.Case(
+        outer=('linearize', 'checkpoint'), inner=(), loop='while',
+        site='sow', jit=False),
+    'jit_linearize_checkpoint_while_sow': ts.Case(
+        outer=('linearize', 'checkpoint'), inner=(), loop='while',
+        site='sow', jit=True),
+    'jit_linearize_checkpoint_fori_traced_sow': ts.Case(
+        outer=('linearize', 'checkpoint'), inner=(), loop='fori_traced',
+        site='sow', jit=True),
+    'vmap_linearize_checkpoint_while_sow': ts.Case(
+        outer=('vmap', 'linearize', 'checkpoint'), inner=(), loop='while',
+        site='sow', jit=False),
+    'linearize_while_checkpoint_sow': ts.Case(
+        outer=('linearize',), inner=('checkpoint',), loop='while',
+        site='sow', jit=False),
+    'grad_checkpoint_scan_sow': ts.Case(
+        outer=('grad', 'checkpoint'), inner=(), loop='scan', site='sow',
+        jit=True),
     # Plain stacks, which must give values.
     'vmap_scan_grad_sow': ts.Case(
         outer=('vmap',), inner=('grad',), loop='scan', site='sow', jit=True),
@@ -89,6 +111,12 @@ EXPECTED = {
     'jacfwd_while_linearize_sow': 'equal',
     'jit_custom_jvp_jacfwd_cond_checkpoint_sow': 'equal',
     'linearize_while_sow': 'equal',
+    'linearize_checkpoint_while_sow': 'equal',
+    'jit_linearize_checkpoint_while_sow': 'equal',
+    'jit_linearize_checkpoint_fori_traced_sow': 'equal',
+    'vmap_linearize_checkpoint_while_sow': 'equal',
+    'linearize_while_checkpoint_sow': 'equal',
+    'grad_checkpoint_scan_sow': 'equal',
     'vmap_scan_grad_sow': 'equal',
     'vmap_grad_fori_perturb': 'equal',
 }
