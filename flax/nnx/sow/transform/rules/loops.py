@@ -19,6 +19,7 @@ the count of steps run: ``steps.Steps``)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import typing as tp
 
 import jax
@@ -201,6 +202,7 @@ def _while(scope: Scope, eqn, invals):
         " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
         ' with static bounds.'
     )
+  _check_predicate_leads(eqn, t.sites, p['cond_jaxpr'])
   planted = _planted_steps(scope, eqn, t.planted_sites)
   stacked = [leaf for values, _, _ in planted for leaf in values]
   lengths = tuple(length for _, _, length in planted)
@@ -335,6 +337,43 @@ def _buffers(body: core.ClosedJaxpr, at: int, n_buffers: int):
   zeros = [_jax.zeros_like_aval(aval)
            for aval in body.in_avals[at : at + n_buffers + 1]]
   return zeros[:n_buffers], zeros[n_buffers]
+
+
+def _check_predicate_leads(eqn, sites, cond: core.ClosedJaxpr) -> None:
+  """Refuses a loop whose batched predicate may not lead the sown values.
+
+  A batched predicate (one per example) makes the loop keep the carries of
+  the examples that stopped: each carry, so each value the capture adds to
+  the loop (a clobbered value, a buffer, the step count), must have the
+  predicate's axes first. JAX's while batching puts the axis of a vmap
+  that does not batch the predicate (``jax.jacfwd``'s, over a tangent
+  basis) after the predicate's, while a sown value has the axes of the
+  vmaps around the loop outermost first. The two agree where the vmaps that
+  batch the predicate are the outermost: the leading axes of the values
+  then start with the predicate's shape, and no other choice of them has
+  it. Otherwise which axes are the predicate's cannot be told, and the
+  loop refuses rather than guess.
+  """
+  shape = tuple(cond.out_avals[0].shape)
+  if not shape:
+    return
+  for site in sites:
+    lead = site.lead
+    places = [
+        chosen for chosen in itertools.combinations(range(len(lead)),
+                                                    len(shape))
+        if tuple(lead[i] for i in chosen) == shape
+    ]
+    if places == [tuple(range(len(shape)))]:
+      continue
+    raise NotImplementedError(
+        f'capture: a while_loop (at {where(eqn)}) stops each example at its'
+        f' own step (its predicate has shape {shape}), but the leading axes'
+        f' of the values of sow {site.name!r}, {tuple(lead)}, do not show'
+        ' which are the predicate\'s: a vmap that does not batch the'
+        ' predicate (jax.jacfwd, say) may be applied around one that does.'
+        ' Capture inside the outer transform instead.'
+    )
 
 
 def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
