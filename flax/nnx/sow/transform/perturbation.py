@@ -52,8 +52,8 @@ marked (``in_batched_cond``, kept by every rule, through loops and caches
 of the program around the cond), and its transposition refuses. It is not
 marked while the rule batches the branches: JAX caches those batched
 branches and may reuse them for a cond whose index is not batched. A
-perturbation in a ``jit`` within a branch, in a loop body, escapes: the
-rule stages the ``jit`` as it is.
+perturbation in a ``jit`` (or another higher-order primitive) within a
+branch escapes as a custom call there does (see ``primitive``).
 """
 
 from __future__ import annotations

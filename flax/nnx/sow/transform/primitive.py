@@ -49,9 +49,12 @@ its rules) wrapped: whenever one runs, its sows are refused as the branch's
 own are (``_in_rules_of_batched_cond``). For that this module replaces
 the ``bind`` of these two primitives of JAX's
 (``_mark_rules_under_batched_cond``, which calls JAX's own); outside a
-capture it only reads ``harvesting``. One case escapes: a custom call in a
-``jit`` within a branch, in a loop body, which the rule stages as it is
-(the loop is differentiated after the rule returned).
+capture it only reads ``harvesting``. A custom call in a ``jit``,
+``checkpoint`` or other higher-order primitive within a branch escapes
+where JAX does not bind it again while the rule evaluates the branch: in a
+loop body (the rule stages that primitive as it is, and the loop is
+differentiated after the rule returned), or when JAX reuses a
+differentiated form of it cached for a cond whose index was not batched.
 
 What JAX would need for this to be a plain primitive: an
 ``effects.EffectTypeSet`` (say ``effects.batched_cond_disallowed_effects``)
