@@ -91,6 +91,15 @@ def _cond(true_fun, false_fun):
   return lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x)
 
 
+@jax.custom_vjp
+def _scaled(v):
+  return 2.0 * v
+
+
+_scaled.defvjp(lambda v: (2.0 * v, None),
+               lambda _, ct: (sow(2.0 * ct, name='b'),))
+
+
 CASES = {
     'name_int': (
         lambda: sow(X, name=3),
@@ -303,6 +312,16 @@ CASES = {
         'NotImplementedError: capture: jax.vmap of a cond/switch whose index'
         ' depends on the mapped inputs runs every branch on every example, so'
         " its sows ('b') cannot tell which branch an example took. Use"
+        ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
+        ' outside the cond.'),
+    'vmap_of_cond_backward_rule_sows': (
+        lambda: capture(jax.grad(lambda v: jnp.sum(jax.vmap(_cond(
+            _scaled, lambda u: -_scaled(u)))(v))))(jnp.stack([X, -X])),
+        'NotImplementedError: capture: jax.vmap of a cond/switch whose index'
+        ' depends on the mapped inputs runs every branch on every example, so'
+        " its sows ('b') cannot tell which branch an example took ('b' is"
+        ' sown by a custom_vjp or custom_jvp rule of a branch, which runs for'
+        ' every example when the program is differentiated). Use'
         ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
         ' outside the cond.'),
     'while_append': (

@@ -504,12 +504,14 @@ _COND_BATCHING_CODE = getattr(_COND_BATCHING_RULE, '__code__', None)
 # The rule's locals read below (`rules_cond_test` checks them). A JAX whose
 # rule names them otherwise still has its frame recognised: every sow under
 # it is then refused, as if its index were batched, rather than recorded.
-COND_BATCHING_LOCALS = ('index_dim', 'branches')
+COND_BATCHING_LOCALS = ('index_dim', 'branches', 'axis_data')
 _COND_LOCALS_READABLE = _COND_BATCHING_CODE is not None and all(
     name in _COND_BATCHING_CODE.co_varnames for name in COND_BATCHING_LOCALS)
 
 
-def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
+def branches_of_batched_cond(
+    *, evaluating: bool = False
+) -> tp.Sequence[core.ClosedJaxpr] | None:
   """The branches of the innermost cond being batched with a batched index.
 
   Returns ``None`` unless JAX's cond batching rule is on the caller's stack
@@ -519,16 +521,25 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   ``index_dim`` to ``None`` (its index is the platform, never batched), so it
   is not reported. On a JAX whose rule does not name these locals, the
   rule's frame alone answers, with no branches.
+
+  The rule first batches each branch (under a batch trace of its own, whose
+  axis is the rule's ``axis_data``; JAX caches the batched branch and may
+  reuse it for a cond whose index is not batched), then evaluates it under
+  the trace it was called under. With ``evaluating``, a rule in the first
+  step does not count: what is marked then stays with this cond.
   """
   if _COND_BATCHING_CODE is None:
     raise _COND_BATCHING_RULE.error()
+  current = trace_ctx.trace if evaluating else None
   frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:
       if not _COND_LOCALS_READABLE:
         return ()  # cannot tell whether the index is batched: refuse
       local = frame.f_locals
-      if local.get('index_dim') is not None:
+      batching_branches = evaluating and (
+          getattr(current, 'axis_data', None) is local.get('axis_data'))
+      if local.get('index_dim') is not None and not batching_branches:
         return local['branches']
     frame = frame.f_back
   return None

@@ -510,8 +510,8 @@ class CondBatchingTest(absltest.TestCase):
     # remove: drop this test with it.
     code = _jax._COND_BATCHING_CODE
     self.assertIsNotNone(code)
-    self.assertIn('index_dim', code.co_varnames)
-    self.assertIn('branches', code.co_varnames)
+    for name in ('index_dim', 'branches', 'axis_data'):
+      self.assertIn(name, code.co_varnames)
     # A primitive bound in a branch is batched inside the rule's frame.
     p = jex_core.Primitive('contract_batched')
     p.def_abstract_eval(lambda x: x)
@@ -531,6 +531,34 @@ class CondBatchingTest(absltest.TestCase):
     self.assertTrue(seen)
     self.assertTrue(all(b is not None and len(b) == 2 for b in seen))
     self.assertIsNone(_jax.branches_of_batched_cond())
+
+  def test_custom_calls_of_a_branch_are_bound_while_the_rule_evaluates(self):
+    # For `primitive._mark_rules_under_batched_cond`: the rule evaluates
+    # each batched branch by binding its equations, a custom_vjp_call with
+    # its functions as `subfuns`, under the trace the rule was called under
+    # (not its own batch trace); JAX's bind is the class's.
+    seen = []
+    p = prims.custom_vjp_call_p
+    hooked = p.bind
+    self.assertIs(hooked.unhooked, type(p).bind)
+
+    def spy(*args, **params):
+      trace = _jax.trace_ctx.trace
+      seen.append(('subfuns' in params, getattr(trace, 'axis_data', None),
+                   _jax.branches_of_batched_cond(evaluating=True)))
+      return hooked(*args, **params)
+
+    site = jax.custom_vjp(jnp.sin)
+    site.defvjp(lambda x: (jnp.sin(x), x), lambda x, ct: (ct * jnp.cos(x),))
+    p.bind = spy
+    try:
+      jax.grad(lambda xs: jnp.sum(jax.vmap(lambda x: lax.cond(
+          x > 0, site, jnp.cos, x))(xs)))(X[:2])
+    finally:
+      p.bind = hooked
+    self.assertTrue(any(has and data is None and branches is not None
+                        and len(branches) == 2
+                        for has, data, branches in seen), seen)
 
 
 class RuleShapesTest(parameterized.TestCase):
