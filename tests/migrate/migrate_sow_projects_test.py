@@ -31,6 +31,15 @@ with the command and run before and after in fresh processes:
    cannot be read, so for Flax 0.12.8's ``nnx.capture`` the pop stays
    (``capture-hazard``), as it does where the library is installed.
 
+4. ``kept_perturb``: ``main.py``'s ``Model`` sows at its root and holds
+   ``block.py``'s ``Block``, whose ``Module.perturb`` stays
+   (``module-path``); ``nnx.capture(model, nnx.Intermediate)`` does not
+   read it, but the functional ``capture`` it would become runs it, and
+   Flax 0.12.8's own ``Module.perturb`` raises there. For that Flax the
+   functional target keeps the capture (``kept-module-sow``); with
+   ``--nnx-capture=transform`` it rewrites it, and the rewrite, run with
+   ``capture_compat`` installed, returns bitwise what the original did.
+
 Each test also runs the rewrite the codemod refuses (what it did when only
 files that sow or pop were analysed), to show that it changes what the
 model sows.
@@ -131,6 +140,48 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("names['attn'][0]", after)
     self.assertNotIn("names['attn/attn'][0]", after)
     self.assertNotEmpty(project_testing.differences(before, after))
+
+  def test_a_kept_module_perturb_keeps_the_functional_capture(self):
+    directory = self._copy('kept_perturb')
+    original = project_testing.read(directory)
+    before = project_testing.execute(directory, compat='both')
+    self.assertFalse([k for k in before if k.endswith('raised')], before)
+    self.assertEqual({k for k in before if k.startswith('names')},
+                     {"names['h'][0]", "names['block/grad_out'][0]"})
+    summary, err = self._migrate(directory, target='functional',
+                                 nnx_capture='legacy')
+    self.assertEqual(summary.changed, 0, msg=err)
+    self.assertEqual(project_testing.read(directory), original)
+    self.assertIn(
+        'main.py:24:15: kept-module-sow: the functional capture that '
+        'nnx.capture would become runs the Module.perturb at block.py:11, '
+        'which stays (module-path)', err)
+    self.assertIn('main.py:14:5: legacy-reader: linked to the capture at '
+                  'main.py:24', err)
+    self.assertEqual(summary.flagged['kept-module-sow'], 1)
+    # A second run changes nothing either.
+    summary, _ = self._migrate(directory, target='functional',
+                               nnx_capture='legacy')
+    self.assertEqual(summary.changed, 0)
+
+  def test_for_capture_compat_the_functional_capture_migrates(self):
+    directory = self._copy('kept_perturb')
+    before = project_testing.execute(directory)
+    summary, err = self._migrate(directory, target='functional',
+                                 nnx_capture='transform')
+    self.assertNotIn('kept-module-sow', err)
+    self.assertEqual(summary.rewritten['capture'], 1, msg=err)
+    main = project_testing.read(directory)['main.py']
+    self.assertIn('y, states = capture(model)(x)', main)
+    self.assertIn("sow(h, name='h')", main)
+    # Run where Module.perturb is a site of the transform: the same values.
+    after = project_testing.execute(directory, compat=True)
+    self.assertEmpty(project_testing.differences(before, after))
+    # The refusal for Flax 0.12.8's own is right: there it raises.
+    after = project_testing.execute(directory)
+    self.assertIn('Module.sow (or Module.perturb) was called inside a '
+                  'functional capture', after['run/raised'])
+    self.assertIn('capture_compat.install()', after['run/raised'])
 
   def test_a_library_not_installed_is_a_hazard(self):
     directory = self._copy('nca_unread')
