@@ -363,10 +363,16 @@ def reader_flags(project: Project,
           f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
           f'{sow.where}) off the module: it is there only after a call '
           'outside nnx.capture; capture the call and read the State')))
-    elif (other.code == 'may-read' and by_name.keys() - {None}
+    elif (other.code == 'may-read'
           # In a Linen module's method: a Linen attribute, never NNX's.
           and project.kind(other.owner) != 'linen'):
-      names = sorted(n for n in by_name if n is not None)
+      # The sown names the computed name may be (f'layer_{i}' is none of
+      # 'h', 'out').
+      spelling = other.spelling
+      names = sorted(n for n in by_name if n is not None and (
+          spelling is None or spelling.admits(n)))
+      if not names:
+        continue
       found.append((other, other.code, (
           f'{other.detail}: it may read '
           f'{shorten([repr(n) for n in names], 6)} (sown at '
