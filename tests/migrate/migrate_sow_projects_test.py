@@ -49,6 +49,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import codemod_testing
 import project_testing
 import sow_layout
@@ -475,6 +476,66 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("main.py:14:10: attribute-read: read as an attribute, "
                   "model.a.out.value reads 'out' (sown at fuzzlib/block0.py:",
                   err)
+
+  def test_a_library_block_passed_in_and_read_as_an_attribute(self):
+    # Found by the fuzzer (round seed 102018033): the library's block is
+    # made in main.py's build() (no class there) and passed to a Model that
+    # keeps it; main.py reads its sown value. No class of the project names
+    # the block, so the library was never read, its sown name not known,
+    # and the read not reported.
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
+    cli.write(library, 'fuzzlib/__init__.py', '')
+    cli.write(library, 'fuzzlib/block0.py', cli.read(
+        os.path.join(PROJECTS, 'holder_elsewhere', 'block.py')).replace(
+            'class Block(', 'class Block0('))
+    project_testing.write(directory, {
+        'pyproject.toml': '',
+        'layer.py': cli.read(os.path.join(PROJECTS, 'passed_in',
+                                          'layer.py')),
+        'main.py': cli.textwrap.dedent('''\
+            import jax.numpy as jnp
+            from flax import nnx
+            from layer import DecoderLayer
+            from fuzzlib.block0 import Block0
+
+
+            def build():
+              rngs = nnx.Rngs(0)
+              return (DecoderLayer(Block0(rngs), rngs),
+                      jnp.linspace(-1.0, 1.0, 6).reshape(3, 2))
+
+
+            def run():
+              model, x = build()
+              model(x)
+              return model.attn.out.value[0]
+            '''),
+    })
+    directory_main = os.path.join(directory, 'main.py')
+    code, _, _, err = cli.run([directory], search_path=[library])
+    self.assertEqual(code, ms.EXIT_OK, msg=err)
+    self.assertIn("main.py:16:10: attribute-read: read as an attribute, "
+                  "model.attn.out.value reads 'out' (sown at "
+                  'fuzzlib/block0.py:11)', err)
+    # What it reads is the library block's sown value (by the functional
+    # capture, which names it attn/out).
+    observed = project_testing.execute(directory, libraries=[library])
+    np.testing.assert_array_equal(observed['run'],
+                                  observed["names['attn/out'][0]"])
+    # Library calls are found by the cheap pass: made, and imported from an
+    # installed package.
+    holders = codemod_testing.codemod_module('holders')
+    self.assertEqual(holders.library_calls(
+        'main.py', cli.read(directory_main).encode(),
+        lambda top: top == 'fuzzlib'), {'fuzzlib.block0': {'Block0'}})
+    self.assertEqual(holders.library_calls(
+        'main.py', b'import fuzzlib.block0 as b\nm = b.Block0(1)\n'
+        b'import fuzzlib\nn = fuzzlib.nn.Linear(2)\nf = fuzzlib.f(1)\n',
+        lambda top: top == 'fuzzlib'),
+                     {'fuzzlib.block0': {'Block0'}, 'fuzzlib.nn': {'Linear'}})
+    self.assertEqual(holders.library_calls(
+        'main.py', cli.read(directory_main).encode(), lambda top: False), {})
 
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')

@@ -149,10 +149,11 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       break
   aliases = reexports.collect(root, given + project_files, reading.read)
   cheap: dict[str, list[holders.ClassNames]] = {}
+  calls: dict[str, dict[str, set[str]]] = {}  # library classes made
   while True:
     reading.analyse_bases(given + project_files, root, aliases, analyses,
                           verbose, err, summary, unknown, base, pool, data,
-                          search_path)
+                          search_path, calls)
     # The classes that may hold the analysed ones, in files that use none
     # of the APIs (holders.py); then the bases and libraries they name.
     if not reading.analyse_holders(given + project_files, given, root, base,
