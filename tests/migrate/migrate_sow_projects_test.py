@@ -537,6 +537,45 @@ class ProjectTest(absltest.TestCase):
     self.assertEqual(holders.library_calls(
         'main.py', cli.read(directory_main).encode(), lambda top: False), {})
 
+  def test_a_pydantic_model_is_no_module(self):
+    # Tunix: a pop of an object of unknown class, in a project that also
+    # has pydantic models (its trajectories), migrated where pydantic is not
+    # installed: a class deriving from pydantic.BaseModel is data, not a
+    # suspect for the popped object.
+    source = cli.textwrap.dedent('''\
+        import pydantic
+        from flax import nnx
+
+
+        class Metrics(pydantic.BaseModel):
+          loss: float = 0.0
+
+
+        class Model(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'h', x)
+            return x
+
+
+        def scores(model, x):
+          y = model(x)
+          states = nnx.pop(model, nnx.Intermediate)
+          return y, states
+        ''')
+    for capture in ('legacy', 'transform'):
+      migrated, flags = ms.migrate_source(source, nnx_capture=capture,
+                                          path='m.py', search_path=[])
+      self.assertEmpty(flags, msg=capture)
+      self.assertIn('y, states = nnx.capture(model, nnx.Intermediate)(x)',
+                    migrated)
+    # A class of a package it cannot read that is not known to be data
+    # stays a suspect.
+    other = source.replace('pydantic', 'somelib')
+    _, flags = ms.migrate_source(other, nnx_capture='transform',
+                                 path='m.py', search_path=[])
+    self.assertIn('unknown-type', [f.code for f in flags])
+
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')
     found = holders.classes('model.py', cli.read(os.path.join(
