@@ -55,6 +55,11 @@ def _while_append(x):
                                                             name='step'), x)
 
 
+def _steps_from_input(v):
+  n = 2 + (jnp.sum(v) * 0).astype(jnp.int32)  # a bound computed from v
+  return lax.fori_loop(0, n, lambda i, c: sow(jnp.sin(c), name='s'), v)
+
+
 def _while_no_prior(x):
   return lax.while_loop(lambda c: c[0] < 5.0,
                         lambda c: sow(c + 1.0, name='c', mode='clobber'), x)
@@ -372,6 +377,16 @@ CASES = {
                               {'step': (jnp.zeros((3, 3)),)}))(X),
         'ValueError: plant: a while_loop (at <location>) ran 5 steps, but the'
         " values planted into 'step' hold 3: plant a value for every step."),
+    'while_predicate_not_leading': (
+        lambda: jax.jit(capture(jax.jacfwd(
+            lambda v: jnp.sum(jax.vmap(_steps_from_input)(v))),
+            max_steps=3))(jnp.ones((2, 3))),
+        'NotImplementedError: capture: a while_loop (at <location>) stops'
+        ' each example at its own step (its predicate has shape (2,)), but'
+        " the leading axes of the values of sow 's', (6, 2), do not show"
+        " which are the predicate's: a vmap that does not batch the"
+        ' predicate (jax.jacfwd, say) may be applied around one that does.'
+        ' Capture inside the outer transform instead.'),
     'max_steps_not_positive': (
         lambda: capture(_while_append, max_steps=0),
         'ValueError: capture: max_steps must be a positive int (the steps'
