@@ -199,6 +199,23 @@ partial_eval_kept_effects = _find(
     'the partial-eval kept effects list',
     'jax._src.effects:partial_eval_kept_effects',
 )
+def allow_effect_type(effect_type: type) -> None:
+  """Registers ``effect_type`` with every allow-list JAX 0.10.2 consults
+  before accepting an effect inside a higher-order primitive or a lowering:
+  lowering, control flow, custom derivatives, remat, and the effects that
+  partial evaluation keeps (without which partial evaluation that re-traces
+  a jaxpr from its outputs, such as the known half of a linearized scan,
+  drops equations whose outputs are unused)."""
+  for allow_list in (
+      lowerable_effects,
+      control_flow_allowed_effects,
+      custom_derivatives_allowed_effects,
+      remat_allowed_effects,
+      partial_eval_kept_effects,
+  ):
+    allow_list.add_type(effect_type)
+
+
 # Effects that refer to jaxpr inputs by position (state effects): a rewritten
 # jaxpr that moves its inputs must not copy them; the type is not public.
 # Contract: jax_contract_test.EffectsTest.test_jaxpr_input_effect_*.

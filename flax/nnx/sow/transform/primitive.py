@@ -101,18 +101,7 @@ class SowEffect(jex_core.Effect):
 
 sow_effect = SowEffect()
 
-# Every allow-list JAX 0.10.2 consults before accepting an effect inside a
-# higher-order primitive or a lowering.
-for _allow_list in (
-    _jax.lowerable_effects,
-    _jax.control_flow_allowed_effects,
-    _jax.custom_derivatives_allowed_effects,
-    _jax.remat_allowed_effects,
-    # Without this, partial evaluation that re-traces a jaxpr from its outputs
-    # (e.g. the known half of a linearized scan) drops unused markers.
-    _jax.partial_eval_kept_effects,
-):
-  _allow_list.add_type(SowEffect)
+_jax.allow_effect_type(SowEffect)
 
 # True while a capture traces its function. A user context (public JAX) is
 # part of the trace context, so it keys JAX's tracing caches, and of the jit

@@ -57,14 +57,7 @@ class RuntimeCheckEffect(jex_core.Effect):
 runtime_check_effect = RuntimeCheckEffect()
 
 # A check sits in loops, under custom derivatives and remat, as a sow does.
-for _allow_list in (
-    _jax.lowerable_effects,
-    _jax.control_flow_allowed_effects,
-    _jax.custom_derivatives_allowed_effects,
-    _jax.remat_allowed_effects,
-    _jax.partial_eval_kept_effects,
-):
-  _allow_list.add_type(RuntimeCheckEffect)
+_jax.allow_effect_type(RuntimeCheckEffect)
 
 _MARK = 'flax.nnx.sow runtime check #'
 _MARKED = re.compile(re.escape(_MARK) + r'(\d+)')
