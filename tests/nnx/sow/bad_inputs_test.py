@@ -55,6 +55,11 @@ def _while_append(x):
                                                             name='step'), x)
 
 
+def _five_steps(v):  # whatever is planted: a plant must not stop the loop
+  return lax.while_loop(lambda c: c[0] < 5, lambda c: (
+      c[0] + 1, sow(c[1] + 1.0, name='step')), (0, v))[1]
+
+
 def _steps_from_input(v):
   n = 2 + (jnp.sum(v) * 0).astype(jnp.int32)  # a bound computed from v
   return lax.fori_loop(0, n, lambda i, c: sow(jnp.sin(c), name='s'), v)
@@ -373,7 +378,7 @@ CASES = {
         " pass on_overflow='truncate' to keep the first steps (Steps.count"
         ' says how many ran).'),
     'plant_fewer_steps_than_the_loop': (
-        lambda: jax.jit(plant(_while_append,
+        lambda: jax.jit(plant(_five_steps,
                               {'step': (jnp.zeros((3, 3)),)}))(X),
         'ValueError: plant: a while_loop (at <location>) ran 5 steps, but the'
         " values planted into 'step' hold 3: plant a value for every step."),
