@@ -73,6 +73,7 @@ CORE_TESTS = (
     'tests/nnx/sow/transform/rules/rules_custom_derivatives_test.py',
     'tests/nnx/sow/transform/rules/rules_loops_test.py',
     'tests/nnx/sow/transform/rules/rules_while_steps_test.py',
+    'tests/nnx/sow/transform/runtime_checks_test.py',
     'tests/nnx/sow/transform/steps_test.py',
     'tests/nnx/sow/transform/rules/rules_cond_test.py',
     'tests/nnx/sow/api/plant_test.py',
@@ -280,8 +281,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '      np.asarray(leaf))',
        'a sown Python number stays weakly typed, as JAX converts it'),
     _m('primitive-cond-batch-no-refusal', 'transform/primitive.py',
-       '      if branches is not None:\n        _refuse_batched_cond(',
-       '      if False:\n        _refuse_batched_cond(',
+       '        if branches is not None:\n'
+       "          refuse_batched_cond(params['sow_name'], branches)",
+       '        if False:\n'
+       "          refuse_batched_cond(params['sow_name'], branches)",
        'capture(vmap(f)) refuses a cond with a batched index over sows'),
     _m('primitive-numpy-scalar-not-array', 'transform/primitive.py',
        '_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)',
@@ -305,11 +308,29 @@ MUTANTS: tuple[Mutant, ...] = (
        '  return [c if isinstance(c, ad.Zero) else jax.numpy.zeros_like(c)\n'
        '          for c in cotangents]',
        'gradients flow through a sow'),
+    _m('primitive-custom-rules-unmarked', 'transform/primitive.py',
+       "    if harvesting.value and 'subfuns' in params:",
+       '    if False:',
+       "a custom_vjp's backward rule sowing under jax.grad(jax.vmap) of a"
+       ' cond whose index is batched is refused, not recorded for every'
+       ' example'),
+    _m('primitive-custom-rules-sows-unrefused', 'transform/primitive.py',
+       '      rules = _IN_RULES_OF_BATCHED_COND.stack\n      if rules:',
+       '      rules = _IN_RULES_OF_BATCHED_COND.stack\n      if False:',
+       "a sow in a custom rule of a batched-index cond's branch is refused"
+       ' when the rule runs'),
     # -- transform/_jax.py -------------------------------------------------
     _m('jax-any-cond-refused', 'transform/_jax.py',
-       "      if local.get('index_dim') is not None:",
+       "      if local.get('index_dim') is not None and not"
+       ' batching_branches:',
        '      if True:',
        'a batched cond whose index is not batched is still captured'),
+    _m('jax-cond-batching-counts-as-evaluating', 'transform/_jax.py',
+       '      batching_branches = evaluating and (',
+       '      batching_branches = False and (',
+       'a cond whose index is not batched, reusing the batched branches JAX'
+       ' cached for one whose index was, still captures what its branches'
+       ' sow when differentiated'),
     _m('jax-outermost-cond-only', 'transform/_jax.py',
        '        return local[\'branches\']\n    frame = frame.f_back',
        '        return local[\'branches\']\n      return None\n'
@@ -392,6 +413,14 @@ MUTANTS: tuple[Mutant, ...] = (
        '    if not 0 <= outer <= self.vmapped:',
        '    if False:',
        'a vmap count the batching rule contradicts is refused'),
+    _m('primitive-remat-sow-recorded-twice', 'transform/primitive.py',
+       '  staged = eqn\n  if eqn.effects:',
+       '  staged = eqn\n  if False:',
+       'a sow under jax.checkpoint is recorded once, by the known program'),
+    _m('sites-leafless-sow-loses-vmap-size', 'transform/primitive.py',
+       "    params['sizes'] = (axis_data.size, *params.get('sizes', ()))",
+       '    pass',
+       'a leafless sow under vmap in a while_loop has a count per example'),
     _m('sites-ambiguous-stack-guessed', 'transform/sites.py',
        '      count != inner and count <= vmapped for count in',
        '      count != inner and count < 0 for count in',
@@ -752,6 +781,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "      scope.request.bounds.on_overflow == 'error'):",
        "  if False:",
        'a loop that runs more steps than max_steps keeps is an error'),
+    # -- transform/runtime_checks.py ---------------------------------------
+    _m('runtime-checks-not-translated', 'transform/runtime_checks.py',
+       '    return _failures.pop(int(numbers[0]), None)',
+       '    return None',
+       "a check failing under jax.jit raises the package's ValueError"),
     # -- transform/steps.py ------------------------------------------------
     _m('steps-mask-inclusive', 'transform/steps.py',
        '    return steps < jnp.expand_dims(count, -1)',
@@ -1235,8 +1269,10 @@ MUTANTS: tuple[Mutant, ...] = (
        '    out = list(primals)',
        'reverse mode of a forward-differentiated perturb still sows'),
     _m('perturb-batch-uncounted', 'transform/perturbation.py',
-       '      out = prim.bind(*moved, vmapped=vmapped + 1, **params)',
-       '      out = prim.bind(*moved, vmapped=vmapped, **params)',
+       '      out = _bind_as_batched(prim, *moved, vmapped=vmapped + 1,'
+       ' **params)',
+       '      out = _bind_as_batched(prim, *moved, vmapped=vmapped,'
+       ' **params)',
        'a loop axis goes before the axis of a vmap inside jax.grad'),
     _m('perturb-batch-primal-broadcast', 'transform/perturbation.py',
        '    if not primitive.harvesting.value or'
@@ -1247,6 +1283,17 @@ MUTANTS: tuple[Mutant, ...] = (
        '  if all(type(ct) is ad.Zero for ct in cotangents):',
        '  if False:',
        'nothing is sown where the gradient is symbolically zero'),
+    _m('perturb-batched-cond-unrefused', 'transform/perturbation.py',
+       '  if in_batched_cond and primitive.harvesting.value:',
+       '  if False:',
+       "a perturb's gradient under jax.grad(jax.vmap) of a cond whose index"
+       ' is batched is refused, not recorded for every example'),
+    _m('perturb-batching-rule-marks', 'transform/perturbation.py',
+       '  return jex_core.Primitive.bind(prim, *args, **params)',
+       '  return prim.bind(*args, **params)',
+       'a cond whose index is not batched, reusing the batched branches JAX'
+       " cached for one whose index was, still captures a perturb's"
+       ' gradient'),
     _m('perturb-int-accepted', 'perturb.py',
        '    if not jnp.issubdtype(leaf.dtype, jnp.inexact):',
        '    if False:',

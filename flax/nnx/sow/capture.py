@@ -236,9 +236,11 @@ def capture(
       keeps: an int for every name, or ``{name: int}`` (each name must be
       sown so). ``None``: such a sow is an error.
     on_overflow: what a loop that runs more steps than ``max_steps`` does:
-      ``'error'`` raises (eagerly at once; under ``jit`` when the program
-      runs, from a host callback after each such loop, which costs a host
-      round trip per call), ``'truncate'`` keeps the first steps, and
+      ``'error'`` raises a ``ValueError`` naming the site (eagerly at once;
+      under ``jit`` when the program runs, from a host callback after each
+      such loop, which costs a host round trip per call, and a dispatch
+      from Python: see :mod:`~flax.nnx.sow.transform.runtime_checks`),
+      ``'truncate'`` keeps the first steps, and
       :attr:`~flax.nnx.sow.Steps.count` says how many ran (no callback).
     see_through: also collect the sows that a ``capture``, ``plant`` or
       ``nnx.capture`` inside ``f`` takes (they still get them): each sow

@@ -91,6 +91,15 @@ def _cond(true_fun, false_fun):
   return lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x)
 
 
+@jax.custom_vjp
+def _scaled(v):
+  return 2.0 * v
+
+
+_scaled.defvjp(lambda v: (2.0 * v, None),
+               lambda _, ct: (sow(2.0 * ct, name='b'),))
+
+
 CASES = {
     'name_int': (
         lambda: sow(X, name=3),
@@ -305,6 +314,16 @@ CASES = {
         " its sows ('b') cannot tell which branch an example took. Use"
         ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
         ' outside the cond.'),
+    'vmap_of_cond_backward_rule_sows': (
+        lambda: capture(jax.grad(lambda v: jnp.sum(jax.vmap(_cond(
+            _scaled, lambda u: -_scaled(u)))(v))))(jnp.stack([X, -X])),
+        'NotImplementedError: capture: jax.vmap of a cond/switch whose index'
+        ' depends on the mapped inputs runs every branch on every example, so'
+        " its sows ('b') cannot tell which branch an example took ('b' is"
+        ' sown by a custom_vjp or custom_jvp rule of a branch, which runs for'
+        ' every example when the program is differentiated). Use'
+        ' jax.vmap(capture(f)) instead of capture(jax.vmap(f)), or sow'
+        ' outside the cond.'),
     'while_append': (
         lambda: capture(_while_append)(X),
         'NotImplementedError: capture: a while_loop (at <location>) sows'
@@ -342,6 +361,17 @@ CASES = {
         " more than the 3 kept of 'step' (max_steps). Raise max_steps, or"
         " pass on_overflow='truncate' to keep the first steps (Steps.count"
         ' says how many ran).'),
+    'while_append_past_max_steps_under_jit': (
+        lambda: jax.jit(capture(_while_append, max_steps=3))(X),
+        'ValueError: capture: a while_loop (at <location>) ran 5 steps,'
+        " more than the 3 kept of 'step' (max_steps). Raise max_steps, or"
+        " pass on_overflow='truncate' to keep the first steps (Steps.count"
+        ' says how many ran).'),
+    'plant_fewer_steps_than_the_loop': (
+        lambda: jax.jit(plant(_while_append,
+                              {'step': (jnp.zeros((3, 3)),)}))(X),
+        'ValueError: plant: a while_loop (at <location>) ran 5 steps, but the'
+        " values planted into 'step' hold 3: plant a value for every step."),
     'max_steps_not_positive': (
         lambda: capture(_while_append, max_steps=0),
         'ValueError: capture: max_steps must be a positive int (the steps'

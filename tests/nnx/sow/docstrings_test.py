@@ -48,6 +48,7 @@ MODULES_WITH_EXAMPLES = {
     'flax.nnx.sow.perturb',
     'flax.nnx.sow.transform.names',
     'flax.nnx.sow.transform.primitive',
+    'flax.nnx.sow.transform.runtime_checks',
     'flax.nnx.sow.transform.perturbation',
     'flax.nnx.sow.plant',
     'flax.nnx.sow.render',

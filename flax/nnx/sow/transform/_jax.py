@@ -233,6 +233,15 @@ def shard_map_manual_axes_key(params: tp.Mapping[str, tp.Any]) -> str:
       f' neither newly_manual_axes nor manual_axes: {sorted(params)}'
   )
 
+# A host callback bound with an effect of the caller's choosing: the public
+# `jax.debug.callback` always binds JAX's own debug effect, by which a
+# `jax.jit` program holding a runtime check of ours cannot be told from one
+# that prints (`runtime_checks`, `set_jit_errors`).
+# Contract: jax_contract_test.PrimitivesTest.test_debug_callback_p.
+debug_callback_p = _find(
+    'the debug callback primitive', 'jax._src.debugging:debug_callback_p'
+)
+
 # Bound eagerly by code that evaluates a closed jaxpr as one primitive (it
 # stages as `closed_call`); an eager interpretation meets it as it is. JAX
 # 0.10.2 moved it from `lax.control_flow.loops` to a module of its own.
@@ -372,6 +381,20 @@ def _can_set_jit_dispatch() -> bool:
 
 
 def _run_python_jit(p, args_flat, fun, args, kwargs):
+  if _checked is None or not any(
+      isinstance(effect, _checked) for effect in p.params['jaxpr'].effects):
+    return _dispatched(p, args_flat, fun, args, kwargs)
+  try:
+    return _dispatched(p, args_flat, fun, args, kwargs)
+  except jax.errors.JaxRuntimeError as error:
+    translated = _translate(error)
+    if translated is None:
+      raise
+    # JAX's error only wraps the text of this one: it adds nothing.
+    raise translated from None
+
+
+def _dispatched(p, args_flat, fun, args, kwargs):
   # A staging trace (the common case of a cache miss) is never asked.
   trace = trace_ctx.trace
   if (
@@ -424,6 +447,44 @@ def set_jit_dispatch(
   return True
 
 
+# What `set_jit_errors` set: an effect type, and how a runtime error of a
+# program holding it is translated.
+_checked: type | None = None
+_translate: tp.Callable[[Exception], BaseException | None] | None = None
+
+
+def set_jit_errors(
+    effect_type: type,
+    translate: tp.Callable[[Exception], BaseException | None],
+) -> bool:
+  """Translates the runtime errors of ``jax.jit`` programs with an effect.
+
+  A host callback that raises fails its program; the runtime reports a
+  ``jax.errors.JaxRuntimeError`` that holds only the text of the callback's
+  exception. For a ``jax.jit`` call whose program has an effect of type
+  ``effect_type`` (at any depth: a program's effects hold those of its
+  equations), such an error is passed to ``translate``, and what that
+  returns (unless ``None``) is raised in its place. JAX records no compiled
+  fast path for a program with effects (a fast path would raise from C++,
+  where nothing can translate), so every call of it is seen here (contract:
+  runtime_checks_test.test_only_a_program_with_a_check_loses_its_fast_path).
+  Calls that do
+  not go through ``jax.jit``'s dispatch (an ahead-of-time compiled
+  function, ``jax.pmap``) raise the runtime's error as it is. Set once, for
+  the process.
+
+  Returns:
+    Whether JAX has the function this relies on (``set_jit_dispatch``); if
+    not, nothing is changed.
+  """
+  global _checked, _translate
+  if not _can_set_jit_dispatch():
+    return False
+  _checked, _translate = effect_type, translate
+  pjit._run_python_pjit = _run_python_jit
+  return True
+
+
 def jit_dispatch_is_set() -> bool:
   """Whether :func:`set_jit_dispatch` is in effect."""
   return getattr(pjit, '_run_python_pjit', None) is _run_python_jit
@@ -443,12 +504,14 @@ _COND_BATCHING_CODE = getattr(_COND_BATCHING_RULE, '__code__', None)
 # The rule's locals read below (`rules_cond_test` checks them). A JAX whose
 # rule names them otherwise still has its frame recognised: every sow under
 # it is then refused, as if its index were batched, rather than recorded.
-COND_BATCHING_LOCALS = ('index_dim', 'branches')
+COND_BATCHING_LOCALS = ('index_dim', 'branches', 'axis_data')
 _COND_LOCALS_READABLE = _COND_BATCHING_CODE is not None and all(
     name in _COND_BATCHING_CODE.co_varnames for name in COND_BATCHING_LOCALS)
 
 
-def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
+def branches_of_batched_cond(
+    *, evaluating: bool = False
+) -> tp.Sequence[core.ClosedJaxpr] | None:
   """The branches of the innermost cond being batched with a batched index.
 
   Returns ``None`` unless JAX's cond batching rule is on the caller's stack
@@ -458,16 +521,25 @@ def branches_of_batched_cond() -> tp.Sequence[core.ClosedJaxpr] | None:
   ``index_dim`` to ``None`` (its index is the platform, never batched), so it
   is not reported. On a JAX whose rule does not name these locals, the
   rule's frame alone answers, with no branches.
+
+  The rule first batches each branch (under a batch trace of its own, whose
+  axis is the rule's ``axis_data``; JAX caches the batched branch and may
+  reuse it for a cond whose index is not batched), then evaluates it under
+  the trace it was called under. With ``evaluating``, a rule in the first
+  step does not count: what is marked then stays with this cond.
   """
   if _COND_BATCHING_CODE is None:
     raise _COND_BATCHING_RULE.error()
+  current = trace_ctx.trace if evaluating else None
   frame: types.FrameType | None = sys._getframe(1)
   while frame is not None:
     if frame.f_code is _COND_BATCHING_CODE:
       if not _COND_LOCALS_READABLE:
         return ()  # cannot tell whether the index is batched: refuse
       local = frame.f_locals
-      if local.get('index_dim') is not None:
+      batching_branches = evaluating and (
+          getattr(current, 'axis_data', None) is local.get('axis_data'))
+      if local.get('index_dim') is not None and not batching_branches:
         return local['branches']
     frame = frame.f_back
   return None

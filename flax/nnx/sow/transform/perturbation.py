@@ -41,6 +41,19 @@ differentiated function batches ``perturb_p`` (or ``tangent_p``), not the
 sow that the backward pass binds later, so their batching rules count it
 and the transpose rule hands the count to the sow. A vmap outside the
 differentiation batches the sow itself, whose own rule counts it.
+
+``jax.vmap`` of a ``cond`` whose index is batched runs every branch on every
+example, and a perturbation in a branch is then transposed for every
+example too (with a zero cotangent where the branch was not taken), after
+the cond's batching rule returned: a sow in the branch is refused there
+(``primitive``), and so is a perturbation's cotangent. While capturing,
+a perturbation bound while that rule evaluates its batched branches is
+marked (``in_batched_cond``, kept by every rule, through loops and caches
+of the program around the cond), and its transposition refuses. It is not
+marked while the rule batches the branches: JAX caches those batched
+branches and may reuse them for a cond whose index is not batched. A
+perturbation in a ``jit`` (or another higher-order primitive) within a
+branch escapes as a custom call there does (see ``primitive``).
 """
 
 from __future__ import annotations
@@ -53,12 +66,26 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import primitive
 
+
+class _PerturbPrimitive(jex_core.Primitive):
+  """The type of ``perturb_p`` and ``tangent_p``: marks, while capturing, a
+  perturbation bound in a branch of a cond whose index is batched (see the
+  module docstring)."""
+
+  def bind(self, *args, **params):
+    if (primitive.harvesting.value and not params.get('in_batched_cond')
+        and _jax.branches_of_batched_cond(evaluating=True) is not None):
+      params['in_batched_cond'] = True
+    return super().bind(*args, **params)
+
+
 # Kept across a reload of this module, as `primitive.sow_p` is.
-perturb_p = globals().get('perturb_p') or jex_core.Primitive('perturb')
+perturb_p = globals().get('perturb_p') or _PerturbPrimitive('perturb')
 perturb_p.multiple_results = True
-tangent_p = globals().get('tangent_p') or jex_core.Primitive(
+tangent_p = globals().get('tangent_p') or _PerturbPrimitive(
     'perturb_tangent')
 tangent_p.multiple_results = True
 
@@ -124,13 +151,19 @@ def _tangent_jvp(primals, tangents, **params):
   return out, list(tangents)
 
 
-def _transpose(cotangents, *leaves, sow_name, tag, tree, vmapped):
+def _transpose(cotangents, *leaves, sow_name, tag, tree, vmapped,
+               in_batched_cond=False):
   """Sows the cotangents (the identity's transpose) unless all are zero."""
   if all(type(ct) is ad.Zero for ct in cotangents):
     return [
         ad.Zero(leaf.aval.to_ct_aval()) if ad.is_undefined_primal(leaf) else None
         for leaf in leaves
     ]
+  if in_batched_cond and primitive.harvesting.value:
+    primitive.refuse_batched_cond(
+        sow_name, (),
+        why='is a perturb of a branch, whose gradient is sown for every'
+        ' example when the program is differentiated')
   sown = primitive.sow_p.bind(
       *map(ad.instantiate_zeros, cotangents), sow_name=sow_name, tag=tag,
       mode='append', tree=tree, vmapped=vmapped,
@@ -153,7 +186,7 @@ def _batcher(prim):
       # that this vmap does not batch (`jax.jacfwd`'s) stays unbatched too:
       # its tangent, if batched, is counted by tangent_p's rule.
       with primitive.binding_jvp_primal(False):
-        out = prim.bind(*leaves, vmapped=vmapped, **params)
+        out = _bind_as_batched(prim, *leaves, vmapped=vmapped, **params)
       return out, list(dims)
     # While capturing, the cotangent this perturbation sows must carry the
     # mapped axis leading, every leaf batched, and count it, as a sow
@@ -161,10 +194,17 @@ def _batcher(prim):
     # binds the sow later, outside this vmap.
     moved = primitive.mapped_axis_leading(leaves, dims, axis_data.size)
     with primitive.binding_jvp_primal(False):
-      out = prim.bind(*moved, vmapped=vmapped + 1, **params)
+      out = _bind_as_batched(prim, *moved, vmapped=vmapped + 1, **params)
     return out, [0] * len(out)
 
   return batch
+
+
+def _bind_as_batched(prim, *args, **params):
+  # A batching rule keeps the mark its bind was given: under a cond's
+  # batching rule, that bind (into the rule's own batch trace) is the
+  # batching of a branch, which JAX caches, not its evaluation.
+  return jex_core.Primitive.bind(prim, *args, **params)
 
 
 for _prim in (perturb_p, tangent_p):

@@ -39,6 +39,23 @@ escapes when the batched branch comes from the cache: JAX made it for a cond
 of the same trace on the same branch functions whose index was not batched
 and whose operands all were. That case is recorded for every example.
 
+A ``custom_vjp``'s backward rule runs later, when the program is transposed
+(and a ``custom_jvp``'s JVP rule, when a loop body holding it is
+differentiated after being batched): outside the rule's frame, so its sows
+would record, for each example, the cotangents of every branch (zero where
+the branch was not taken). So while capturing, a ``custom_jvp_call`` or
+``custom_vjp_call`` bound under that rule has its functions (the body and
+its rules) wrapped: whenever one runs, its sows are refused as the branch's
+own are (``_in_rules_of_batched_cond``). For that this module replaces
+the ``bind`` of these two primitives of JAX's
+(``_mark_rules_under_batched_cond``, which calls JAX's own); outside a
+capture it only reads ``harvesting``. A custom call in a ``jit``,
+``checkpoint`` or other higher-order primitive within a branch escapes
+where JAX does not bind it again while the rule evaluates the branch: in a
+loop body (the rule stages that primitive as it is, and the loop is
+differentiated after the rule returned), or when JAX reuses a
+differentiated form of it cached for a cond whose index was not batched.
+
 What JAX would need for this to be a plain primitive: an
 ``effects.EffectTypeSet`` (say ``effects.batched_cond_disallowed_effects``)
 that ``_cond_batching_rule`` consults when ``index_dim is not None``,
@@ -46,7 +63,10 @@ raising for a branch effect of a registered type as it already does, by
 name, for state and IO effects (its ``TODO: clean this up by adding a
 specific blocklist``). ``SowEffect`` would register with ``add_type``, as it
 does below with ``control_flow_allowed_effects``, and the refusal would
-follow the effect through every cache and nesting.
+follow the effect through every cache and nesting. A custom rule's sows are
+not among a branch's effects (JAX traces the rule later), so the batched
+rules would also have to say whose branch they run for: say, the batched
+backward rule of ``batching.batch_custom_vjp_bwd`` checking the same set.
 """
 
 from __future__ import annotations
@@ -58,10 +78,13 @@ import typing as tp
 
 import jax
 import jax.extend.core as jex_core
-import numpy as np
+from jax.extend.core import primitives as jex_primitives
+import jax.extend.linear_util as lu
 from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
+from jax.interpreters import partial_eval as pe
+import numpy as np
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import thread_stack
@@ -118,29 +141,87 @@ class _SowPrimitive(jex_core.Primitive):
   """
 
   def bind(self, *args, **params):
-    # Such a cond binds its branches' sows under a batch trace: a sow bound
-    # straight into a jaxpr (the common case while capturing) is in none, and
-    # searching the stack would cost several microseconds per sow.
-    if harvesting.value and (
-        type(_jax.trace_ctx.trace) is not _jax.DynamicJaxprTrace
-    ):
-      branches = _jax.branches_of_batched_cond()
-      if branches is not None:
-        _refuse_batched_cond(params['sow_name'], branches)
+    if harvesting.value:
+      rules = _IN_RULES_OF_BATCHED_COND.stack
+      if rules:
+        # A custom rule of such a branch, run after the cond's batching rule
+        # returned (a backward rule, at transposition): whatever trace.
+        refuse_batched_cond(
+            params['sow_name'], rules[-1],
+            why='is sown by a custom_vjp or custom_jvp rule of a branch, which'
+            ' runs for every example when the program is differentiated')
+      # Such a cond binds its branches' sows under a batch trace: a sow bound
+      # straight into a jaxpr (the common case while capturing) is in none,
+      # and searching the stack would cost several microseconds per sow.
+      if type(_jax.trace_ctx.trace) is not _jax.DynamicJaxprTrace:
+        branches = _jax.branches_of_batched_cond()
+        if branches is not None:
+          refuse_batched_cond(params['sow_name'], branches)
     return super().bind(*args, **params)
 
 
-def _refuse_batched_cond(name: Name, branches) -> tp.NoReturn:
+def refuse_batched_cond(
+    name: Name, branches, *, why: str = ''
+) -> tp.NoReturn:
+  """Raises the refusal of sows in a branch of a cond whose index is batched:
+  ``name``'s and those of ``branches``; ``why`` says where ``name`` runs,
+  if not in the branch itself."""
+  if isinstance(branches, Exception):
+    raise branches  # this JAX cannot tell (`_jax.MissingJaxFeature`)
   names = {name}
   for branch in branches:
     names.update(eqn.params['sow_name'] for eqn in sow_equations(branch.jaxpr))
+  where = f' ({name!r} {why})' if why else ''
   raise NotImplementedError(
       'capture: jax.vmap of a cond/switch whose index depends on the mapped'
       ' inputs runs every branch on every example, so its sows'
       f' ({", ".join(sorted(map(repr, names)))}) cannot tell which branch an'
-      ' example took. Use jax.vmap(capture(f)) instead of'
+      f' example took{where}. Use jax.vmap(capture(f)) instead of'
       ' capture(jax.vmap(f)), or sow outside the cond.'
   )
+
+
+# Innermost last: the branches of a batched-index cond (or the error of a JAX
+# that cannot tell) whose custom_jvp/custom_vjp functions are running: the
+# body, the forward, backward or JVP rule, whenever JAX runs them.
+_IN_RULES_OF_BATCHED_COND: thread_stack.ThreadStack[tp.Any] = (
+    thread_stack.ThreadStack())
+
+
+# A transformation, not a new function: the wrapped function keeps the stores
+# JAX reads its output structure from, and resets to trace it again.
+@lu.transformation2
+def _in_rules_of_batched_cond(f, branches, *args, **kwargs):
+  with _IN_RULES_OF_BATCHED_COND.pushed(branches):
+    return f(*args, **kwargs)
+
+
+def _mark_rules_under_batched_cond(custom_call: jex_core.Primitive):
+  """A ``bind`` for ``custom_call`` (``custom_jvp_call``/``custom_vjp_call``)
+  that, while capturing under JAX's batching rule of a cond whose index is
+  batched, wraps the functions it carries (``subfuns``) so that their sows,
+  whenever JAX runs them, are refused as the branch's own are.
+
+  The rule evaluates each batched branch by binding its equations, so a
+  custom call of a branch is bound here under the rule's frame (also when
+  JAX took the batched branch from its cache).
+  """
+  unhooked = type(custom_call).bind  # JAX's own, whatever this replaced
+
+  def bind(*args, **params):
+    if harvesting.value and 'subfuns' in params:
+      try:
+        branches = _jax.branches_of_batched_cond(evaluating=True)
+      except _jax.MissingJaxFeature as e:
+        branches = e  # cannot tell: a sow these functions bind raises it
+      if branches is not None:
+        params['subfuns'] = tuple(
+            _in_rules_of_batched_cond(fun, branches)
+            for fun in params['subfuns'])
+    return unhooked(custom_call, *args, **params)
+
+  bind.unhooked = unhooked
+  return bind
 
 
 # A reload of this module (a notebook's autoreload) runs it again in the same
@@ -247,6 +328,10 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
     out = sow_p.bind(*moved, *anchors, vmapped=vmapped, **params)
     return out, out_dims + anchor_dims
   moved = mapped_axis_leading(leaves, dims, axis_data.size)
+  if not leaves:
+    # No leaf carries the mapped axis: the sow keeps its size, which a
+    # loop's step count (one per member) needs (`sites.Site.sizes`).
+    params['sizes'] = (axis_data.size, *params.get('sizes', ()))
   # The program goes on with a broadcast value only where a plant may put
   # per-member values there; a capture alone records per member and leaves
   # the program as it is, so that what JAX needs unbatched stays so (the
@@ -261,6 +346,40 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
   return out, [0] * len(leaves) + anchor_dims
 
 
+def _sow_partial_eval_custom(saveable, unknowns, instantiated, eqn):
+  """Splits a sow between a known program and a staged one that recomputes
+  what it needs (``jax.checkpoint``, and a ``while_loop``'s body under
+  ``jax.linearize``).
+
+  While capturing, a sow of known values is recorded by the known program,
+  and the staged one gets the values from an identity without the effect:
+  left to JAX, an effectful equation stays in the known program alone and
+  its outputs are saved as residuals, which a ``while_loop`` cannot carry
+  (JAX asserts there). Otherwise a sow is split as JAX splits any equation
+  it recomputes: known values in both programs, unknown ones staged.
+  """
+  del saveable  # an identity: recomputing it saves as much as saving it
+  count = len(eqn.outvars)
+  residuals = [
+      v for v, inst in zip(eqn.invars, instantiated)
+      if isinstance(v, jex_core.Var) and not inst
+  ]
+  if any(unknowns):
+    return None, eqn, [True] * count, [True] * count, residuals
+  staged = eqn
+  if eqn.effects:
+    inner = [jex_core.Var(v.aval) for v in eqn.outvars]
+    identity = jex_core.ClosedJaxpr(
+        jex_core.Jaxpr((), inner, inner, [], debug_info=jex_core.DebugInfo(
+            'sow', 'the identity of a recomputed sow', None, None)),
+        (),
+    )
+    staged = eqn.replace(primitive=jex_primitives.closed_call_p,
+                         params={'call_jaxpr': identity},
+                         effects=jex_core.no_effects)
+  return eqn, staged, [False] * count, [True] * count, residuals
+
+
 sow_p.def_impl(_sow_impl)
 sow_p.def_effectful_abstract_eval(_sow_abstract_eval)
 # Not cached: JAX caches a lowering per (primitive, parameters) as a function
@@ -270,6 +389,12 @@ mlir.register_lowering(sow_p, _sow_lowering, cacheable=False)
 ad.primitive_jvps[sow_p] = _sow_jvp
 ad.primitive_transposes[sow_p] = _sow_transpose
 batching.fancy_primitive_batchers[sow_p] = _sow_batch
+pe.partial_eval_jaxpr_custom_rules[sow_p] = _sow_partial_eval_custom
+# See the module docstring. A reload of this module replaces these rather
+# than wrapping them again.
+for _custom_call in (jex_primitives.custom_jvp_call_p,
+                     jex_primitives.custom_vjp_call_p):
+  _custom_call.bind = _mark_rules_under_batched_cond(_custom_call)
 
 
 def sow_equations(jaxpr: jex_core.Jaxpr) -> tp.Iterator[jex_core.JaxprEqn]:

@@ -51,6 +51,10 @@ class Site:
     inner_vmaps: how many of those vmaps were applied inside this scope's
       jaxpr (on the sow itself or on an equation between it and this scope);
       the others were applied outside, to an equation holding this jaxpr.
+    sizes: for a sow of a value with no leaves, the leading axes its
+      leaves would have (the sizes of the vmaps its batching rule counted,
+      outermost first, and of the loops and maps around it since), which
+      no leaf carries. Empty otherwise.
     meta: the static data of the marker (``primitive.sow_with_meta``), or
       ``None``: what a library built on ``sow`` needs of the site.
     ambiguous: the transform stack the sow was staged under, when it reads
@@ -67,6 +71,7 @@ class Site:
   avals: tuple[Aval, ...]
   vmapped: int = 0
   inner_vmaps: int = 0
+  sizes: tuple[int, ...] = ()
   meta: tp.Hashable = None
   ambiguous: str | None = None
 
@@ -105,10 +110,19 @@ class Site:
       )
     return outer
 
+  @property
+  def lead(self) -> tuple[int, ...]:
+    """The leading axes of the sown leaves from the vmaps applied outside
+    this scope's jaxpr (``outer_vmaps``): what a loop's step count has one
+    entry for. Read from the first leaf, or from ``sizes`` with no leaf."""
+    shape = self.avals[0][0] if self.avals else self.sizes
+    return tuple(shape[:self.outer_vmaps])
+
   def with_leading(self, *dims: int) -> Site:
     """This site seen from outside a map that adds leading axes."""
     avals = tuple(((*dims, *shape), dtype) for shape, dtype in self.avals)
-    return dataclasses.replace(self, avals=avals)
+    sizes = (*dims, *self.sizes) if not self.avals else self.sizes
+    return dataclasses.replace(self, avals=avals, sizes=sizes)
 
   def with_loop_axis(self, length: int) -> Site:
     """This site seen from outside a loop that stacks its values: the loop
@@ -118,7 +132,10 @@ class Site:
         ((*shape[:at], length, *shape[at:]), dtype)
         for shape, dtype in self.avals
     )
-    return dataclasses.replace(self, avals=avals)
+    sizes = self.sizes
+    if not self.avals and sizes:
+      sizes = (*sizes[:at], length, *sizes[at:])
+    return dataclasses.replace(self, avals=avals, sizes=sizes)
 
   def seen_through(self, vmaps: int) -> Site:
     """This site seen from the jaxpr holding an equation that ``vmaps``
@@ -258,6 +275,7 @@ def site_at(
       avals=_avals(tuple(v.aval for v in values)),
       vmapped=params['vmapped'],
       inner_vmaps=inner,
+      sizes=params.get('sizes', ()),
       meta=params.get('meta'),
       ambiguous=ambiguous,
   )

@@ -23,11 +23,13 @@ computes), never against this package's own use of the name.
 """
 
 import inspect
+import logging
 import os
 import subprocess
 import sys
 import textwrap
 import weakref
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -54,7 +56,7 @@ FUNNEL_NAMES = (
     'custom_vmap_p', 'shard_map_p', 'eval_jaxpr_p', 'UNSPECIFIED',
     'FlatTree', 'zeros_like_aval', 'Transform', 'user_frames', 'close_jaxpr',
     'convert_constvars_jaxpr', 'weakref_lru_cache', 'JVPTracer',
-    'LinearizeTracer', 'BatchTracer', 'core', 'pjit',
+    'LinearizeTracer', 'BatchTracer', 'core', 'pjit', 'debug_callback_p',
 )
 
 
@@ -301,6 +303,36 @@ class PrimitivesTest(absltest.TestCase):
     self.assertEqual([e.primitive for e in eqns], [prims.closed_call_p])
     self.assertIs(eqns[0].params['call_jaxpr'], closed)
 
+  def test_debug_callback_p_takes_the_callers_effect(self):
+    # What `runtime_checks` binds: flat values, a callback called with them
+    # as arrays, any effect (it becomes the equation's and the program's,
+    # through a while_loop too), and `partitioned`.
+    class Mark(jex_core.Effect):
+      pass
+
+    mark = Mark()
+    seen = []
+
+    def f(x):
+      def body(c):
+        i, y = c
+        _jax.debug_callback_p.bind(
+            i, y, callback=lambda *v: seen.append(v) or (), effect=mark,
+            partitioned=False)
+        return i + 1, y * 2
+
+      return lax.while_loop(lambda c: c[0] < 2, body, (0, x))[1]
+
+    for allow_list in (_jax.control_flow_allowed_effects,
+                       _jax.lowerable_effects):
+      allow_list.add_type(Mark)
+    closed = jax.make_jaxpr(f)(X)
+    self.assertIn(mark, closed.effects)
+    jax.block_until_ready(jax.jit(f)(X))
+    self.assertLen(seen, 2)
+    self.assertEqual([int(i) for i, _ in seen], [0, 1])
+    np.testing.assert_array_equal(seen[1][1], X * 2)
+
   def test_unspecified_is_jits_default_sharding(self):
     eqn, = eqns_of(jax.jit(lambda x: x * 2), X)
     self.assertIs(eqn.primitive, prims.jit_p)
@@ -437,6 +469,40 @@ class JitTest(absltest.TestCase):
     self.assertIsNotNone(result[_jax._EXECUTABLE])
 
 
+  def test_a_failed_callback_raises_a_runtime_error_from_the_hook(self):
+    # What `set_jit_errors` relies on: a jit call's cache miss runs the
+    # program in `_run_python_pjit`, and a host callback that raised fails
+    # it there with a `JaxRuntimeError` holding the exception's text.
+    current = _jax.pjit._run_python_pjit
+    raised = []
+
+    def recording(p, args_flat, fun, args, kwargs):
+      try:
+        return current(p, args_flat, fun, args, kwargs)
+      except Exception as error:
+        raised.append(error)
+        raise
+
+    def fail(x):
+      raise ValueError(f'a message of ours {x.shape}')
+
+    def f(x):
+      jax.debug.callback(fail, x)
+      return x * 2
+
+    logger = logging.getLogger('jax._src.debugging')
+    _jax.pjit._run_python_pjit = recording
+    try:
+      with mock.patch.object(logger, 'disabled', True):
+        with self.assertRaises(jax.errors.JaxRuntimeError):
+          jax.block_until_ready(jax.jit(f)(X))
+    finally:
+      _jax.pjit._run_python_pjit = current
+    error, = raised
+    self.assertIsInstance(error, jax.errors.JaxRuntimeError)
+    self.assertIn('ValueError: a message of ours (3,)', str(error))
+
+
 class CondBatchingTest(absltest.TestCase):
 
   def test_cond_batching_rule_frame_locals(self):
@@ -444,8 +510,8 @@ class CondBatchingTest(absltest.TestCase):
     # remove: drop this test with it.
     code = _jax._COND_BATCHING_CODE
     self.assertIsNotNone(code)
-    self.assertIn('index_dim', code.co_varnames)
-    self.assertIn('branches', code.co_varnames)
+    for name in ('index_dim', 'branches', 'axis_data'):
+      self.assertIn(name, code.co_varnames)
     # A primitive bound in a branch is batched inside the rule's frame.
     p = jex_core.Primitive('contract_batched')
     p.def_abstract_eval(lambda x: x)
@@ -465,6 +531,34 @@ class CondBatchingTest(absltest.TestCase):
     self.assertTrue(seen)
     self.assertTrue(all(b is not None and len(b) == 2 for b in seen))
     self.assertIsNone(_jax.branches_of_batched_cond())
+
+  def test_custom_calls_of_a_branch_are_bound_while_the_rule_evaluates(self):
+    # For `primitive._mark_rules_under_batched_cond`: the rule evaluates
+    # each batched branch by binding its equations, a custom_vjp_call with
+    # its functions as `subfuns`, under the trace the rule was called under
+    # (not its own batch trace); JAX's bind is the class's.
+    seen = []
+    p = prims.custom_vjp_call_p
+    hooked = p.bind
+    self.assertIs(hooked.unhooked, type(p).bind)
+
+    def spy(*args, **params):
+      trace = _jax.trace_ctx.trace
+      seen.append(('subfuns' in params, getattr(trace, 'axis_data', None),
+                   _jax.branches_of_batched_cond(evaluating=True)))
+      return hooked(*args, **params)
+
+    site = jax.custom_vjp(jnp.sin)
+    site.defvjp(lambda x: (jnp.sin(x), x), lambda x, ct: (ct * jnp.cos(x),))
+    p.bind = spy
+    try:
+      jax.grad(lambda xs: jnp.sum(jax.vmap(lambda x: lax.cond(
+          x > 0, site, jnp.cos, x))(xs)))(X[:2])
+    finally:
+      p.bind = hooked
+    self.assertTrue(any(has and data is None and branches is not None
+                        and len(branches) == 2
+                        for has, data, branches in seen), seen)
 
 
 class RuleShapesTest(parameterized.TestCase):

@@ -29,6 +29,7 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from flax.nnx.sow import capture
 from flax.nnx.sow import sow
 from flax.nnx.sow import sow_p
 from flax.nnx.sow.transform import primitive
@@ -185,6 +186,60 @@ class PrimitiveTest(parameterized.TestCase):
     self.assertGreaterEqual(
         count_sows(harvest_jaxpr(jax.jit(grad_of_g), X)), 1
     )
+
+
+class RematTest(parameterized.TestCase):
+  """How a sow is split by the partial evaluation behind ``jax.checkpoint``
+  (``_sow_partial_eval_custom``)."""
+
+  @staticmethod
+  def linearized(x):
+    def body(c):
+      i, h = c
+      return i + 1, sow(jnp.sin(h) * 1.5, name='h')
+
+    loop = lambda v: lax.while_loop(lambda c: c[0] < 3, body, (0, v))[1]
+    y, lin = jax.linearize(jax.checkpoint(loop), x)
+    return y, lin(jnp.ones_like(x))
+
+  def test_while_harvesting_the_recomputed_part_records_nothing(self):
+    # The known program records the sow once; the recomputed part gets its
+    # values from an identity without the effect. Left to JAX, the sow's
+    # outputs were residuals, which the while_loop's partial evaluation
+    # asserts it has none of.
+    g = lambda x: jnp.sum(jax.checkpoint(
+        lambda v: jnp.sin(sow(v * 3.0, name='a')))(x))
+    jaxpr = harvest_jaxpr(jax.grad(g), X)
+    self.assertEqual(count_sows(jaxpr), 1)
+    linearized = harvest_jaxpr(self.linearized, X)
+    # Two while_loops (JAX runs the loop twice: the known half, then the
+    # whole loop for the tangents), each sowing once.
+    self.assertEqual(count_sows(linearized), 2)
+
+  def test_the_values_are_the_plain_programs(self):
+    h, states = X, []
+    for _ in range(3):
+      h = jnp.sin(h) * 1.5
+      states.append(h)
+    want = self.linearized(X)
+    (y, tangent), collected = capture(self.linearized, max_steps=4)(X)
+    np.testing.assert_array_equal(y, want[0])
+    np.testing.assert_array_equal(tangent, want[1])
+    self.assertLen(collected['h'], 2)
+    for steps in collected['h']:
+      self.assertEqual(int(steps.count), 3)
+      np.testing.assert_allclose(steps.values[:3], np.stack(states),
+                                 rtol=1e-6)
+
+  def test_outside_a_capture_jax_splits_it_as_any_equation(self):
+    # No effect: the recomputed part holds the sow itself, as JAX would
+    # recompute it, and the program's gradient is unchanged.
+    g = lambda x: jnp.sum(jax.checkpoint(
+        lambda v: jnp.sin(sow(v * 3.0, name='a')))(x))
+    plain = lambda x: jnp.sum(jnp.sin(x * 3.0))
+    jaxpr = jax.make_jaxpr(jax.grad(g))(X).jaxpr
+    self.assertEqual(count_sows(jaxpr), 2)
+    np.testing.assert_allclose(jax.grad(g)(X), jax.grad(plain)(X), rtol=1e-6)
 
 
 class MarkerTest(parameterized.TestCase):

@@ -19,6 +19,7 @@ the count of steps run: ``steps.Steps``)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import typing as tp
 
 import jax
@@ -30,6 +31,7 @@ import numpy as np
 
 from flax.nnx.sow.transform import _jax
 from flax.nnx.sow.transform import interpreter
+from flax.nnx.sow.transform import runtime_checks
 from flax.nnx.sow.transform import selection
 from flax.nnx.sow.transform.request import Request
 from flax.nnx.sow.transform.rules import support
@@ -200,6 +202,7 @@ def _while(scope: Scope, eqn, invals):
         " mode='clobber' (keeps the last value), lax.scan or a fori_loop"
         ' with static bounds.'
     )
+  _check_predicate_leads(eqn, t.sites, p['cond_jaxpr'])
   planted = _planted_steps(scope, eqn, t.planted_sites)
   stacked = [leaf for values, _, _ in planted for leaf in values]
   lengths = tuple(length for _, _, length in planted)
@@ -288,8 +291,7 @@ def _planted_steps(scope: Scope, eqn, sites):
       shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(entry)]
       length = shapes[0][at] if shapes and len(shapes[0]) > at else 0
       values = _plant(scope, scope.here(site.with_loop_axis(length), eqn))
-      lead = site.avals[0][0][:at] if site.avals else ()
-      held = jnp.full(lead, length, jnp.int32)
+      held = jnp.full(site.lead, length, jnp.int32)
     if length < 1:
       raise ValueError(
           f'plant: the values planted into {site.name!r} in a while_loop (at'
@@ -307,7 +309,7 @@ def _plant(scope: Scope, site: Site) -> list[tp.Any]:
 
 def _check_planted(eqn, count, held, site: Site) -> None:
   """Raises if the loop ran more steps than the planted values hold
-  (``_when_known``)."""
+  (``runtime_checks``)."""
   at = where(eqn)
 
   def check(count, held):
@@ -320,7 +322,7 @@ def _check_planted(eqn, count, held, site: Site) -> None:
           f' {int(np.min(np.asarray(held)))}: plant a value for every step.'
       )
 
-  _when_known(check, count, held)
+  runtime_checks.when_known(check, count, held)
 
 
 def _counts_steps(bounds, planted_sites) -> bool:
@@ -337,6 +339,43 @@ def _buffers(body: core.ClosedJaxpr, at: int, n_buffers: int):
   return zeros[:n_buffers], zeros[n_buffers]
 
 
+def _check_predicate_leads(eqn, sites, cond: core.ClosedJaxpr) -> None:
+  """Refuses a loop whose batched predicate may not lead the sown values.
+
+  A batched predicate (one per example) makes the loop keep the carries of
+  the examples that stopped: each carry, so each value the capture adds to
+  the loop (a clobbered value, a buffer, the step count), must have the
+  predicate's axes first. JAX's while batching puts the axis of a vmap
+  that does not batch the predicate (``jax.jacfwd``'s, over a tangent
+  basis) after the predicate's, while a sown value has the axes of the
+  vmaps around the loop outermost first. The two agree where the vmaps that
+  batch the predicate are the outermost: the leading axes of the values
+  then start with the predicate's shape, and no other choice of them has
+  it. Otherwise which axes are the predicate's cannot be told, and the
+  loop refuses rather than guess.
+  """
+  shape = tuple(cond.out_avals[0].shape)
+  if not shape:
+    return
+  for site in sites:
+    lead = site.lead
+    places = [
+        chosen for chosen in itertools.combinations(range(len(lead)),
+                                                    len(shape))
+        if tuple(lead[i] for i in chosen) == shape
+    ]
+    if places == [tuple(range(len(shape)))]:
+      continue
+    raise NotImplementedError(
+        f'capture: a while_loop (at {where(eqn)}) stops each example at its'
+        f' own step (its predicate has shape {shape}), but the leading axes'
+        f' of the values of sow {site.name!r}, {tuple(lead)}, do not show'
+        ' which are the predicate\'s: a vmap that does not batch the'
+        ' predicate (jax.jacfwd, say) may be applied around one that does.'
+        ' Capture inside the outer transform instead.'
+    )
+
+
 def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
   """The shape of the step count: the leading axes of the vmaps around the
   loop (those of the sown leaves), as the sown values have them.
@@ -345,11 +384,7 @@ def _count_shape(eqn, sites, bounds, cond: core.ClosedJaxpr) -> tuple:
   each example stops at its own step and the loop keeps its carries, the
   count among them: one count per example.
   """
-  leads = {
-      tuple(shape[:site.outer_vmaps])
-      for site, bound in zip(sites, bounds) if bound is not None
-      for shape, _ in site.avals
-  }
+  leads = {site.lead for site, bound in zip(sites, bounds) if bound is not None}
   if len(leads) > 1:
     raise NotImplementedError(
         f'capture: the sows of a while_loop (at {where(eqn)}) differ in'
@@ -372,7 +407,7 @@ def _steps_site(site: Site, bound: int) -> Site:
   stacked along the loop axis and of the count."""
   stacked = site.with_loop_axis(bound)
   values = jax.tree_util.tree_unflatten(site.tree, [0] * site.num_leaves)
-  lead = stacked.avals[0][0][:site.outer_vmaps] if stacked.avals else ()
+  lead = site.lead
   return dataclasses.replace(
       stacked,
       tree=jax.tree_util.tree_structure(Steps(values, 0)),
@@ -382,7 +417,7 @@ def _steps_site(site: Site, bound: int) -> Site:
 
 def _check_overflow(eqn, count, sites, bounds) -> None:
   """Raises if the loop ran more steps than a site keeps
-  (``_when_known``)."""
+  (``runtime_checks``)."""
   smallest = min(b for b in bounds if b is not None)
   names = [s.name for s, b in zip(sites, bounds) if b == smallest]
   at = where(eqn)
@@ -397,18 +432,7 @@ def _check_overflow(eqn, count, sites, bounds) -> None:
           ' to keep the first steps (Steps.count says how many ran).'
       )
 
-  _when_known(check, count)
-
-
-def _when_known(check: tp.Callable[..., None], *values) -> None:
-  """Runs ``check`` on ``values`` now if they are concrete (eagerly), else
-  when the program runs, from a host callback (under a trace)."""
-  try:
-    concrete = [np.asarray(v) for v in values]
-  except jax.errors.TracerArrayConversionError:
-    jax.debug.callback(check, *values)
-  else:
-    check(*concrete)
+  runtime_checks.when_known(check, count)
 
 
 @_jax.weakref_lru_cache(trace_context_in_key=False)
