@@ -441,18 +441,15 @@ carried through the loop (written at the step count) and the count, one per
 example under `vmap`, past `N` an error or (`on_overflow='truncate'`) the
 first steps (under `jax.jit`, an error the package raises, not the
 runtime's: `runtime_checks.py`); `plant` reads one entry of per-step
-values (a `Steps`, or a
-stack along the loop axis) at each step, or gives a planted function the
-step as its index; a sow in its condition is refused (`rules/loops.py`).
-Zero-trip loops, loops and vmaps nested in each other are tested here, and
-the caches behind capture (the plan, the rewrite, the loop bodies', custom
-rules' thunks): what keys them, what bounds them, when they hit. The
-appends of a `while_loop`, against decode loops unrolled by hand, are
-tested in a commit of their own after `plant`'s (their tests plant a
-function that reads the step).''',
+values (a `Steps`, or a stack along the loop axis) at each step, or gives a
+planted function the step as its index; a sow in its condition is refused
+(`rules/loops.py`). Zero-trip loops, loops and vmaps nested in each other
+are tested here. The appends of a `while_loop`, against decode loops
+unrolled by hand, and the caches behind capture are tested in a commit of
+their own after `plant`'s (their tests plant a function that reads the
+step).''',
         files=(R + 'loops.py', T + 'runtime_checks.py',
-               N + 'transform/rules/rules_loops_test.py',
-               N + 'api/capture_caches_test.py'),
+               N + 'transform/rules/rules_loops_test.py'),
     ),
     Commit(
         'cond',
@@ -515,11 +512,14 @@ inside and around, `vmap` outside and inside the capture (a count per
 example), what happens past the bound, a function plant that steers
 chosen steps, and per-step values planted back (a captured clean run, a
 stack, too few steps), and the errors of too many steps or too few
-planted ones as the package's `ValueError` in every way a program runs.
-Tests only: of the loops commit, which could not take them without going
-over budget.''',
+planted ones as the package's `ValueError` in every way a program runs;
+the caches behind capture (the plan, the rewrite, the loop bodies', custom
+rules' thunks): what keys them, what bounds them, when they hit. Tests
+only: of the loops commit, which could not take them without going over
+budget.''',
         files=(N + 'transform/rules/rules_while_steps_test.py',
                N + 'transform/runtime_checks_test.py',
+               N + 'api/capture_caches_test.py',
                # Of the plant commit, which it would put over budget.
                N + 'api/plant_functions_test.py'),
     ),
