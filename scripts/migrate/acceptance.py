@@ -38,7 +38,9 @@ codemod runs there with ``--write --annotate``, once per target; then:
   migrate, counted as the codemod's sites less those whose reason (for a
   ``legacy-reader``, the reason of the site it follows) is in ``BEYOND``:
   the result depends on values left on the module, the capture cannot run
-  the model, or the site is not the codemod's to change.
+  the model (``capture-hazard``; ``kept-module-sow``, a functional capture
+  running Flax 0.12.8's own ``Module.sow``), or the site is not the
+  codemod's to change.
 * other readers: readers of sown values that are no site (attribute reads,
   ``nnx.state`` of ``nnx.Intermediate``, ``__captures__``), reported.
 
@@ -62,10 +64,11 @@ import tempfile
 import time
 
 REPOS = ('cax', 'tunix', 'maxtext', 'flax')
-# (--target, --nnx-capture): capture for either nnx.capture the migrated
-# code may run on, Flax 0.12.8's or capture_compat's (see hazards.py).
+# (--target, --nnx-capture): each target for either nnx.capture (and
+# Module.sow) the migrated code may run on, Flax 0.12.8's or
+# capture_compat's (see hazards.py).
 TARGETS = (('capture', 'legacy'), ('capture', 'transform'),
-           ('functional', None))
+           ('functional', 'legacy'), ('functional', 'transform'))
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        'migrate_sow.py')
 _START, _END = ('<!-- migrate-acceptance:start -->',
@@ -85,7 +88,8 @@ _FLAG = re.compile(r'^\S+:\d+:\d+: ([a-z-]+): (.*)$')
 # reachable, below the ceiling.
 BEYOND = frozenset({'pop-discarded', 'pop-not-adjacent', 'pop-form',
                     'later-pop', 'attribute-read', 'direct-intermediate',
-                    'capture-hazard', 'outside-paths', 'library',
+                    'capture-hazard', 'kept-module-sow', 'outside-paths',
+                    'library',
                     'method-outputs', 'kwargs', 'custom-reducer',
                     'module-path', 'multi-instance', 'not-in-module',
                     'nonliteral-name', 'sow-result-used', 'transform',

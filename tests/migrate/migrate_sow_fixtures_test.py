@@ -71,6 +71,9 @@ EXPECTED_FLAGS = {
     'flag_direct_intermediate.py': {'direct-intermediate', 'legacy-reader'},
     'flag_escaping_state.py': {'escaping-state', 'legacy-reader'},
     'flag_kwargs.py': {'kwargs'},
+    # The functional capture would run a Module.perturb that stays.
+    'flag_kept_module_sow.py': {'kept-module-sow', 'module-path',
+                                'legacy-reader'},
     'flag_method_outputs.py': {'method-outputs', 'legacy-reader'},
     'flag_multi_instance.py': {'multi-instance'},
     # Transitive: one Attention per Block, the Blocks made in a loop.

@@ -45,7 +45,7 @@ class FlagFixturesTest(absltest.TestCase):
         'direct-intermediate', 'attribute-read', 'pop-not-adjacent',
         'earlier-call', 'later-pop', 'escaping-state', 'state-use',
         'nonliteral-name', 'sow-result-used', 'no-sow-found',
-        'legacy-reader', 'legacy-sow', 'unknown-result',
+        'legacy-reader', 'legacy-sow', 'unknown-result', 'kept-module-sow',
     }
     covered = set().union(*fixtures.EXPECTED_FLAGS.values())
     self.assertContainsSubset(required, covered)

@@ -16,17 +16,17 @@
 Each project (``project_fuzz.py``) is written to a temporary directory and
 run in a fresh process (``project_testing.execute``): what ``run()``
 returns with Flax 0.12.8's own ``nnx.capture`` and with ``capture_compat``'s,
-and every value the model sows, by name. Then, for each of the three
-targets (``--target=capture`` for Flax 0.12.8's ``nnx.capture`` and for
-``capture_compat``'s, ``--target=functional``), and, for a project on a
-library, where the library is installed (on the codemod's search path) and
-where it is not, the command rewrites a copy (``--write``) and:
+and every value the model sows, by name. Then, for each target
+(``--target=capture`` and ``--target=functional``) and each
+``--nnx-capture`` (Flax 0.12.8's own ``nnx.capture`` and ``Module.sow``, or
+``capture_compat``'s), and, for a project on a library, where the library
+is installed (on the codemod's search path) and where it is not, the
+command rewrites a copy (``--write``) and:
 
-* the migrated copy, run in a fresh process on the ``nnx.capture`` it was
-  migrated for (the functional target's on ``capture_compat``'s, where
-  ``Module.sow`` is a site of the transform), returns bitwise what the
-  original returned on Flax 0.12.8's, and its model sows the same values
-  under the same names;
+* the migrated copy, run in a fresh process on the ``nnx.capture`` (and
+  ``Module.sow``) it was migrated for, returns bitwise what the original
+  returned on Flax 0.12.8's, and its model sows the same values under the
+  same names;
 * a second run changes nothing;
 * every flag names a known reason, whole; every reader of the project that
   is no pop nor capture is reported (where the library is not installed,
@@ -76,13 +76,14 @@ flags_lib = codemod_testing.codemod_module('flags')
 
 CI_EXAMPLES = 2
 # (target, the nnx.capture the code will run on, the observation compared
-# with the original's run on Flax 0.12.8's nnx.capture).
-# The functional target's code imports flax.nnx.sow, so it runs where
-# Module.sow is a site of the transform (Flax with this contribution, or
-# capture_compat installed): a Module.sow it keeps inside a functional
-# capture raises on Flax 0.12.8's own.
+# with the original's run on Flax 0.12.8's nnx.capture: 'run' on Flax
+# 0.12.8's own nnx.capture and Module.sow, 'compat' with capture_compat
+# installed). The functional target's code for Flax 0.12.8's own runs there
+# too: a Module.sow it keeps inside a functional capture would raise
+# (kept-module-sow).
 CONFIGS = (('capture', 'legacy', 'run'), ('capture', 'transform', 'compat'),
-           ('functional', 'legacy', 'compat'))
+           ('functional', 'legacy', 'run'),
+           ('functional', 'transform', 'compat'))
 # What the runs found, for the long search's report.
 STATS = collections.Counter()
 
@@ -140,15 +141,15 @@ def check(spec) -> None:
             f'reported\n{err}')
         STATS['readers of an unread library not reported'] += 1
       migrated = project_testing.read(copy)
-      key = (tuple(sorted(migrated.items())), observed)
-      if key not in observations:
-        after = project_testing.execute(copy, compat='both',
-                                        libraries=libraries)
-        observations[key] = project_testing.differences(
-            _observed(before, 'run'), _observed(after, observed))
-        observations[key] += project_testing.differences(
-            _observed(before, 'names'), _observed(after, 'names'))
-      differences = observations[key]
+      key = tuple(sorted(migrated.items()))
+      if key not in observations:  # one run observes both nnx.captures
+        observations[key] = project_testing.execute(copy, compat='both',
+                                                    libraries=libraries)
+      after = observations[key]
+      differences = project_testing.differences(
+          _observed(before, 'run'), _observed(after, observed))
+      differences += project_testing.differences(
+          _observed(before, 'names'), _observed(after, 'names'))
       if differences:
         STATS['mismatches'] += 1
       assert not differences, (

@@ -276,5 +276,155 @@ def popped(model: Model, x):
     self.assertEqual(again, migrated)
 
 
+# getattr with a computed name, spelled in ways that show (or do not show)
+# which names it may be. Block sows 'h' and 'out'; Model holds layer_0 and
+# layer_1.
+COMPUTED = """\
+import jax.numpy as jnp
+from flax import nnx
+
+PREFIX = 'layer_'
+
+
+class Block(nnx.Module):
+
+  def __call__(self, x):
+    self.sow(nnx.Intermediate, 'h', 2 * x)
+    self.sow(nnx.Intermediate, 'out', x + 1)
+    return x + 1
+
+
+class Model(nnx.Module):
+
+  def __init__(self):
+    self.layer_0 = Block()
+    self.layer_1 = Block()
+
+  def __call__(self, x):
+    return self.layer_1(self.layer_0(x))
+
+
+def by_fstring(model: Model, x, i):
+  model(x)
+  return getattr(model, f'layer_{i}')
+
+
+def by_loop(model: Model, x):
+  model(x)
+  for name in ('layer_0', 'layer_1'):
+    part = getattr(model, name)
+  return part
+
+
+def by_format(model: Model, x, i):
+  model(x)
+  return getattr(model, 'layer_{}'.format(i)), getattr(model, 'layer_%d' % (i,))
+
+
+def by_module(model: Model, x, name):
+  model(x)
+  return getattr(jnp, name)(x)
+
+
+def by_concatenation(model: Model, x):
+  model(x)
+  name = 'o' + 'ut'
+  return getattr(model.layer_0, name).value[0]
+
+
+def by_parameter(model: Model, x, kind):
+  model(x)
+  return getattr(model.layer_0, f'{kind}').value[0]
+
+
+def by_str_call(model: Model, x, i):
+  model(x)
+  return getattr(model, 'layer_' + str(i))
+
+
+def by_global(model: Model, x):
+  model(x)
+  return getattr(model, PREFIX + '0')
+
+
+def by_branch(model: Model, x, other):
+  model(x)
+  name = 'layer_0' if other is None else other
+  return getattr(model, name)
+"""
+# (function, its arguments after model and x, reported: the sown names it
+# may read, or None).
+COMPUTED_CASES = (
+    ('by_fstring', (1,), None),
+    ('by_loop', (), None),
+    ('by_format', (0,), None),
+    ('by_module', ('tanh',), None),
+    ('by_concatenation', (), ('out',)),
+    ('by_parameter', ('h',), ('h', 'out')),
+    # Not known to be a str: 'layer_' + x may be x.__radd__('layer_').
+    ('by_str_call', (1,), ('h', 'out')),
+    # A module-level name may be set from another module.
+    ('by_global', (), ('h', 'out')),
+    ('by_branch', (None,), ('h', 'out')),
+)
+
+
+class ComputedNamesTest(absltest.TestCase):
+
+  def test_a_name_that_cannot_be_sown_is_not_reported(self):
+    _, flags = ms.migrate_source(COMPUTED, path='computed.py')
+    lines = COMPUTED.splitlines()
+    reported = {}
+    for flag in flags:
+      if flag.code == 'may-read':
+        function = next(line for line in reversed(lines[:flag.line])
+                        if line.startswith('def '))
+        reported[function[4:function.index('(')]] = flag.detail
+    for function, _, names in COMPUTED_CASES:
+      with self.subTest(function):
+        if names is None:
+          self.assertNotIn(function, reported)
+          continue
+        self.assertIn(function, reported)
+        self.assertIn('it may read ' + ', '.join(repr(n) for n in names)
+                      + ' (sown at', reported[function])
+    self.assertEqual(set(reported), {f for f, _, n in COMPUTED_CASES if n})
+
+  def test_the_names_read_are_the_ones_admitted(self):
+    # The oracle: the names each function passes to getattr when it runs,
+    # recorded by a getattr of its namespace.
+    read = []
+
+    def recording_getattr(obj, name, *default):
+      read.append(name)
+      return getattr(obj, name, *default)
+
+    namespace = {'getattr': recording_getattr}
+    exec(compile(COMPUTED, 'computed.py', 'exec'), namespace)  # pylint: disable=exec-used
+    x = np.arange(3.0, dtype=np.float32)
+    sown = {'h', 'out'}
+    for function, args, names in COMPUTED_CASES:
+      with self.subTest(function):
+        read.clear()
+        with warnings.catch_warnings():
+          warnings.simplefilter('ignore', DeprecationWarning)
+          namespace[function](namespace['Model'](), x, *args)
+        self.assertNotEmpty(read)
+        if names is None:
+          self.assertEmpty(sown & set(read), read)
+        else:
+          self.assertContainsSubset(sown & set(read), set(names))
+
+  def test_the_spelling_of_a_computed_name(self):
+    other_uses = codemod_testing.codemod_module('other_uses')
+    spelling = other_uses.Spelling(None, 'layer_', '_out')
+    self.assertTrue(spelling.admits('layer_0_out'))
+    self.assertTrue(spelling.admits('layer__out'))
+    self.assertFalse(spelling.admits('layer_out'))  # the two overlap
+    self.assertFalse(spelling.admits('out'))
+    self.assertFalse(other_uses.Spelling(frozenset({'a'})).admits('b'))
+    self.assertTrue(other_uses.ANY.admits('anything'))
+
+
 if __name__ == '__main__':
   absltest.main()

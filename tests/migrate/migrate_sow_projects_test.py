@@ -31,6 +31,15 @@ with the command and run before and after in fresh processes:
    cannot be read, so for Flax 0.12.8's ``nnx.capture`` the pop stays
    (``capture-hazard``), as it does where the library is installed.
 
+4. ``kept_perturb``: ``main.py``'s ``Model`` sows at its root and holds
+   ``block.py``'s ``Block``, whose ``Module.perturb`` stays
+   (``module-path``); ``nnx.capture(model, nnx.Intermediate)`` does not
+   read it, but the functional ``capture`` it would become runs it, and
+   Flax 0.12.8's own ``Module.perturb`` raises there. For that Flax the
+   functional target keeps the capture (``kept-module-sow``); with
+   ``--nnx-capture=transform`` it rewrites it, and the rewrite, run with
+   ``capture_compat`` installed, returns bitwise what the original did.
+
 Each test also runs the rewrite the codemod refuses (what it did when only
 files that sow or pop were analysed), to show that it changes what the
 model sows.
@@ -40,6 +49,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import codemod_testing
 import project_testing
 import sow_layout
@@ -131,6 +141,48 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("names['attn'][0]", after)
     self.assertNotIn("names['attn/attn'][0]", after)
     self.assertNotEmpty(project_testing.differences(before, after))
+
+  def test_a_kept_module_perturb_keeps_the_functional_capture(self):
+    directory = self._copy('kept_perturb')
+    original = project_testing.read(directory)
+    before = project_testing.execute(directory, compat='both')
+    self.assertFalse([k for k in before if k.endswith('raised')], before)
+    self.assertEqual({k for k in before if k.startswith('names')},
+                     {"names['h'][0]", "names['block/grad_out'][0]"})
+    summary, err = self._migrate(directory, target='functional',
+                                 nnx_capture='legacy')
+    self.assertEqual(summary.changed, 0, msg=err)
+    self.assertEqual(project_testing.read(directory), original)
+    self.assertIn(
+        'main.py:24:15: kept-module-sow: the functional capture that '
+        'nnx.capture would become runs the Module.perturb at block.py:11, '
+        'which stays (module-path)', err)
+    self.assertIn('main.py:14:5: legacy-reader: linked to the capture at '
+                  'main.py:24', err)
+    self.assertEqual(summary.flagged['kept-module-sow'], 1)
+    # A second run changes nothing either.
+    summary, _ = self._migrate(directory, target='functional',
+                               nnx_capture='legacy')
+    self.assertEqual(summary.changed, 0)
+
+  def test_for_capture_compat_the_functional_capture_migrates(self):
+    directory = self._copy('kept_perturb')
+    before = project_testing.execute(directory)
+    summary, err = self._migrate(directory, target='functional',
+                                 nnx_capture='transform')
+    self.assertNotIn('kept-module-sow', err)
+    self.assertEqual(summary.rewritten['capture'], 1, msg=err)
+    main = project_testing.read(directory)['main.py']
+    self.assertIn('y, states = capture(model)(x)', main)
+    self.assertIn("sow(h, name='h')", main)
+    # Run where Module.perturb is a site of the transform: the same values.
+    after = project_testing.execute(directory, compat=True)
+    self.assertEmpty(project_testing.differences(before, after))
+    # The refusal for Flax 0.12.8's own is right: there it raises.
+    after = project_testing.execute(directory)
+    self.assertIn('Module.sow (or Module.perturb) was called inside a '
+                  'functional capture', after['run/raised'])
+    self.assertIn('capture_compat.install()', after['run/raised'])
 
   def test_a_library_not_installed_is_a_hazard(self):
     directory = self._copy('nca_unread')
@@ -424,6 +476,105 @@ class ProjectTest(absltest.TestCase):
     self.assertIn("main.py:14:10: attribute-read: read as an attribute, "
                   "model.a.out.value reads 'out' (sown at fuzzlib/block0.py:",
                   err)
+
+  def test_a_library_block_passed_in_and_read_as_an_attribute(self):
+    # Found by the fuzzer (round seed 102018033): the library's block is
+    # made in main.py's build() (no class there) and passed to a Model that
+    # keeps it; main.py reads its sown value. No class of the project names
+    # the block, so the library was never read, its sown name not known,
+    # and the read not reported.
+    scratch = self.enter_context(tempfile.TemporaryDirectory())
+    library, directory = (os.path.join(scratch, d) for d in ('lib', 'proj'))
+    cli.write(library, 'fuzzlib/__init__.py', '')
+    cli.write(library, 'fuzzlib/block0.py', cli.read(
+        os.path.join(PROJECTS, 'holder_elsewhere', 'block.py')).replace(
+            'class Block(', 'class Block0('))
+    project_testing.write(directory, {
+        'pyproject.toml': '',
+        'layer.py': cli.read(os.path.join(PROJECTS, 'passed_in',
+                                          'layer.py')),
+        'main.py': cli.textwrap.dedent('''\
+            import jax.numpy as jnp
+            from flax import nnx
+            from layer import DecoderLayer
+            from fuzzlib.block0 import Block0
+
+
+            def build():
+              rngs = nnx.Rngs(0)
+              return (DecoderLayer(Block0(rngs), rngs),
+                      jnp.linspace(-1.0, 1.0, 6).reshape(3, 2))
+
+
+            def run():
+              model, x = build()
+              model(x)
+              return model.attn.out.value[0]
+            '''),
+    })
+    directory_main = os.path.join(directory, 'main.py')
+    code, _, _, err = cli.run([directory], search_path=[library])
+    self.assertEqual(code, ms.EXIT_OK, msg=err)
+    self.assertIn("main.py:16:10: attribute-read: read as an attribute, "
+                  "model.attn.out.value reads 'out' (sown at "
+                  'fuzzlib/block0.py:11)', err)
+    # What it reads is the library block's sown value (by the functional
+    # capture, which names it attn/out).
+    observed = project_testing.execute(directory, libraries=[library])
+    np.testing.assert_array_equal(observed['run'],
+                                  observed["names['attn/out'][0]"])
+    # Library calls are found by the cheap pass: made, and imported from an
+    # installed package.
+    holders = codemod_testing.codemod_module('holders')
+    self.assertEqual(holders.library_calls(
+        'main.py', cli.read(directory_main).encode(),
+        lambda top: top == 'fuzzlib'), {'fuzzlib.block0': {'Block0'}})
+    self.assertEqual(holders.library_calls(
+        'main.py', b'import fuzzlib.block0 as b\nm = b.Block0(1)\n'
+        b'import fuzzlib\nn = fuzzlib.nn.Linear(2)\nf = fuzzlib.f(1)\n',
+        lambda top: top == 'fuzzlib'),
+                     {'fuzzlib.block0': {'Block0'}, 'fuzzlib.nn': {'Linear'}})
+    self.assertEqual(holders.library_calls(
+        'main.py', cli.read(directory_main).encode(), lambda top: False), {})
+
+  def test_a_pydantic_model_is_no_module(self):
+    # Tunix: a pop of an object of unknown class, in a project that also
+    # has pydantic models (its trajectories), migrated where pydantic is not
+    # installed: a class deriving from pydantic.BaseModel is data, not a
+    # suspect for the popped object.
+    source = cli.textwrap.dedent('''\
+        import pydantic
+        from flax import nnx
+
+
+        class Metrics(pydantic.BaseModel):
+          loss: float = 0.0
+
+
+        class Model(nnx.Module):
+
+          def __call__(self, x):
+            self.sow(nnx.Intermediate, 'h', x)
+            return x
+
+
+        def scores(model, x):
+          y = model(x)
+          states = nnx.pop(model, nnx.Intermediate)
+          return y, states
+        ''')
+    for capture in ('legacy', 'transform'):
+      migrated, flags = ms.migrate_source(source, nnx_capture=capture,
+                                          path='m.py', search_path=[])
+      self.assertEmpty(flags, msg=capture)
+      self.assertIn('y, states = nnx.capture(model, nnx.Intermediate)(x)',
+                    migrated)
+    # A class of a package it cannot read that is not known to be data
+    # stays a suspect.
+    other = source.replace('pydantic', 'somelib')
+    _, flags = ms.migrate_source(other, nnx_capture='transform',
+                                 path='m.py', search_path=[])
+    self.assertIn('unknown-type', [f.code for f in flags])
 
   def test_the_cheap_pass_finds_the_holders(self):
     holders = codemod_testing.codemod_module('holders')

@@ -468,12 +468,26 @@ class ProjectTest(absltest.TestCase):
           model(x)
           return nnx.pop(model, Scores)
         ''')
+    # Where Module.sow is a site of the transform (capture_compat
+    # installed), the functional capture runs the Scores sow that stays.
     new, flags = ms.migrate_source(source, target='functional',
-                                   path='model.py')
+                                   path='model.py', nnx_capture='transform')
     self.assertIn("sow(x, name='h')", new)
     self.assertIn('y, state = capture(model)(x)', new)
     self.assertEqual(sorted(f.code for f in flags),
                      ['perturbation', 'subclass', 'subclass'])
+    # On Flax 0.12.8's own Module.sow that sow raises inside it: the capture
+    # stays, and so does the sow it reads.
+    kept, flags = ms.migrate_source(source, target='functional',
+                                    path='model.py', nnx_capture='legacy')
+    self.assertEqual(kept, source)
+    self.assertEqual(sorted(f.code for f in flags),
+                     ['kept-module-sow', 'legacy-reader', 'perturbation',
+                      'subclass', 'subclass'])
+    (flag,) = [f for f in flags if f.code == 'kept-module-sow']
+    self.assertEqual(flag.line, 17)
+    self.assertIn('runs the Module.sow at model.py:12, which stays '
+                  '(subclass)', flag.detail)
 
   def test_a_helper_class_sowing_on_a_module_passed_in_says_so(self):
     # Flax's examples/gemma/sow_lib.py: SowConfig.maybe_sow_*(x, module).

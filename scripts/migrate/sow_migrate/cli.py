@@ -100,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument(
       '--nnx-capture', choices=('auto', hazards.LEGACY, hazards.TRANSFORM),
       default='auto',
-      help="the nnx.capture the migrated code will run on. 'legacy' (Flax "
-      "0.12.8's, which writes on the model) keeps pops it would break; "
-      "'transform' (flax.nnx.capture_compat's) has no such hazard. Default: "
-      'the one installed here')
+      help="the nnx.capture (and Module.sow) the migrated code will run on. "
+      "'legacy' (Flax 0.12.8's, which writes on the model) keeps pops it "
+      'would break, and, with --target=functional, captures that would run '
+      "a Module.sow left as it is; 'transform' (flax.nnx.capture_compat's) "
+      'has no such hazard. Default: the one installed here')
   group = parser.add_mutually_exclusive_group()
   group.add_argument('--diff', dest='mode', action='store_const',
                      const='diff', help='print a unified diff, with paths '

@@ -178,6 +178,13 @@ class Project:
         classes is None or s.owner is None or s.owner in classes)
             and self.type_reaches(reader, s)]
 
+  def run_by(self, reader: Site) -> list[Site]:
+    """The sows and perturbs the call ``reader`` captures may run, of any
+    type (``reached`` keeps those whose values it collects)."""
+    classes = self.closure(reader.root)
+    return [s for s in self.sows if _importable(s, reader) and (
+        classes is None or s.owner is None or s.owner in classes)]
+
   def type_reaches(self, reader: Site, sow: Site) -> bool:
     """Whether the types ``reader`` names may collect what ``sow`` sows.
 
@@ -322,7 +329,7 @@ def decide(project: Project, target: str,
   for site in outside:
     site.block(*_OUTSIDE)
   try:
-    return _decide_functional(project)
+    return _decide_functional(project, nnx_capture == hazards.LEGACY)
   finally:
     for site in outside:
       site.reasons.remove(_OUTSIDE)
@@ -356,10 +363,16 @@ def reader_flags(project: Project,
           f"{other.detail.removesuffix(',')} reads '{other.name}' (sown at "
           f'{sow.where}) off the module: it is there only after a call '
           'outside nnx.capture; capture the call and read the State')))
-    elif (other.code == 'may-read' and by_name.keys() - {None}
+    elif (other.code == 'may-read'
           # In a Linen module's method: a Linen attribute, never NNX's.
           and project.kind(other.owner) != 'linen'):
-      names = sorted(n for n in by_name if n is not None)
+      # The sown names the computed name may be (f'layer_{i}' is none of
+      # 'h', 'out').
+      spelling = other.spelling
+      names = sorted(n for n in by_name if n is not None and (
+          spelling is None or spelling.admits(n)))
+      if not names:
+        continue
       found.append((other, other.code, (
           f'{other.detail}: it may read '
           f'{shorten([repr(n) for n in names], 6)} (sown at '
@@ -506,8 +519,12 @@ def _decide_capture(project: Project, legacy: bool,
   return decisions
 
 
-def _decide_functional(project: Project) -> dict[int, Decision]:
-  decisions: dict[int, Decision] = {}
+def _decide_functional(project: Project,
+                       legacy: bool = True) -> dict[int, Decision]:
+  """``legacy``: the code will run on Flax 0.12.8's own ``Module.sow``
+  (``capture_compat`` not installed), which raises inside the functional
+  ``capture``: a reader that would become one must run no ``Module.sow``
+  or ``Module.perturb`` that stays."""
   parent = {id(s): id(s) for s in project.sites}
   by_id = {id(s): s for s in project.sites}
 
@@ -588,8 +605,62 @@ def _decide_functional(project: Project) -> dict[int, Decision]:
         own[id(sow)] = ('filter-use', f'{other.detail} at {other.path}:'
                         f'{other.line} may select it; delete that filter '
                         'once the values are captured')
+  while True:
+    decisions = _settle(project, own, find, by_id)
+    if not legacy:
+      return decisions
+    # A reader kept for this reason keeps the sows it reaches, which other
+    # readers may run: to a fixed point (``own`` only grows).
+    kept = {id(r): reason for r in project.readers
+            if decisions[id(r)].action == REWRITE
+            and (reason := _runs_kept(project, r, decisions))}
+    if not kept:
+      return decisions
+    own.update(kept)
+
+
+def _runs_kept(project: Project, reader: Site,
+               decisions: dict[int, Decision]) -> tuple[str, str] | None:
+  """Why the functional ``capture`` that ``reader`` would become raises
+  on Flax 0.12.8's own ``Module.sow`` (None: it runs no such sow).
+
+  Flax 0.12.8's ``Module.sow``/``Module.perturb`` inside a functional
+  ``capture`` raise (they would write on the module, which the capture
+  never reads): every ``Module.sow`` or ``Module.perturb`` the captured
+  call may run, of any type, must be one that becomes a free sow, and
+  every class it may run must be one the codemod has read.
+  """
+  head = (f'the functional capture that nnx.{reader.kind} would become '
+          'runs')
+  tail = ("; on Flax 0.12.8's own Module.sow (capture_compat not installed) "
+          'a Module.sow or Module.perturb inside a functional capture '
+          f'raises: keep nnx.{reader.kind}, or migrate with '
+          '--nnx-capture=transform where the code runs with '
+          'capture_compat installed')
+  kept = sorted((s for s in project.run_by(reader)
+                 if decisions[id(s)].action != REWRITE),
+                key=lambda s: project.nearness(reader, s))
+  if kept:
+    sow = kept[0]
+    more = f' (and {len(kept) - 1} more)' if len(kept) > 1 else ''
+    return ('kept-module-sow', (
+        f'{head} the Module.{sow.kind} at {sow.where}{more}, which stays '
+        f'({decisions[id(sow)].code}){tail}'))
+  unread = hazards.unread(project, reader)
+  if unread is not None:
+    return ('kept-module-sow', (
+        f'{head} {unread}, a class the codemod could not read (a library '
+        'not installed where it runs), whose Module.sow stays{tail}'))
+  return None
+
+
+def _settle(project: Project, own: dict[int, tuple[str, str]], find,
+            by_id: dict[int, Site]) -> dict[int, Decision]:
+  """The decisions, from the sites' own reasons: every site linked to a
+  site with a reason stays with it."""
+  decisions: dict[int, Decision] = {}
   blocked = collections.defaultdict(list)
-  for key, reason in own.items():
+  for key in own:
     blocked[find(key)].append(key)
   for site in project.sites:
     key = id(site)

@@ -53,6 +53,8 @@ REASONS = {
     'capture-hazard': "Flax 0.12.8's nnx.capture would break this model "
                       '(--nnx-capture=transform: the code will not run on '
                       'it)',
+    'kept-module-sow': 'the functional capture would run a Module.sow that '
+                       "stays (it raises on Flax 0.12.8's own)",
     'legacy-reader': 'read by a legacy consumer that is not migrated',
     'legacy-sow': 'reads a sow that is not migrated',
     'attribute-read': 'a sown value is read as a module attribute',

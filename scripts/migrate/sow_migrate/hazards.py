@@ -83,9 +83,12 @@ def _holding(project, classes, containers) -> list[str]:
 
 
 # Packages whose classes are no NNX modules (a model may hold their
-# objects; none holds an nnx.List).
+# objects; none holds an nnx.List). pydantic's models are data (Tunix's
+# trajectories): a class deriving from one and not from an NNX Module is
+# no module, whether pydantic is installed where the codemod runs or not.
 _NOT_MODULES = frozenset({'jax', 'jaxlib', 'numpy', 'optax', 'chex',
-                          'einops', 'ml_dtypes', 'typing_extensions'})
+                          'einops', 'ml_dtypes', 'typing_extensions',
+                          'pydantic'})
 
 
 def not_modules(top: str) -> bool:

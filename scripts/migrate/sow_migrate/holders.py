@@ -194,6 +194,76 @@ def classes(path: str, content: bytes) -> list[ClassNames]:
           for c in found]
 
 
+_IMPORT_RE = re.compile(rb'^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|'
+                        rb'import[ \t]+([A-Za-z_][\w.]*))', re.MULTILINE)
+
+
+def imported_tops(content: bytes) -> set[str]:
+  """The top-level packages a file imports absolutely (cheap: a regular
+  expression over its lines)."""
+  return {(a or b).split(b'.', 1)[0].decode()
+          for a, b in _IMPORT_RE.findall(content)}
+
+
+def library_calls(path: str, content: bytes,
+                  library: tp.Callable[[str], bool]) -> dict[str, set[str]]:
+  """{module: names} of what a file calls that it imports absolutely from a
+  package ``library(top)`` says may define modules: ``Block0(rngs)`` after
+  ``from fuzzlib.block0 import Block0``, ``fuzzlib.block0.Block0(rngs)``
+  after ``import fuzzlib.block0``. A library's object made anywhere (a
+  model made in ``main.py`` and passed to a project's class that keeps
+  modules passed in) may sow names its readers read as attributes: its
+  class is worth reading. Only names that may be classes (capitalized)."""
+  if not any(map(library, imported_tops(content))):
+    return {}
+  try:
+    units = documents.read_document(path, content).units
+  except (UnicodeDecodeError, SyntaxError, ValueError, LookupError):
+    return {}
+  found: dict[str, set[str]] = {}
+  for unit in units:
+    try:
+      tree = ast.parse(unit.code)
+    except (SyntaxError, ValueError):
+      continue
+    names, modules = {}, {}
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        for alias in node.names:
+          names[alias.asname or alias.name] = (node.module, alias.name)
+      elif isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.asname:
+            modules[alias.asname] = alias.name
+          else:
+            top = alias.name.split('.', 1)[0]
+            modules[top] = top
+    for node in ast.walk(tree):
+      if not isinstance(node, ast.Call):
+        continue
+      parts, func = [], node.func
+      while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+      if not isinstance(func, ast.Name):
+        continue
+      parts.append(func.id)
+      parts.reverse()  # fuzzlib, block0, Block0
+      if len(parts) == 1 and parts[0] in names:
+        module, name = names[parts[0]]
+      elif len(parts) > 1 and parts[0] in modules:
+        module, name = '.'.join([modules[parts[0]], *parts[1:-1]]), parts[-1]
+      elif len(parts) > 1 and parts[0] in names:
+        # from fuzzlib import blocks; blocks.Block0(...)
+        module = '.'.join([*names[parts[0]], *parts[1:-1]])
+        name = parts[-1]
+      else:
+        continue
+      if name[:1].isupper() and library(module.split('.', 1)[0]):
+        found.setdefault(module, set()).add(name)
+  return found
+
+
 def holding(candidates: dict[str, list[ClassNames]],
             wanted: dict[str, set[str]], modules: set[str],
             libraries: tp.Callable[[str], bool] = lambda top: False

@@ -69,6 +69,16 @@ def find(module: str, search_path: list[str]) -> tuple[str, str] | None:
   return None
 
 
+def installed(top: str, search_path: list[str], cache: dict) -> bool:
+  """Whether the top-level package ``top`` is found on ``search_path`` and
+  may define modules (not the standard library's, nor one known to hold
+  none)."""
+  if top not in cache:
+    cache[top] = not hazards.not_modules(top) and find(
+        top, search_path) is not None
+  return cache[top]
+
+
 def may_define_modules(data: bytes) -> bool:
   """Whether a library file may define an NNX module (it names flax)."""
   return bool(_NNX_RE.search(data))
@@ -77,13 +87,16 @@ def may_define_modules(data: bytes) -> bool:
 MAX_HOPS = 12  # bases of bases, re-exports of re-exports
 
 
-def wanted(analyses, resolve) -> dict[str, set[str]]:
+def wanted(analyses, resolve, calls=None) -> dict[str, set[str]]:
   """{module: class names} that the classes of ``analyses`` derive from or
   call, or that their readers pop or capture, and that none of them
-  defines (a call may be of a function)."""
+  defines (a call may be of a function); and those of ``calls``
+  (``holders.library_calls``: made anywhere in the project)."""
   known = {c.qualified for a in analyses.values() for u in a.units
            for c in u.facts.classes}
   found = collections.defaultdict(set)
+  for module, names in (calls or {}).items():
+    found[module] |= {n for n in names if f'{module}.{n}' not in known}
   for analysis in analyses.values():
     for unit in analysis.units:
       # The classes of popped or captured objects too (`cs: ComplexSystem`).
@@ -157,17 +170,19 @@ def _read(path: str) -> bytes:
     return f.read()
 
 
-def follow(analyses, aliases: dict[str, str], search_path=None) -> None:
+def follow(analyses, aliases: dict[str, str], search_path=None,
+           calls=None) -> None:
   """Adds to ``analyses`` (path -> FileAnalysis) the library files defining
-  the classes its classes derive from or make, in this process (the
-  command line does the same in its workers, with the project's files)."""
+  the classes its classes derive from or make (and ``calls``, as in
+  ``wanted``), in this process (the command line does the same in its
+  workers, with the project's files)."""
   search_path = sys.path if search_path is None else search_path
   resolve = reexports.resolver(aliases)
   looked: set[str] = set()
   for _ in range(MAX_HOPS):
     before = len(aliases)
-    todo = files(wanted(analyses, resolve), (), looked, search_path, aliases,
-                 _read)
+    todo = files(wanted(analyses, resolve, calls), (), looked, search_path,
+                 aliases, _read)
     for path, entry, content in todo:
       result = analysis_lib.analyse(os.path.relpath(path, entry), content,
                                     entry, path)

@@ -24,8 +24,10 @@ outside a capture. The visitor methods here are mixed into
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import libcst as cst
+from libcst import metadata
 
 from . import names as nm
 
@@ -48,6 +50,54 @@ class OtherUse:
   root: str | None = None
   col: int = 1
   unit: str = ''  # 'cell 3' in a notebook; '' elsewhere
+  # may-read: what the computed name is known to be (``Spelling``).
+  spelling: Spelling | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+  """What is known of a name computed at run time: one of ``exact`` (None:
+  any string), starting with ``prefix`` and ending with ``suffix``, the two
+  not overlapping (``f'layer_{i}_out'``: prefix ``layer_``, suffix
+  ``_out``)."""
+
+  exact: frozenset[str] | None = None
+  prefix: str = ''
+  suffix: str = ''
+
+  def admits(self, name: str) -> bool:
+    return ((self.exact is None or name in self.exact)
+            and len(name) >= len(self.prefix) + len(self.suffix)
+            and name.startswith(self.prefix) and name.endswith(self.suffix))
+
+  def __str__(self) -> str:
+    if self.exact is not None:
+      return 'one of ' + ', '.join(repr(n) for n in sorted(self.exact))
+    return f'{self.prefix!r}...{self.suffix!r}'
+
+
+ANY = Spelling()
+
+
+def _single(spelling: Spelling | None) -> str | None:
+  """The one string of ``spelling``, if it is one literal."""
+  if spelling is None or spelling.exact is None or len(spelling.exact) != 1:
+    return None
+  return next(iter(spelling.exact))
+
+
+def _head(spelling: Spelling) -> str:
+  """The text every string of ``spelling`` starts with."""
+  if spelling.exact is not None:
+    return os.path.commonprefix(sorted(spelling.exact))
+  return spelling.prefix
+
+
+def _tail(spelling: Spelling) -> str:
+  """The text every string of ``spelling`` ends with."""
+  if spelling.exact is not None:
+    return os.path.commonprefix([n[::-1] for n in spelling.exact])[::-1]
+  return spelling.suffix
 
 
 def _code(node: cst.CSTNode | None) -> str:
@@ -100,12 +150,14 @@ class OtherUses:
       is_type = isinstance(receiver, cst.Call) and 'builtins.type' in (
           self.qnames(receiver.func))
       if not is_type and not (isinstance(receiver, cst.Name)
-                              and receiver.value in ('self', 'cls')):
+                              and receiver.value in ('self', 'cls')) and (
+                                  not self._imported_module(receiver)):
         line, col = self.position(node)
         self.facts.others.append(OtherUse(
             'may-read', self.path, line, self.owner(),
             f'{_code(node)} reads an attribute whose name is computed', None,
-            _code(receiver), col=col, unit=self._unit()))
+            _code(receiver), col=col, unit=self._unit(),
+            spelling=self._spelling(name) or ANY))
       return
     if name.evaluated_value == '__captures__':
       self._captures_read(node, _code(node))
@@ -117,6 +169,119 @@ class OtherUses:
         'attribute-read', self.path, line, self.owner(),
         f'read as an attribute, {_code(node)},', name.evaluated_value,
         _code(receiver), col=col, unit=self._unit()))
+
+  def _assignments(self, node: cst.Name) -> list | None:
+    """The assignments ``node`` may read (None: not known, as for a name
+    bound in another cell of a notebook)."""
+    scope = self.get_metadata(metadata.ScopeProvider, node, None)
+    if scope is None:
+      return None
+    found = []
+    for access in scope.accesses[node]:
+      if access.node is node:
+        found += access.referents
+    return found or None
+
+  def _imported_module(self, receiver: cst.CSTNode) -> bool:
+    """Whether ``receiver`` is a name bound only by ``import x`` (a module,
+    never an NNX Module instance: ``getattr(jnp, name)``)."""
+    if not isinstance(receiver, cst.Name):
+      return False
+    found = self._assignments(receiver)
+    return bool(found) and all(
+        isinstance(a, metadata.ImportAssignment)
+        and isinstance(a.node, cst.Import) for a in found)
+
+  def _spelling(self, node: cst.CSTNode, depth: int = 0) -> Spelling | None:
+    """What the code shows of the string ``node`` evaluates to (None: not
+    even that it is a ``str``): a literal; the literal text around an
+    f-string's or a literal's ``str.format`` fields; the text up to the
+    first ``%`` conversion of a literal formatted with a tuple; ``+`` of two
+    such strings; or a local name assigned only literals (by ``=``, or as
+    the target of a ``for`` over literals).
+
+    Only what is a ``str`` for certain: ``'a' + x`` with ``x`` of unknown
+    type may be ``x.__radd__('a')``, any string.
+    """
+    if depth > 8:
+      return None
+    if isinstance(node, cst.SimpleString):
+      value = node.evaluated_value
+      return Spelling(frozenset({value})) if isinstance(value, str) else None
+    if isinstance(node, cst.FormattedString):
+      if 'b' in node.prefix.lower():
+        return None
+      parts = list(node.parts)
+      texts = [isinstance(p, cst.FormattedStringText) for p in parts]
+      if all(texts) or ('r' not in node.prefix.lower() and any(
+          '\\' in p.value for p, text in zip(parts, texts) if text)):
+        return ANY  # a str, but escapes: its text is not its value
+      head = ''.join(p.value for p in parts[:texts.index(False)])
+      tail = ''.join(p.value for p in parts[len(parts) - texts[::-1].index(
+          False):])
+      return Spelling(None, head.replace('{{', '{').replace('}}', '}'),
+                      tail.replace('{{', '{').replace('}}', '}'))
+    if isinstance(node, cst.BinaryOperation):
+      left = self._spelling(node.left, depth + 1)
+      if isinstance(node.operator, cst.Add):
+        right = self._spelling(node.right, depth + 1)
+        if left is None or right is None:
+          return None
+        return Spelling(None, _head(left), _tail(right))
+      if isinstance(node.operator, cst.Modulo) and _single(left) and (
+          isinstance(node.right, cst.Tuple)
+          or self._spelling(node.right, depth + 1) is not None):
+        # 'layer_%d' % (i,): the text up to the first conversion.
+        return Spelling(None, _single(left).split('%', 1)[0])
+      return None
+    if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == 'format'):
+      # 'layer_{}'.format(i): the text before the first field, after the
+      # last.
+      text = _single(self._spelling(node.func.value, depth + 1))
+      if text is not None and '{' in text:
+        return Spelling(None, text.split('{', 1)[0], text.rsplit('}', 1)[-1])
+      return None
+    if isinstance(node, cst.Name):
+      return self._name_spelling(node, depth)
+    return None
+
+  def _name_spelling(self, node: cst.Name, depth: int) -> Spelling | None:
+    found = self._assignments(node)
+    if not found:
+      return None
+    spellings = []
+    for assignment in found:
+      # Names of a function or comprehension only: a module-level name may
+      # be set from another module.
+      if not isinstance(assignment, metadata.Assignment) or not isinstance(
+          assignment.scope, (metadata.FunctionScope,
+                             metadata.ComprehensionScope)) or not isinstance(
+                                 assignment.node, cst.Name):
+        return None
+      target = assignment.node
+      parent = self.parent(target)
+      if isinstance(parent, cst.AssignTarget):
+        statement = self.parent(parent)
+        if not isinstance(statement, cst.Assign):
+          return None
+        items = [statement.value]
+      elif isinstance(parent, (cst.For, cst.CompFor)) and (
+          parent.target is target):
+        if not isinstance(parent.iter, (cst.Tuple, cst.List, cst.Set)) or any(
+            isinstance(e, cst.StarredElement) for e in parent.iter.elements):
+          return None
+        items = [e.value for e in parent.iter.elements]
+      else:
+        return None  # a parameter, an augmented assignment, an unpacking...
+      spellings += [self._spelling(item, depth + 1) for item in items]
+    if None in spellings:
+      return None
+    if len(spellings) == 1:
+      return spellings[0]
+    if any(s.exact is None for s in spellings):
+      return ANY  # a str: what is common to them is not worth the risk
+    return Spelling(frozenset().union(*(s.exact for s in spellings)))
 
   def _attribute_read(self, node: cst.Attribute) -> None:
     # `model.features.value`, `model.features[0]`: a sown value left on the

@@ -170,7 +170,7 @@ def analyse_all(paths, given, base, root, verbose, err, summary, analyses,
 
 def analyse_bases(files, root, aliases, analyses, verbose, err, summary,
                    unknown, base, pool=None, data=None,
-                   search_path=None) -> None:
+                   search_path=None, calls_cache=None) -> None:
   """Analyses the files defining the project's unknown base classes, and
   the classes its classes make, in the project or in the libraries it
   imports (``libraries.py``).
@@ -179,8 +179,10 @@ def analyse_bases(files, root, aliases, analyses, verbose, err, summary,
   System(nnx.Module): pass``) decides whether its subclasses are Modules;
   a submodule class there (CAX's ``NCAUpdate``, whose base makes an
   ``nnx.List``) decides whether ``nnx.capture`` can run the model
-  (hazards.py), whether CAX is the project or a library it uses.
-  ``aliases`` grows with the re-exports of the library packages read.
+  (hazards.py), whether CAX is the project or a library it uses; and the
+  library classes the project makes anywhere (``library_calls``, each
+  file's kept in ``calls_cache``). ``aliases`` grows with the re-exports of
+  the library packages read.
   """
   resolve = reexports.resolver(aliases)
   by_module = {}
@@ -193,8 +195,9 @@ def analyse_bases(files, root, aliases, analyses, verbose, err, summary,
   search_path = sys.path if search_path is None else search_path
   data = {} if data is None else data
   looked: set[str] = set()
+  calls = library_calls(files, tops, search_path, data, calls_cache)
   for _ in range(libraries.MAX_HOPS):
-    wanted = libraries.wanted(analyses, resolve)
+    wanted = libraries.wanted(analyses, resolve, calls)
     # A call may be of a function: only a module defining one of the names
     # as a class is worth analysing.
     todo = [p for m in sorted(wanted) for p in by_module.get(m, [])
@@ -218,6 +221,31 @@ def analyse_bases(files, root, aliases, analyses, verbose, err, summary,
                   description='library classes')
       for path, analysis in library.items():
         analyses[path] = libraries.as_library(analysis)
+
+
+def library_calls(files, tops, search_path, data,
+                  cache=None) -> dict[str, set[str]]:
+  """{module: names} of the classes of installed libraries that the files
+  of the project make (``holders.library_calls``), each file parsed once
+  (``cache``: path -> its calls), and only if it imports such a
+  library."""
+  cache = {} if cache is None else cache
+  installed: dict[str, bool] = {}
+
+  def library(top: str) -> bool:
+    return top not in tops and libraries.installed(top, search_path,
+                                                   installed)
+  found: dict[str, set[str]] = {}
+  for path in files:
+    if path not in cache:
+      try:
+        content = data[path] if path in data else read(path)
+      except OSError:
+        content = b''
+      cache[path] = holders.library_calls(path, content, library)
+    for module, names in cache[path].items():
+      found.setdefault(module, set()).update(names)
+  return found
 
 
 def _defines_class(path: str, names: set[str], data) -> bool:

@@ -60,7 +60,7 @@ class Summary:
   internal: list[str] = dataclasses.field(default_factory=list)
   flags: list[Flag] = dataclasses.field(default_factory=list)
   seconds: float = 0.0
-  # With --target=capture: the nnx.capture the decisions assumed.
+  # The nnx.capture (and Module.sow) the decisions assumed.
   nnx_capture: str = ''
 
   def lines(self) -> list[str]:
@@ -95,7 +95,7 @@ def run(paths: list[str], *, target: str = 'capture', mode: str = 'diff',
         progress: bool = False, **_unused):
   """Runs the codemod over ``paths``; returns (exit code, Summary).
 
-  ``nnx_capture`` (``--target=capture``): the ``nnx.capture`` the migrated
+  ``nnx_capture``: the ``nnx.capture`` (and ``Module.sow``) the migrated
   code will run on, ``'legacy'`` or ``'transform'`` (see ``hazards.py``);
   ``'auto'`` (the command line's default): the one of the Flax installed
   here. Called from code, the default is ``'legacy'``, which does not
@@ -108,9 +108,10 @@ def run(paths: list[str], *, target: str = 'capture', mode: str = 'diff',
   out, err = out or sys.stdout, err or sys.stderr
   start = time.perf_counter()
   summary = Summary()
-  if target == 'capture':
-    summary.nnx_capture = (hazards.installed_capture()
-                           if nnx_capture == 'auto' else nnx_capture)
+  # Both targets depend on it: the functional target's captures cannot run
+  # Flax 0.12.8's own Module.sow (decide._runs_kept).
+  summary.nnx_capture = (hazards.installed_capture()
+                         if nnx_capture == 'auto' else nnx_capture)
   given = reading.find_files(paths)
   summary.files = len(given)
   root = os.path.abspath(root or reading.project_root(paths))
@@ -148,10 +149,11 @@ def _run(given, project_files, target, mode, annotate, root, base, verbose,
       break
   aliases = reexports.collect(root, given + project_files, reading.read)
   cheap: dict[str, list[holders.ClassNames]] = {}
+  calls: dict[str, dict[str, set[str]]] = {}  # library classes made
   while True:
     reading.analyse_bases(given + project_files, root, aliases, analyses,
                           verbose, err, summary, unknown, base, pool, data,
-                          search_path)
+                          search_path, calls)
     # The classes that may hold the analysed ones, in files that use none
     # of the APIs (holders.py); then the bases and libraries they name.
     if not reading.analyse_holders(given + project_files, given, root, base,

@@ -21,9 +21,11 @@ to tests, guides and other tools, without the runner that walks a project.
 from __future__ import annotations
 
 import os
+import sys
 
 from . import analysis as _analysis
 from . import decide as _decide
+from . import holders as _holders
 from . import libraries as _libraries
 from . import plan as _plan
 from .flags import Flag
@@ -65,7 +67,12 @@ def migrate_source(source: str, *, target: str = 'capture',
   if analysis.error:
     raise ValueError(analysis.error)
   analyses, aliases = {path: analysis}, {}
-  _libraries.follow(analyses, aliases, search_path)
+  search = sys.path if search_path is None else search_path
+  installed = {}
+  calls = _holders.library_calls(
+      path, source.encode('utf-8'),
+      lambda top: _libraries.installed(top, search, installed))
+  _libraries.follow(analyses, aliases, search_path, calls)
   units = [u for a in analyses.values() for u in a.units]
   for unit in units:  # module-level aliases (ModuleList = nnx.List)
     aliases.update(unit.facts.aliases)
