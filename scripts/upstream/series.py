@@ -1022,6 +1022,13 @@ gets a `flags.Flag`, `path:line:col: code: reason`, one line a person can
 act on.''',
         files=(*_migrate('decide', 'hazards', 'flags', 'libraries'),
                _MIGRATE_TESTS + 'migrate_sow_decide_test.py'),
+        oversize=(
+            "main's issue-47 work (pydantic models as data, kept perturbs; "
+            'merged at 2bfc40a) put it 18 lines over; not split yet: the '
+            'decisions and their one test file grew together, and splitting '
+            'them needs the per-commit check re-run, which did not fit in '
+            'the session that found it.'
+        ),
     ),
     Commit(
         'codemod-rewrite',
@@ -1169,6 +1176,13 @@ flagged code is left as it is. Tests only.''',
                        'flag_unknown_result.py', 'flag_variable_use.py',
                        'mixed_partial.py'),
                *_pairs('capture', 'flag_capture_hazard.py', 'flag_pop.py')),
+        oversize=(
+            "main's issue-47 work (flag_kept_module_sow; merged at 2bfc40a) "
+            'put it 14 lines over; not split yet: a flag case could move '
+            'with its fixture expectations to a later commit, which needs '
+            'the per-commit check re-run, which did not fit in the session '
+            'that found it.'
+        ),
     ),
     Commit(
         'codemod-readers',
@@ -1214,6 +1228,13 @@ second run changing nothing, every reader reported. Tests only.''',
                    'passed_in/main.py', 'sow_through_config/block.py',
                    'sow_through_config/config.py',
                    'sow_through_config/main.py'))),
+        oversize=(
+            "main's issue-47 work (the kept_perturb project; merged at "
+            '2bfc40a) put it 2 lines over; not split yet: the project and '
+            'its tests could be a commit of their own, which needs the '
+            'per-commit check re-run, which did not fit in the session that '
+            'found it.'
+        ),
     ),
     # -----------------------------------------------------------------------
     # The guides, a commit each
