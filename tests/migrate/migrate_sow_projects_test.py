@@ -226,7 +226,10 @@ class ProjectTest(absltest.TestCase):
         before, project_testing.execute(directory, compat=True,
                                         libraries=[LIBRARY])))
     after = project_testing.execute(directory, libraries=[LIBRARY])
-    self.assertIn('Comparator raised exception', after['run/raised'])
+    if sow_legacy.is_available():  # Flax 0.12.8's own nnx.capture is run
+      self.assertIn('Comparator raised exception', after['run/raised'])
+    else:  # nnx.capture is built on the transform: the rewrite runs
+      self.assertEmpty(project_testing.differences(before, after))
 
   def test_a_popped_object_of_an_unread_class_is_a_hazard(self):
     source = cli.textwrap.dedent('''\
