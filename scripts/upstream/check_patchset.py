@@ -771,8 +771,9 @@ def part_docs(args, work: pathlib.Path) -> dict[str, tp.Any]:
     run([args.python, '-m', 'venv', venv], log=log)
     pip = [venv_python(venv), '-m', 'pip', 'install', '-q']
     run([*pip, '--upgrade', 'pip'], log=log)
-    jax = [r for r in EXTRA if _requirement_name(r) in ('jax', 'jaxlib')]
-    run([*pip, '-e', f"{work / 'patched'}[docs]", *jax], log=log)
+    # The docs extra leaves jax unpinned: pinned as in the test venvs.
+    run([*pip, '-e', f"{work / 'patched'}[docs]", f'jax=={args.jax}',
+         f'jaxlib=={args.jax}'], log=log)
   builds = {}
   for tree in TREES:
     shutil.rmtree(work / 'docs-build' / tree, ignore_errors=True)

@@ -16,10 +16,10 @@
 Unit tests of ``sow_migrate``'s first modules, on small sources parsed with
 libcst: which Flax API a name is (``names``), how a call's arguments are
 classified (``calls``), which methods of a class may sow (``methods``,
-``functions``), what an attribute set from a parameter may hold
-(``attributes``) and how a captured State is read (``consumers``). The
-collector they serve (``facts.Collector``) comes with the facts of a
-module; here a small visitor gives them the metadata they ask for.
+``functions``) and what an attribute set from a parameter may hold
+(``attributes``). The collector they serve (``facts.Collector``) comes with
+the facts of a module; here ``codemod_testing.Probe`` gives them the
+metadata they ask for.
 """
 
 import textwrap
@@ -37,56 +37,10 @@ from libcst.helpers import ModuleNameAndPackage
 
 attributes = codemod_testing.codemod_module('attributes')
 calls = codemod_testing.codemod_module('calls')
-consumers = codemod_testing.codemod_module('consumers')
 functions = codemod_testing.codemod_module('functions')
 methods = codemod_testing.codemod_module('methods')
 names = codemod_testing.codemod_module('names')
 # pylint: enable=g-import-not-at-top,wrong-import-position
-
-
-class _Probe:
-  """What the modules ask of a collector: parents, scopes, names."""
-
-  def __init__(self, wrapper):
-    self.metadata = wrapper.resolve_many(
-        [metadata.ParentNodeProvider, metadata.ScopeProvider])
-    self.handled = set()
-
-  def get_metadata(self, provider, node, default=None):
-    return self.metadata[provider].get(node, default)
-
-  def parent(self, node):
-    return self.get_metadata(metadata.ParentNodeProvider, node)
-
-  def qnames(self, node):
-    return names.qualified_names(
-        self.get_metadata(metadata.ScopeProvider, node), node, 'pkg.mod',
-        'pkg')
-
-
-def _probe(source):
-  """(probe, module): ``source`` parsed, its metadata resolved."""
-  module = cst.parse_module(textwrap.dedent(source))
-  wrapper = metadata.MetadataWrapper(module, unsafe_skip_copy=True)
-  return _Probe(wrapper), module
-
-
-def _find(module, kind, predicate=lambda node: True):
-  found = []
-
-  class Finder(cst.CSTVisitor):
-
-    def on_visit(self, node):
-      if isinstance(node, kind) and predicate(node):
-        found.append(node)
-      return True
-
-  module.visit(Finder())
-  return found
-
-
-def _named(module, name):
-  return _find(module, cst.Name, lambda n: n.value == name)
 
 
 def _expression(code):
@@ -110,7 +64,7 @@ class NamesTest(parameterized.TestCase):
     self.assertFalse(names.is_linen('flax.linenx'))
 
   def test_qualified_names_follow_the_imports(self):
-    probe, module = _probe('''\
+    probe, module = codemod_testing.probe('''\
         from flax import nnx
         from flax.nnx import variablelib as v
         a = nnx.Intermediate
@@ -356,7 +310,7 @@ class AttributesTest(parameterized.TestCase):
   )
   def test_what_an_attribute_set_from_a_parameter_may_hold(
       self, param, value, expected):
-    probe, module = _probe(f'''\
+    probe, module = codemod_testing.probe(f'''\
         import typing as tp
         from flax import nnx
         class Params: ...
@@ -365,56 +319,9 @@ class AttributesTest(parameterized.TestCase):
           def __init__(self, {param}):
             self.x = {value}
         ''')
-    assign = _find(module, cst.Assign)[-1]
+    assign = codemod_testing.find(module, cst.Assign)[-1]
     self.assertEqual(attributes.passed_in_types(probe, assign.value),
                      expected)
-
-
-class ConsumersTest(parameterized.TestCase):
-
-  def _reads(self, body):
-    probe, module = _probe(textwrap.dedent('''\
-        import jax
-        from flax import nnx
-        def f(model, x):
-          y, s = nnx.capture(model, nnx.Intermediate)(x)
-        ''') + textwrap.indent(textwrap.dedent(body), '  '))
-    target = _named(module, 's')[0]
-    return consumers.state_reads(probe, target)
-
-  def test_root_level_reads_are_mapped(self):
-    found, accesses, reason = self._reads('''\
-        a = s['h'][0]
-        b = s['g'].value
-        c = s.k.value[-1]
-        d = 'h' in s
-        ''')
-    self.assertIsNone(reason)
-    self.assertEqual(found, {'h', 'g', 'k'})
-    # Each access is the node a rewrite replaces; .value goes with it.
-    self.assertEqual(
-        sorted((a.name, a.value, cst.Module([]).code_for_node(a.node))
-               for a in accesses),
-        [('g', True, "s['g'].value"), ('h', False, "s['h']"),
-         ('k', True, 's.k.value')])
-
-  @parameterized.named_parameters(
-      ('path', "s['block']['h'].value", 'nested-consumer'),
-      ('computed_key', 's[name]', 'state-use'),
-      ('pure_dict', 's.to_pure_dict()', 'to-pure-dict'),
-      ('tree', 'jax.tree.leaves(s)', 'tree-leaves'),
-      ('passed_on', 'print(s)', 'escaping-state'),
-      ('iterated', '[v for v in s]', 'state-use'),
-      ('variable', "s['h'].shape", 'state-use'),
-      ('returned', 'return s', 'escaping-state'),
-  )
-  def test_other_reads_say_why(self, body, code):
-    found, accesses, reason = self._reads(body + '\n')
-    self.assertEqual((found, accesses, reason[0]), (None, [], code))
-
-  def test_a_state_assigned_twice_is_unknown(self):
-    _, _, reason = self._reads("s = {}\nprint(s['h'])\n")
-    self.assertEqual(reason, ('state-use', 's is assigned more than once'))
 
 
 if __name__ == '__main__':

@@ -212,7 +212,7 @@ class ReadersThroughPartsTest(absltest.TestCase):
             (38, 11, 'attribute-read'),  # layer.h.value in the loop
             (43, 10, 'may-read'),  # getattr(model.layers[0], name)
         }, found)
-        (may,) = [f for f in flags if f.code == 'may-read']
+        (may,) = (f for f in flags if f.code == 'may-read')
         self.assertIn("it may read 'h' (sown at held.py:10)", may.detail)
 
   def test_what_is_reported_reads_the_sown_values(self):
@@ -258,7 +258,7 @@ def popped(model: Model, x):
   return nnx.pop(model, nnx.Intermediate)
 """
     _, flags = ms.migrate_source(source, path='held.py')
-    (hazard,) = [f for f in flags if f.code == 'capture-hazard']
+    (hazard,) = (f for f in flags if f.code == 'capture-hazard')
     self.assertIn('Model holds an nnx.List and the model runs under '
                   'nnx.vmap', hazard.detail)
 

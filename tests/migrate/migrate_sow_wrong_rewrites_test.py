@@ -180,9 +180,9 @@ class NestedInstancesTest(absltest.TestCase):
     project = decide.Project([s for u in units for s in u.facts.sites],
                              [c for u in units for c in u.facts.classes],
                              [o for u in units for o in u.facts.others])
-    (root,) = [c for c in project.classes if c.endswith('.Transformer')]
-    (attention,) = [c for c in project.classes if c.endswith('.Attention')]
-    (block,) = [c for c in project.classes if c.endswith('.Block')]
+    (root,) = (c for c in project.classes if c.endswith('.Transformer'))
+    (attention,) = (c for c in project.classes if c.endswith('.Attention'))
+    (block,) = (c for c in project.classes if c.endswith('.Block'))
     counts = project.instance_counts(root)
     self.assertEqual(counts[block], 2)  # many
     self.assertEqual(counts[attention], 2)  # one per block: many too

@@ -188,7 +188,7 @@ class Sites(tuple):
       where = _short_where(row.where[0]) if row.where else '?'
       if len(row.where) > 1:
         where += f' (+{len(row.where) - 1} more)'
-      per_step = ()
+      per_step: tuple[str, ...] = ()
       if self._looped:
         per_step = ('-' if row.step_nbytes is None
                     else render.format_bytes(row.step_nbytes),)

@@ -397,7 +397,8 @@ def _check_function(k: names_lib.Key, fn: tp.Callable[..., tp.Any]) -> None:
   try:
     signature.bind(*(None,) * (3 if by_pattern else 2))
   except TypeError:
-    what = (f'the pattern {k.text!r}' if by_pattern else f'the name {k!r}')
+    what = (f'the pattern {tp.cast(names_lib.Pattern, k).text!r}'
+            if by_pattern else f'the name {k!r}')
     form = 'fn(value, index, name)' if by_pattern else 'fn(value, index)'
     name_too = ', name: the static name it plants at' if by_pattern else ''
     raise TypeError(

@@ -40,7 +40,6 @@ import typing as tp
 
 from absl.testing import absltest
 import hypothesis
-import jax
 import numpy as np
 from flax import nnx
 

@@ -358,7 +358,8 @@ class _Step:
       raise ValueError(
           'export: the function sows nothing the selection exports.')
     examples = _examples(batch)
-    arrays, sites, owners = {}, [], {}
+    arrays, sites = {}, []
+    owners: dict[tp.Any, str] = {}
     for name, entries in collected.items():
       for entry, value in enumerate(entries):
         flat = jax.tree_util.tree_flatten_with_path(value)[0]

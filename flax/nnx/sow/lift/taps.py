@@ -492,9 +492,11 @@ def _sow_output_item(result, which: int | str, *, where: str, name, tag,
   if isinstance(result, tp.Mapping):
     new = dict(result)
     new[which] = sown
-    return new if type(result) is dict else type(result)(new)
+    # A Mapping subclass built from a dict, as its type builds one.
+    return (new if type(result) is dict
+            else tp.cast(tp.Any, type(result))(new))
   items = list(result)
-  items[which] = sown
+  items[tp.cast(int, which)] = sown  # not a Mapping: an int, checked
   if isinstance(result, list):
     return items
   # A named tuple is rebuilt with its fields.

@@ -142,7 +142,7 @@ custom_staging_rules = _find(
 )
 
 
-def staged_eqns(trace: DynamicJaxprTrace) -> list[tp.Any]:
+def staged_eqns(trace: tp.Any) -> list[tp.Any]:
   """The list the staging ``trace`` appends its equations to, in order.
 
   Its entries are opaque (read them with :func:`kept_eqn`); positions never
@@ -432,7 +432,7 @@ def _dispatched(p, args_flat, fun, args, kwargs):
   return result
 
 
-_run_python_jit.__wrapped__ = _RUN_PYTHON_JIT
+tp.cast(tp.Any, _run_python_jit).__wrapped__ = _RUN_PYTHON_JIT
 
 
 def set_jit_dispatch(
@@ -528,7 +528,7 @@ _COND_LOCALS_READABLE = _COND_BATCHING_CODE is not None and all(
 
 def branches_of_batched_cond(
     *, evaluating: bool = False
-) -> tp.Sequence[core.ClosedJaxpr] | None:
+) -> tp.Sequence[tp.Any] | None:
   """The branches of the innermost cond being batched with a batched index.
 
   Returns ``None`` unless JAX's cond batching rule is on the caller's stack

@@ -209,7 +209,7 @@ def _mark_rules_under_batched_cond(custom_call: jex_core.Primitive):
             for fun in params['subfuns'])
     return unhooked(custom_call, *args, **params)
 
-  bind.unhooked = unhooked
+  tp.cast(tp.Any, bind).unhooked = unhooked
   return bind
 
 
@@ -383,7 +383,8 @@ pe.partial_eval_jaxpr_custom_rules[sow_p] = _sow_partial_eval_custom
 # than wrapping them again.
 for _custom_call in (jex_primitives.custom_jvp_call_p,
                      jex_primitives.custom_vjp_call_p):
-  _custom_call.bind = _mark_rules_under_batched_cond(_custom_call)
+  tp.cast(tp.Any, _custom_call).bind = _mark_rules_under_batched_cond(
+      _custom_call)
 
 
 def sow_equations(jaxpr: jex_core.Jaxpr) -> tp.Iterator[jex_core.JaxprEqn]:

@@ -31,7 +31,6 @@ import shutil
 import tempfile
 
 from absl.testing import absltest
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -300,7 +300,7 @@ class LoweringTest(parameterized.TestCase):
   def test_the_jaxpr_keeps_the_marker(self):
     # The marker is seen in the jaxpr (by capture), not in the HLO.
     jaxpr = jax.make_jaxpr(jax.jit(f))(X)
-    (inner,) = [e.params['jaxpr'] for e in jaxpr.eqns]
+    (inner,) = (e.params['jaxpr'] for e in jaxpr.eqns)
     self.assertEqual([e.primitive.name for e in inner.eqns
                       if 'perturb' in e.primitive.name], ['perturb'])
     self.assertNotIn('custom_vjp', str(jaxpr))

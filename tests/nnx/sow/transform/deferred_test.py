@@ -103,7 +103,7 @@ class DeferredTest(absltest.TestCase):
     jitted = jax.jit(block)
     closed = jax.make_jaxpr(lambda w, v, x: jitted(v, jitted(w, x)))(
         W, V, jnp.ones(2))
-    first, second = [e for e in closed.jaxpr.eqns if e.primitive.name == 'jit']
+    first, second = (e for e in closed.jaxpr.eqns if e.primitive.name == 'jit')
     self.assertIs(first.params['jaxpr'], second.params['jaxpr'])
     with resolver({id(W): ('w',), id(V): ('v',)}) as calls:
       whole = deferred.rename_jaxpr(closed, [W, V, None])

@@ -13,7 +13,7 @@ class Norm(nnx.Module):
     self.bias = None
 
   def __call__(self, x):
-    y = (x * self.scale).astype(self.dtype)
+    y = (x * self.scale[None, :]).astype(self.dtype)
     self.sow(nnx.Intermediate, 'normed', y)
     return y
 
