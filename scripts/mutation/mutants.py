@@ -944,7 +944,8 @@ MUTANTS: tuple[Mutant, ...] = (
        '        _ = _sow_arrays(result, name=output_name, tag=tag, mode=mode)',
        "a value planted into a tap's output is the call's result"),
     _m('taps-output-item-not-replaced', 'lift/taps.py',
-       '  items[which] = sown\n',
+       '  items[tp.cast(int, which)] = sown'
+       '  # not a Mapping: an int, checked\n',
        '',
        "a value planted into a tap's output item is that item of the result"),
     _m('taps-output-item-past-end', 'lift/taps.py',
