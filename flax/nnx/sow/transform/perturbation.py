@@ -132,28 +132,28 @@ def _lowering(ctx, *leaves, **params):
 def _perturb_jvp(primals, tangents, **params):
   # The primal output stays a perturbation, so that a further reverse-mode
   # transformation of this JVP (`grad` of `grad`) still sows its cotangent.
-  with primitive.binding_jvp_primal():
-    out = perturb_p.bind(*primals, **params)
+  out = perturb_p.bind(*primals, **primitive.as_jvp_primal(params))
   if all(type(t) is ad.Zero for t in tangents):
     # No tangent reaches the value: its gradient is symbolically zero.
     return out, list(tangents)
   # Every leaf gets a tangent, as a custom_vjp's backward rule gets a
   # cotangent for every output, so the sown value keeps the whole tree.
-  return out, tangent_p.bind(*map(ad.instantiate_zeros, tangents), **params)
+  return out, tangent_p.bind(*map(ad.instantiate_zeros, tangents),
+                             **primitive.not_jvp_primal(params))
 
 
 def _tangent_jvp(primals, tangents, **params):
   # Only the primal tangent_p is ever transposed into a sow: the tangent of a
   # tangent is not the value the user perturbed, so it is passed on as is
   # (what `grad` of a `jvp` sows is the cotangent of the primal value).
-  with primitive.binding_jvp_primal():
-    out = tangent_p.bind(*primals, **params)
+  out = tangent_p.bind(*primals, **primitive.as_jvp_primal(params))
   return out, list(tangents)
 
 
 def _transpose(cotangents, *leaves, sow_name, tag, tree, vmapped,
-               in_batched_cond=False):
+               in_batched_cond=False, jvp_primal=False, skipped=()):
   """Sows the cotangents (the identity's transpose) unless all are zero."""
+  del jvp_primal  # a cotangent is sown as any sow is
   if all(type(ct) is ad.Zero for ct in cotangents):
     return [
         ad.Zero(leaf.aval.to_ct_aval()) if ad.is_undefined_primal(leaf) else None
@@ -167,6 +167,7 @@ def _transpose(cotangents, *leaves, sow_name, tag, tree, vmapped,
   sown = primitive.sow_p.bind(
       *map(ad.instantiate_zeros, cotangents), sow_name=sow_name, tag=tag,
       mode='append', tree=tree, vmapped=vmapped,
+      **({'skipped': skipped} if skipped else {}),
   )
   # A leaf that is not linear (a tangent instantiated as zeros by the JVP)
   # has no cotangent; the sow still saw its zero, as the tree needs.
@@ -180,21 +181,23 @@ def _batcher(prim):
   """The batching rule of ``prim``: ``sow_p``'s placement of the axis."""
 
   def batch(axis_data, leaves, dims, *, vmapped, **params):
-    if not primitive.harvesting.value or primitive.keeps_unbatched(dims):
+    if (not primitive.harvesting.value
+        or primitive.keeps_unbatched(dims, params)):
       # Outside a capture no sow is collected: the leaves keep their axes
       # and the rule adds no op to a plain program. A JVP's primal output
       # that this vmap does not batch (`jax.jacfwd`'s) stays unbatched too:
-      # its tangent, if batched, is counted by tangent_p's rule.
-      with primitive.binding_jvp_primal(False):
-        out = _bind_as_batched(prim, *leaves, vmapped=vmapped, **params)
+      # its tangent, if batched, is counted by tangent_p's rule. While
+      # capturing, the vmap is noted as one that did not batch it.
+      if primitive.harvesting.value:
+        params = primitive.with_vmap_skipped(params, vmapped)
+      out = _bind_as_batched(prim, *leaves, vmapped=vmapped, **params)
       return out, list(dims)
     # While capturing, the cotangent this perturbation sows must carry the
     # mapped axis leading, every leaf batched, and count it, as a sow
     # batched here would (see `primitive._sow_batch`): the backward pass
     # binds the sow later, outside this vmap.
     moved = primitive.mapped_axis_leading(leaves, dims, axis_data.size)
-    with primitive.binding_jvp_primal(False):
-      out = _bind_as_batched(prim, *moved, vmapped=vmapped + 1, **params)
+    out = _bind_as_batched(prim, *moved, vmapped=vmapped + 1, **params)
     return out, [0] * len(out)
 
   return batch

@@ -71,7 +71,6 @@ backward rule of ``batching.batch_custom_vjp_bwd`` checking the same set.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import typing as tp
@@ -245,36 +244,52 @@ def _sow_lowering(ctx, *leaves, **params):
 def _sow_jvp(primals, tangents, **params):
   # Only primal values are sown: a tangent is not an intermediate of the
   # program the user wrote. Gradients of intermediates come from `perturb`.
-  with binding_jvp_primal():
-    out = sow_p.bind(*primals, **params)
+  out = sow_p.bind(*primals, **as_jvp_primal(params))
   return out, list(tangents)
 
 
-# Innermost last: whether the bind now running is a JVP rule's primal
-# output (see `keeps_unbatched`).
-_JVP_PRIMAL: thread_stack.ThreadStack[bool] = thread_stack.ThreadStack()
+def as_jvp_primal(params: dict[str, tp.Any]) -> dict[str, tp.Any]:
+  """``params`` of a bind that is a JVP rule's primal output, marked so (see
+  ``keeps_unbatched``). The mark is a parameter of the equation, so that it
+  holds wherever JAX batches the equation later: a ``jax.checkpoint``, a
+  loop or a ``jit`` re-batches the JVP'd program it holds after the JVP rule
+  has returned."""
+  if params.get('jvp_primal'):
+    return params
+  return {**params, 'jvp_primal': True}
 
 
-@contextlib.contextmanager
-def binding_jvp_primal(primal: bool = True) -> tp.Iterator[None]:
-  """Marks the binds of the block as a JVP rule's primal output (or, with
-  ``primal=False``, as not one: what a batching rule binds in turn)."""
-  with _JVP_PRIMAL.pushed(primal):
-    yield
+def not_jvp_primal(params: dict[str, tp.Any]) -> dict[str, tp.Any]:
+  """``params`` without the mark of ``as_jvp_primal``: what a JVP rule binds
+  for the tangent of a marked primal."""
+  return {k: v for k, v in params.items() if k != 'jvp_primal'}
 
 
-def keeps_unbatched(dims: tp.Sequence[int | None]) -> bool:
+def with_vmap_skipped(params: dict[str, tp.Any],
+                      vmapped: int) -> dict[str, tp.Any]:
+  """``params`` of a marker that a vmap left unbatched (``keeps_unbatched``)
+  and did not count: ``skipped`` holds the position of each such vmap among
+  all those applied to the marker so far, innermost first (the counted
+  ones, ``vmapped``, and the skipped ones), so that the vmaps JAX records
+  around an equation can be matched with those counted
+  (``sites._inner_vmaps``)."""
+  skipped = params.get('skipped', ())
+  return {**params, 'skipped': (*skipped, vmapped + len(skipped))}
+
+
+def keeps_unbatched(dims: tp.Sequence[int | None],
+                    params: tp.Mapping[str, tp.Any]) -> bool:
   """Whether a batching rule must return these unbatched leaves unbatched.
 
   A rule that broadcasts an unbatched value while capturing (so that each
   member of a vmap gets its own entry) would batch a primal output that
   does not depend on the mapped inputs. ``jax.jacfwd`` (so ``jax.hessian``)
   vmaps a JVP over its basis and requires exactly that primal to stay
-  unbatched (``out_axes=None``), so a JVP rule's primal output keeps its
-  batching; its sow is still recorded broadcast, once per member.
+  unbatched (``out_axes=None``), so a JVP rule's primal output (its
+  ``jvp_primal`` parameter) keeps its batching; its sow is still recorded
+  broadcast, once per member.
   """
-  stack = _JVP_PRIMAL.stack
-  return bool(stack) and stack[-1] and all(dim is None for dim in dims)
+  return bool(params.get('jvp_primal')) and all(dim is None for dim in dims)
 
 
 def _sow_transpose(cotangents, *leaves, **params):
@@ -325,10 +340,9 @@ def _sow_batch(axis_data, leaves, dims, *, vmapped, **params):
   # per-member values there; a capture alone records per member and leaves
   # the program as it is, so that what JAX needs unbatched stays so (the
   # primal output of `jax.jacfwd`'s JVP when a loop carries the sown value).
-  keep = keeps_unbatched(dims) or (
+  keep = keeps_unbatched(dims, params) or (
       not planting.value and all(dim is None for dim in dims))
-  with binding_jvp_primal(False):
-    out = sow_p.bind(*moved, *anchors, vmapped=vmapped + 1, **params)
+  out = sow_p.bind(*moved, *anchors, vmapped=vmapped + 1, **params)
   if keep:
     # Recorded per member; the program goes on with the unbatched value.
     return leaves + anchors, [None] * len(leaves) + anchor_dims

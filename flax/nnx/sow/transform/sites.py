@@ -219,16 +219,29 @@ def _inner_vmaps(params: tp.Mapping[str, tp.Any],
   """``inner_vmaps`` of a sow, and the stack if it is ambiguous.
 
   The count from the stack without its copies must not exceed the vmaps
-  the sow's own batching rule counted (``vmapped``); if it does, or another
-  reading of the stack (a copy kept) agrees with that count too, the site
-  is marked ambiguous: a loop around it refuses rather than guesses.
+  applied to the sow (those its own batching rule counted, ``vmapped``, and
+  those it noted as skipped); the vmaps inside are those of the first
+  ``count`` applied that it counted. If the count exceeds them, or another
+  reading of the stack (a copy kept) fits too and gives another number
+  inside, the site is marked ambiguous: a loop around it refuses rather
+  than guesses.
   """
   inner, counts = _readings(source_info.name_stack.stack)
-  vmapped = params['vmapped']
-  if inner > vmapped or any(
-      count != inner and count <= vmapped for count in counts):
-    return inner, str(source_info.name_stack) or '(none)'
-  return inner, None
+  # The stack records every vmap applied around the equation; the sow's
+  # rule counted those that batched it, and noted the positions of those
+  # that did not (`primitive.with_vmap_skipped`, innermost first: a vmap
+  # inside a loop runs before one applied to the loop).
+  skipped = params.get('skipped', ())
+  applied = params['vmapped'] + len(skipped)
+
+  def counted(n: int) -> int:
+    return n - sum(1 for at in skipped if at < n)
+
+  if inner > applied or any(
+      count <= applied and counted(count) != counted(inner)
+      for count in counts):
+    return counted(inner), str(source_info.name_stack) or '(none)'
+  return counted(inner), None
 
 
 def _is(part: tp.Any, transform: str) -> bool:

@@ -151,6 +151,36 @@ class CaptureForwardModeTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         collected['s'][0], np.broadcast_to(X * 2.0, (3, 3)))
 
+  @parameterized.named_parameters(
+      ('checkpoint', jax.checkpoint),
+      ('jit', jax.jit),
+      ('scan', lambda g: lambda x: lax.scan(
+          lambda c, _: (g(c), None), x, None, length=2)[0]),
+      ('cond', lambda g: lambda x: lax.cond(
+          jnp.sum(x) > -1e9, g, lambda v: g(v * 0.5), x)),
+  )
+  def test_jacfwd_of_a_transform_that_batches_its_jvp_later(self, inner):
+    # The transform batches the JVP'd program it holds after the JVP rules
+    # have returned: the perturbation's primal output must still stay
+    # unbatched there, as jacfwd requires (JAX raised `at vmap out_axes[0],
+    # got axis spec None` for checkpoint, scan and cond).
+    g = lambda v: jnp.sin(perturb(v * 2.0, name='g'))
+    g0 = lambda v: jnp.sin(v * 2.0)
+    for wrap in (lambda h: h, jax.jit):
+      jac, collected = capture(wrap(jax.jacfwd(inner(g))))(X)
+      self.assertEqual(collected, {})  # forward mode sows nothing
+      sow_testing.assert_close(jac, jax.jacfwd(inner(g0))(X))
+
+  def test_jacfwd_of_grad_through_checkpoint(self):
+    # As hessian, with a grad (no vmap of its own) and a checkpoint between:
+    # the cotangent of v * 2, broadcast along jacfwd's basis.
+    jac, collected = capture(jax.jacfwd(jax.grad(jax.checkpoint(f))))(X)
+    sow_testing.assert_close(jac, jax.hessian(f0)(X))
+    (got,) = collected['g']
+    ct = jax.grad(lambda u: jnp.sum(jnp.sin(u) ** 2))(X * 2.0)
+    self.assertEqual(got.shape, (3, 3))
+    sow_testing.assert_close(got, np.broadcast_to(ct, (3, 3)))
+
   def test_grad_is_unchanged(self):
     grad, collected = capture(jax.grad(f))(X)
     _assert_equal(self, grad, jax.grad(f0)(X))
