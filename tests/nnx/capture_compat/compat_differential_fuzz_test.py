@@ -238,9 +238,16 @@ class CompatDifferentialFuzzTest(parity_test.ComparingTestCase):
     if legacy is not None:
       hypothesis.event('compared with Flax 0.12.8')
       rounded = _reduced_in_a_branch(spec)
-      self.assert_same(result, legacy[0], 'result', bitwise=not rounded)
+      # Under an eager nnx.grad the new nnx.capture interprets a program
+      # staged under the grad's trace, in which JAX inlines jax.numpy's own
+      # jits (`jnp.mean`'s reduce and divide), which Flax 0.12.8 runs as one
+      # compiled program each: another program, equal to float rounding
+      # (JAX 0.10.0's XLA rounds that fused mean 1 ulp apart).
+      inlined = call.grad and call.outer == 'eager'
+      self.assert_same(result, legacy[0], 'result',
+                       bitwise=not (rounded or inlined))
       self.assert_same(state, legacy[1], 'updated model state')
-      if rounded:  # bitwise, except what is accumulated in the branch
+      if rounded and not inlined:  # bitwise, but what a branch accumulates
         for (path, _, a), (_, _, b) in zip(parity_test._flat(result),  # pylint: disable=protected-access
                                            parity_test._flat(legacy[0])):  # pylint: disable=protected-access
           if not _accumulated_in_a_branch(path, call):
