@@ -600,7 +600,12 @@ class ParityTest(ComparingTestCase):
     # training step's hijax_modes.
     with nnx.var_defaults(hijax=True), _legacy_sow_outside_capture():
       model = MLP(nnx.Rngs(0))
-      with self.assertRaisesRegex(NotImplementedError, 'get_variable'):
+      if jax.__version_info__ < (0, 10, 2):
+        # JAX 0.10.0 and 0.10.1 fail earlier, asserting inside jax.grad.
+        failure = self.assertRaises(AssertionError)
+      else:
+        failure = self.assertRaisesRegex(NotImplementedError, 'get_variable')
+      with failure:
         nnx.grad(lambda m: jnp.sum(m(*_X(5, 4))))(model)
 
   def test_legacy_returns_an_empty_state_under_hijax(self):
