@@ -30,12 +30,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from unittest import mock
 
 from absl.testing import absltest
 import sow_layout
 
 _SYS_PATH = list(sys.path)
-sys.path.insert(0, os.path.join(sow_layout.ROOT, 'scripts', 'upstream'))
+_UPSTREAM = os.path.join(sow_layout.ROOT, 'scripts', 'upstream')
+sys.path.insert(0, _UPSTREAM)
 import check_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
 import flax_integration as fi  # pylint: disable=g-import-not-at-top,wrong-import-position
 import make_patchset  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -347,7 +349,10 @@ class MakePatchsetTest(absltest.TestCase):
     base = make_patchset.check_checkout(checkout)
     with tempfile.TemporaryDirectory() as tmp:
       out = pathlib.Path(tmp) / 'series'
-      patches = make_patchset.make_patchset(checkout, out)
+      # The docs commits import their makers (flax_docs, ...) when made, as
+      # check_patchset.py runs them: from scripts/upstream.
+      with mock.patch.object(sys, 'path', [_UPSTREAM, *sys.path]):
+        patches = make_patchset.make_patchset(checkout, out)
       self.assertLen(patches, len(make_patchset.commits()))
       manifest = json.loads((out / 'series.json').read_text())
       self.assertEqual([e['key'] for e in manifest],

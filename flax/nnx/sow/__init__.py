@@ -77,6 +77,6 @@ _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(__file__)))
 _sites.skip_frames_in(_os.path.dirname(_os.path.abspath(_nnx.__file__)))
 
 __all__ = [
-    'Steps', 'capture', 'capture_grads', 'discover', 'perturb', 'plant',
-    'sow', 'sow_p', 'tap',
+    'Steps', 'capture', 'capture_grads', 'discover', 'perturb', 'plant', 'sow',
+    'sow_p', 'tap',
 ]

@@ -529,24 +529,6 @@ class VmapInsideTest(sow_testing.StateAssertions, parameterized.TestCase):
           hessian(X), jax.hessian(lambda x: jnp.sum((2 * jnp.sin(x)) ** 3))(X))
 
 
-  @parameterized.named_parameters(
-      ('plain', lambda g: g),
-      ('checkpoint', jax.checkpoint),
-      ('jit', jax.jit),
-      ('scan', lambda g: lambda x: lax.scan(
-          lambda c, _: (g(c), None), x, None, length=1)[0]),
-  )
-  def test_a_plant_around_jax_jacfwd_is_refused(self, inner):
-    # Around jacfwd, a plant would put a value per basis vector where jacfwd
-    # needs the JVP's primal unbatched: the sow keeps the value it was given
-    # and the plant refuses, naming the sow, in every form; broadcast, JAX
-    # raised `at vmap out_axes[0]` inside jacfwd.
-    g = lambda v: jnp.sin(sow(v * 2.0, name='s'))
-    planted = plant(jax.jacfwd(inner(g)), {'s': lambda v, i: v * 3.0})
-    with self.assertRaisesRegex(ValueError, r"^plant: the sow 's' "):
-      planted(X[:3])
-
-
 class ErrorTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
