@@ -23,10 +23,18 @@ import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from flax.nnx.sow import capture
+from flax.nnx.sow import sow
 
 import transform_stacks as ts
 
 SEED, CASES = 20261207, 64
+X = jnp.array([-0.8, 0.4, 1.1], jnp.float32)
 
 
 def known_failure(case: ts.Case, outcome: ts.Outcome) -> bool:
@@ -236,6 +244,37 @@ class TransformStacksTest(parameterized.TestCase):
       (f'{i:02d}', i) for i in range(CASES))
   def test_sample(self, i):
     _check(self, ts.sample(SEED, CASES)[i])
+
+
+class LinearizeCheckpointWhileTest(absltest.TestCase):
+  """``jax.linearize(jax.checkpoint(while_loop[sow]))``: JAX runs the loop
+  twice (its known half, then the whole loop for the tangents), each
+  recording the steps (``primitive._sow_partial_eval_custom``)."""
+
+  @staticmethod
+  def linearized(x):
+    def body(c):
+      i, h = c
+      return i + 1, sow(jnp.sin(h) * 1.5, name='h')
+
+    loop = lambda v: lax.while_loop(lambda c: c[0] < 3, body, (0, v))[1]
+    y, lin = jax.linearize(jax.checkpoint(loop), x)
+    return y, lin(jnp.ones_like(x))
+
+  def test_the_values_are_the_plain_programs(self):
+    h, states = X, []
+    for _ in range(3):
+      h = jnp.sin(h) * 1.5
+      states.append(h)
+    want = self.linearized(X)
+    (y, tangent), collected = capture(self.linearized, max_steps=4)(X)
+    np.testing.assert_array_equal(y, want[0])
+    np.testing.assert_array_equal(tangent, want[1])
+    self.assertLen(collected['h'], 2)
+    for steps in collected['h']:
+      self.assertEqual(int(steps.count), 3)
+      np.testing.assert_allclose(steps.values[:3], np.stack(states),
+                                 rtol=1e-6)
 
 
 if __name__ == '__main__':
