@@ -246,6 +246,32 @@ class TransformStacksTest(parameterized.TestCase):
     _check(self, ts.sample(SEED, CASES)[i])
 
 
+class LoopAxisTest(absltest.TestCase):
+
+  def test_a_vmap_around_a_loop_and_the_same_vmap_in_it(self):
+    # One jaxpr but for the transforms JAX records on each equation
+    # (jax_contract_test.py, NameStackTest): the loop axis goes after the
+    # vmap applied to the loop and before the one applied in its body, as
+    # jax.vmap stacks its outputs. Each capture is the sown inputs as they
+    # are.
+    def body(c, x):
+      return c, jnp.sin(sow(x, name='h'))
+
+    def vmap_around(xs):  # xs: (batch, steps, 3)
+      return jax.vmap(lambda xs: lax.scan(body, 0.0, xs)[1])(xs)
+
+    def vmap_inside(xs):  # xs: (steps, batch, 3)
+      return lax.scan(
+          lambda c, x: (c, jax.vmap(lambda x: body(c, x)[1])(x)), 0.0, xs)[1]
+
+    xs = jnp.arange(60.0).reshape(4, 5, 3)
+    for wrap in (lambda f: f, jax.jit):
+      (around,) = capture(wrap(vmap_around))(xs)[1]['h']
+      (inside,) = capture(wrap(vmap_inside))(xs.swapaxes(0, 1))[1]['h']
+      np.testing.assert_array_equal(around, xs)
+      np.testing.assert_array_equal(inside, xs.swapaxes(0, 1))
+
+
 class LinearizeCheckpointWhileTest(absltest.TestCase):
   """``jax.linearize(jax.checkpoint(while_loop[sow]))``: JAX runs the loop
   twice (its known half, then the whole loop for the tangents), each
