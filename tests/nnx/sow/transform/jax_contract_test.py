@@ -359,61 +359,6 @@ class NameStackTest(parameterized.TestCase):
     self.assertIn('transpose',
                   names(jax.grad(lambda x: jnp.sin(x).sum()), X))
 
-  def test_only_the_name_stack_tells_a_vmap_around_a_loop_from_one_in_it(self):
-    # Why `sites` reads name stacks (issue 46, item 1): a vmap applied to a
-    # scan and the same vmap written inside its body trace to one jaxpr,
-    # equation for equation, parameter for parameter (the sow's own count
-    # of vmaps included), yet the loop axis of the sown values goes after
-    # the first's vmap axis and before the second's. Only the transforms
-    # JAX records on each equation tell them apart; the day another record
-    # exists (or JAX stops recording these), this test fails.
-    def body(c, x):
-      return c, jnp.sin(sow(x, name='h'))
-
-    def vmap_around(xs):  # xs: (batch, steps, 3)
-      return jax.vmap(lambda xs: lax.scan(body, 0.0, xs)[1])(xs)
-
-    def vmap_inside(xs):  # xs: (steps, batch, 3)
-      return lax.scan(
-          lambda c, x: (c, jax.vmap(lambda x: body(c, x)[1])(x)), 0.0, xs)[1]
-
-    with primitive.harvesting(True):  # as while capturing
-      around = jax.make_jaxpr(vmap_around)(jnp.zeros((4, 5, 3)))
-      inside = jax.make_jaxpr(vmap_inside)(jnp.zeros((5, 4, 3)))
-
-    def shape(jaxpr):
-      # Every equation's primitive, parameters and types, depth-first,
-      # with the layout moves (transposes) the vmap around adds left out.
-      out = []
-      for eqn in jaxpr.eqns:
-        if eqn.primitive.name == 'transpose':
-          continue
-        params = {k: v for k, v in eqn.params.items() if k != 'jaxpr'}
-        out.append((eqn.primitive.name, str(params),
-                    [str(v.aval) for v in eqn.outvars]))
-        if 'jaxpr' in eqn.params:
-          out.extend(shape(eqn.params['jaxpr'].jaxpr))
-      return out
-
-    def scan_body(jaxpr):
-      (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == 'scan']
-      return eqn.params['jaxpr'].jaxpr
-
-    self.assertEqual(shape(scan_body(around.jaxpr)),
-                     shape(scan_body(inside.jaxpr)))
-
-    def sow_stack(jaxpr):
-      (eqn,) = [e for e in scan_body(jaxpr).eqns
-                if e.primitive is primitive.sow_p]
-      self.assertEqual(eqn.params['vmapped'], 1)
-      return [part.name for part in eqn.source_info.name_stack.stack
-              if isinstance(part, _jax.Transform)]
-
-    self.assertEqual(sow_stack(around.jaxpr), [])
-    self.assertEqual(sow_stack(inside.jaxpr), ['vmap'])
-    # The layouts a capture gives each: transform_stacks_test.py,
-    # LoopAxisTest.
-
   def test_user_frames_skip_jax(self):
     def f(x):
       return lax.sin(x)

@@ -187,19 +187,22 @@ class PrimitiveTest(parameterized.TestCase):
     )
 
 
+def linearized_checkpoint_while(x):
+  """``jax.linearize`` of a ``checkpoint``ed while_loop of 3 steps sowing
+  ``'h'``; the linearized function applied to ones."""
+
+  def body(c):
+    i, h = c
+    return i + 1, sow(jnp.sin(h) * 1.5, name='h')
+
+  loop = lambda v: lax.while_loop(lambda c: c[0] < 3, body, (0, v))[1]
+  y, lin = jax.linearize(jax.checkpoint(loop), x)
+  return y, lin(jnp.ones_like(x))
+
+
 class RematTest(parameterized.TestCase):
   """How a sow is split by the partial evaluation behind ``jax.checkpoint``
   (``_sow_partial_eval_custom``)."""
-
-  @staticmethod
-  def linearized(x):
-    def body(c):
-      i, h = c
-      return i + 1, sow(jnp.sin(h) * 1.5, name='h')
-
-    loop = lambda v: lax.while_loop(lambda c: c[0] < 3, body, (0, v))[1]
-    y, lin = jax.linearize(jax.checkpoint(loop), x)
-    return y, lin(jnp.ones_like(x))
 
   def test_while_harvesting_the_recomputed_part_records_nothing(self):
     # The known program records the sow once; the recomputed part gets its
@@ -210,7 +213,7 @@ class RematTest(parameterized.TestCase):
         lambda v: jnp.sin(sow(v * 3.0, name='a')))(x))
     jaxpr = harvest_jaxpr(jax.grad(g), X)
     self.assertEqual(count_sows(jaxpr), 1)
-    linearized = harvest_jaxpr(self.linearized, X)
+    linearized = harvest_jaxpr(linearized_checkpoint_while, X)
     # Two while_loops (JAX runs the loop twice: the known half, then the
     # whole loop for the tangents), each sowing once.
     self.assertEqual(count_sows(linearized), 2)
