@@ -76,6 +76,7 @@ CORE_TESTS = (
     'tests/nnx/sow/transform/runtime_checks_test.py',
     'tests/nnx/sow/transform/steps_test.py',
     'tests/nnx/sow/transform/rules/rules_cond_test.py',
+    'tests/nnx/sow/transform/rules/rules_cond_late_sows_test.py',
     'tests/nnx/sow/api/plant_test.py',
     'tests/nnx/sow/transform/rules/rules_coverage_test.py',
     'tests/nnx/sow/bad_inputs_test.py',

@@ -535,7 +535,9 @@ whose tangent is a linear identity that sows its cotangent when transposed
 (`transform/perturbation.py`), so forward mode (`jax.jvp`, `jacfwd`,
 `linearize`, `hessian`) works too, and `jit` compiles it to nothing.''',
         files=(S + 'perturb.py', T + 'perturbation.py',
-               N + 'api/perturb_test.py', N + 'api/perturb_forward_test.py'),
+               N + 'api/perturb_test.py', N + 'api/perturb_forward_test.py',
+               # Of the cond commit, which comes before perturb.
+               N + 'transform/rules/rules_cond_late_sows_test.py'),
     ),
     Commit(
         'shard_map',
