@@ -592,25 +592,6 @@ the code under test. A test commit of its own, like the fuzzer's.''',
         files=(N + 'transform_stacks.py', N + 'api/transform_stacks_test.py'),
     ),
     Commit(
-        'reliability',
-        'nnx.sow: the bad-input catalogue; threads, leaks and memory',
-        '''\
-Every bad input gets an exact error naming the sow, the argument or the
-primitive at fault and what to do (`bad_inputs_test.CASES`, which the
-bad-input guide shows); a jit holding a sow never takes JAX's compiled
-path in an eager capture, one without takes it; 8 threads x 50 captures each get their own values;
-the core cases pass under `jax.checking_leaks()`; nothing remains after an
-exception; 1,000 eager captures keep memory flat, an eager capture frees
-the intermediates of `f` as `f` itself does and drops the values a clobber
-supersedes. Tests of everything before, so a commit of its own.''',
-        files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py',
-               N + 'api/capture_memory_test.py',
-               N + 'api/capture_eager_dispatch_test.py'),
-    ),
-    # -----------------------------------------------------------------------
-    # nnx.capture, Module.sow and Module.perturb on the transform
-    # -----------------------------------------------------------------------
-    Commit(
         'compat',
         'nnx: build nnx.capture, Module.sow and Module.perturb on flax.nnx.sow',
         '''\
@@ -721,6 +702,25 @@ commit adding them could not take within its budget.''',
                # Of the compat-module-sow commit (over budget with it).
                C + 'nothing_on_modules_test.py'),
     ),
+    Commit(
+        'reliability',
+        'nnx.sow: the bad-input catalogue; threads, leaks and memory',
+        '''\
+Every bad input gets an exact error naming the sow, the argument or the
+primitive at fault and what to do (`bad_inputs_test.CASES`, which the
+bad-input guide shows); a jit holding a sow never takes JAX's compiled
+path in an eager capture, one without takes it; 8 threads x 50 captures each get their own values;
+the core cases pass under `jax.checking_leaks()`; nothing remains after an
+exception; 1,000 eager captures keep memory flat, an eager capture frees
+the intermediates of `f` as `f` itself does and drops the values a clobber
+supersedes. Tests of everything before, so a commit of its own.''',
+        files=(N + 'bad_inputs_test.py', N + 'concurrency_and_leaks_test.py',
+               N + 'api/capture_memory_test.py',
+               N + 'api/capture_eager_dispatch_test.py'),
+    ),
+    # -----------------------------------------------------------------------
+    # nnx.capture, Module.sow and Module.perturb on the transform
+    # -----------------------------------------------------------------------
     Commit(
         'names-and-patterns',
         'nnx.sow: tests of names by spelling and pattern, and of tap patterns',

@@ -23,6 +23,7 @@ clone of google/flax), else that test skips. Of
 text shaped as Sphinx 6.2 writes it.
 """
 
+import ast
 import json
 import os
 import pathlib
@@ -299,6 +300,68 @@ class MakePatchsetTest(absltest.TestCase):
 
   def test_every_file_of_ours_goes_with_one_commit_or_is_not_shipped(self):
     make_patchset.check_files_classified()
+
+  def test_each_commits_tests_import_only_what_it_has(self):
+    # What check_patchset's commits part finds after minutes, read from the
+    # sources: a test file that imports from flax.nnx.sow (or
+    # capture_compat) a module, or a name of an aggregator, that the series
+    # adds only in a later commit fails at collection at its own commit.
+    every = make_patchset.present_modules(make_patchset.REPO)
+    steps = make_patchset.commits()
+    # The tests' helper modules (sow_testing, transform_stacks, ...): by
+    # their import name, the commit that adds each.
+    helpers = {
+        pathlib.PurePath(f).stem: step.key
+        for step in steps for f in make_patchset.commit_files(step)
+        if f.startswith('tests/') and f.endswith('.py')
+        and not make_patchset.is_test(f)}
+    present: set[str] = set()
+    added: set[str] = set()
+    for step in steps:
+      files = make_patchset.commit_files(step)
+      added |= {pathlib.PurePath(f).stem for f in files}
+      for f in files:
+        parts = pathlib.PurePath(f).with_suffix('').parts
+        if f.endswith('.py') and '.'.join(parts[:-1]) in every | {'flax.nnx'}:
+          present.add('.'.join(parts[:-1] if parts[-1] == '__init__'
+                               else parts))
+      exported = {}
+      for relative in make_patchset.AGGREGATORS:
+        package = relative[:-len('/__init__.py')].replace('/', '.')
+        text = (make_patchset.REPO / relative).read_text(encoding='utf-8')
+        tree = ast.parse(make_patchset.partial_aggregator(
+            text, present, every, relative))
+        exported[package] = {
+            name for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for name in (a.asname or a.name for a in node.names)
+        } | {node.name for node in tree.body
+             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+      for f in files:
+        if not (make_patchset.is_test(f) and f.endswith('.py')):
+          continue
+        source = (make_patchset.REPO / f).read_text(encoding='utf-8')
+        for node in ast.walk(ast.parse(source)):
+          names = ([a.name for a in node.names]
+                   if isinstance(node, ast.Import) else
+                   [node.module] if isinstance(node, ast.ImportFrom)
+                   and node.module and not node.level else [])
+          for name in names:
+            if name in helpers:
+              with self.subTest(step=step.key, file=f, helper=name):
+                self.assertIn(name, added, f'added by {helpers[name]}')
+          if not (isinstance(node, ast.ImportFrom) and node.module
+                  and node.module in every):
+            continue
+          for alias in node.names:
+            target = f'{node.module}.{alias.name}'
+            with self.subTest(step=step.key, file=f, name=target):
+              if target in every:
+                self.assertIn(target, present)
+              else:
+                self.assertIn(node.module, present)
+                if node.module in exported:
+                  self.assertIn(alias.name, exported[node.module])
 
   def test_every_commit_carries_tests(self):
     for step in make_patchset.commits():
