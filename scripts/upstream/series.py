@@ -1049,10 +1049,16 @@ Tested end to end on input and expected files
 (tests/nnx/sow/migrate/testdata/TARGET/NAME.input.EXT and
 NAME.expected.EXT): the test runs the pairs present, here those of the
 basic rewrites of each target; the commits after this one add theirs.''',
-        files=(f'{_MIGRATE}codemods', *_migrate('plan', 'imports', 'source'),
+        files=(f'{_MIGRATE}codemods',
+               *_migrate('plan', 'imports', 'source', 'holders'),
                _MIGRATE_TESTS + 'migrate_sow_fixtures_test.py',
                *_pairs('functional', 'sow_basic.py', 'perturb.py',
                        'clobber.py', 'capture_assigned.py')),
+        oversize=(
+            'migrate_source reads the classes a library\'s calls hold'
+            ' (holders.py) to rewrite even one file, so the module comes'
+            ' with the first rewrite; without it this commit\'s own test'
+            ' fails at import'),
     ),
     Commit(
         'codemod-reading',
@@ -1063,13 +1069,14 @@ not build/, venvs, hidden folders), of which only those naming the APIs are
 analysed, then those reading a sown name as an attribute, those
 defining the classes the analysed ones derive from or make, in the project
 or in the libraries it imports, and those whose Module classes may hold a
-class that sows (`holders.py`: every other file parsed once with `ast`). `parallel.Pool` runs the analyses in N
+class that sows (`holders.py`, of the commit before: every other file parsed
+once with `ast`). `parallel.Pool` runs the analyses in N
 spawned workers, the largest files first, and returns them in the order of
 the files; `progress.py` draws a progress bar (rich, a dependency of Flax)
 where stderr is a terminal, and nothing elsewhere. Its tests read a
 library's classes from the search path: testdata/library/nca_lib, shaped
 as CAX's.''',
-        files=(*_migrate('reading', 'holders', 'parallel', 'progress'),
+        files=(*_migrate('reading', 'parallel', 'progress'),
                _MIGRATE_TESTS + 'migrate_sow_reading_test.py',
                *(_MIGRATE_TESTS + 'testdata/library/nca_lib/' + name
                  for name in ('__init__.py', 'core/__init__.py',

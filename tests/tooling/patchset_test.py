@@ -296,6 +296,20 @@ class PartialAggregatorTest(absltest.TestCase):
           MODULES - {'flax.nnx.sow.tap'}, MODULES)
 
 
+def _module_level(tree: ast.AST):
+  """The nodes of ``tree`` that run when the module is imported: not those
+  of function bodies (an import there, which breaks a cycle, runs when the
+  function is called)."""
+  stack = [tree]
+  while stack:
+    node = stack.pop()
+    yield node
+    stack.extend(
+        child for child in ast.iter_child_nodes(node)
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.Lambda)))
+
+
 class MakePatchsetTest(absltest.TestCase):
 
   def test_every_file_of_ours_goes_with_one_commit_or_is_not_shipped(self):
@@ -315,11 +329,36 @@ class MakePatchsetTest(absltest.TestCase):
         for step in steps for f in make_patchset.commit_files(step)
         if f.startswith('tests/') and f.endswith('.py')
         and not make_patchset.is_test(f)}
+    # The codemod's package, imported by its name (as migrate_sow.py does),
+    # its modules among themselves relatively.
+    codemod = 'scripts/migrate/'
+    codemod_modules = {
+        f[len(codemod):-len('.py')].replace('/', '.')
+        for step in steps for f in make_patchset.commit_files(step)
+        if f.startswith(codemod + 'sow_migrate/') and f.endswith('.py')}
     present: set[str] = set()
     added: set[str] = set()
     for step in steps:
       files = make_patchset.commit_files(step)
       added |= {pathlib.PurePath(f).stem for f in files}
+      present |= {f[len(codemod):-len('.py')].replace('/', '.')
+                  for f in files if f.startswith(codemod + 'sow_migrate/')
+                  and f.endswith('.py')}
+      for f in files:
+        if not (f.startswith(codemod + 'sow_migrate/') and f.endswith('.py')):
+          continue
+        package = f[len(codemod):].rsplit('/', 1)[0].replace('/', '.')
+        source = (make_patchset.REPO / f).read_text(encoding='utf-8')
+        for node in _module_level(ast.parse(source)):
+          if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            continue
+          base = package + (f'.{node.module}' if node.module else '')
+          for alias in node.names:
+            target = (f'{base}.{alias.name}'
+                      if f'{base}.{alias.name}' in codemod_modules else base)
+            if target in codemod_modules:
+              with self.subTest(step=step.key, file=f, name=target):
+                self.assertIn(target, present)
       for f in files:
         parts = pathlib.PurePath(f).with_suffix('').parts
         if f.endswith('.py') and '.'.join(parts[:-1]) in every | {'flax.nnx'}:
