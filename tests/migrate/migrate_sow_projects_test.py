@@ -179,11 +179,14 @@ class ProjectTest(absltest.TestCase):
     # Run where Module.perturb is a site of the transform: the same values.
     after = project_testing.execute(directory, compat=True)
     self.assertEmpty(project_testing.differences(before, after))
-    # The refusal for Flax 0.12.8's own is right: there it raises.
     after = project_testing.execute(directory)
-    self.assertIn('Module.sow (or Module.perturb) was called inside a '
-                  'functional capture', after['run/raised'])
-    self.assertIn('capture_compat.install()', after['run/raised'])
+    if sow_legacy.is_available():  # Flax 0.12.8's own Module.perturb is run
+      # The refusal for Flax 0.12.8's own is right: there it raises.
+      self.assertIn('Module.sow (or Module.perturb) was called inside a '
+                    'functional capture', after['run/raised'])
+      self.assertIn('capture_compat.install()', after['run/raised'])
+    else:  # Flax's own is built on the transform (the series): it runs
+      self.assertEmpty(project_testing.differences(before, after))
 
   def test_a_library_not_installed_is_a_hazard(self):
     directory = self._copy('nca_unread')
